@@ -1,0 +1,105 @@
+"""Logits -> probabilities, and drawing from them.
+
+This module owns the one logits processor that both models go through: temperature, top-k
+and top-p. Speculative sampling is lossless only if the drafter's q and the target's p are
+processed identically, so nothing else in specbench turns logits into probabilities.
+
+It knows nothing about models, caches or drafting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    temperature: float = 0.0  # 0 means greedy (argmax); > 0 samples
+    top_k: int = 0  # keep the k most likely tokens; 0 keeps all
+    top_p: float = 1.0  # keep the smallest set whose mass reaches top_p; 1.0 keeps all
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top-k must be >= 0, got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top-p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def sanitize_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Float32 logits with NaN treated as impossible and +inf as certain.
+
+    A row whose finite logits are all -inf/NaN becomes uniform: the model said nothing usable,
+    and uniform is the one choice that does not favour a token (and does not crash).
+    """
+    logits = logits.float()
+    if torch.isfinite(logits).all():
+        return logits
+    logits = torch.nan_to_num(logits, nan=float("-inf"))
+    pos_inf = torch.isposinf(logits)
+    has_pos_inf = pos_inf.any(dim=-1, keepdim=True)
+    # rows with +inf: those positions share the mass equally, everything else gets none
+    logits = torch.where(has_pos_inf, torch.where(pos_inf, 0.0, float("-inf")), logits)
+    dead = torch.isneginf(logits).all(dim=-1, keepdim=True)
+    return torch.where(dead, torch.zeros_like(logits), logits)
+
+
+def logits_to_probs(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
+    """Probabilities after temperature, top-k and top-p. logits: [..., vocab].
+
+    For greedy decoding the rows are the plain softmax (temperature 1, no truncation): the
+    decision is the argmax either way, and the softmax is what a trace shows as p and q.
+    """
+    logits = sanitize_logits(logits)
+    if config.greedy:
+        return torch.softmax(logits, dim=-1)
+    logits = logits / config.temperature
+    if config.top_k and config.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, config.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if config.top_p < 1.0:
+        probs = _top_p(probs, config.top_p)
+    return probs
+
+
+def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest prefix (by descending probability) whose mass reaches top_p."""
+    sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+    mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+    sorted_probs = sorted_probs.masked_fill(mass_before >= top_p, 0.0)  # the top token always stays
+    kept = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One token id per row of probs ([..., vocab] -> [...])."""
+    flat = probs.reshape(-1, probs.shape[-1])
+    ids = torch.multinomial(flat, 1, generator=generator)
+    return ids.reshape(probs.shape[:-1])
+
+
+def choose(logits: torch.Tensor, config: SamplingConfig, generator: torch.Generator | None):
+    """Pick the next token from one row of logits: (token id, its processed probability row)."""
+    probs = logits_to_probs(logits, config)
+    if config.greedy:
+        return int(greedy_tokens(logits)), probs
+    return int(sample(probs, generator)), probs
+
+
+def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
+    """Argmax of each row, the one greedy decision rule for plain and speculative decoding."""
+    return torch.argmax(sanitize_logits(logits), dim=-1)
+
+
+def entropy(probs: torch.Tensor) -> torch.Tensor:
+    """Shannon entropy in nats of each row ([..., vocab] -> [...])."""
+    logp = torch.log(probs.clamp_min(1e-30))
+    return -(probs * logp).sum(dim=-1)

@@ -1,0 +1,111 @@
+"""What a generation records, and every metric, defined once.
+
+StepRecord is one round (or the first-target pass, round 0) as plain data. RunStats keeps
+raw counts and seconds; every rate is a property derived from them, so no two places can
+compute a metric differently. Rendering lives in trace.py; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+
+FIRST = "first"  # StepRecord.emitted_kind of the first-target pass
+
+
+@dataclass
+class StepRecord:
+    round: int  # 0 is the first-target pass; speculative rounds count from 1
+    position: int  # new tokens already generated before this round
+    gamma: int  # most draft tokens the policy allowed this round
+    draft_tokens: list[int]  # what the drafter proposed (may be fewer than gamma)
+    draft_probs: list[float | None]  # q(x_i) of each draft; None for drafters without q
+    target_probs: list[float]  # p(x_i) of each draft under the target
+    draws: list[float]  # uniform r per examined draft (sampling only; empty for greedy)
+    accepted: int  # how many drafts were kept
+    emitted_token: int  # the correction / bonus token (or the first token in round 0)
+    emitted_kind: str  # "correction", "bonus" or "first"
+    emitted_prob: float  # its probability under the distribution it came from
+    tokens: list[int]  # tokens this round appended to the output, after any stop cut
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    policy_info: dict = field(default_factory=dict)  # why the policy chose gamma
+    stop_reason: str | None = None  # "eos", "stop_string", "max_new_tokens", "context"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, line: str) -> "StepRecord":
+        data = json.loads(line)
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class RunStats:
+    """Raw counts and seconds of one generation; rates are derived properties."""
+
+    new_tokens: int = 0  # tokens generated, the first-target pass's token included
+    first_pass_tokens: int = 0  # tokens produced by the first-target pass (0 or 1)
+    drafted: int = 0  # draft tokens proposed
+    accepted: int = 0  # draft tokens accepted
+    rounds: int = 0  # target forward passes after the first-target pass
+    target_forwards: int = 0  # all target forward passes, the first-target pass included
+    prefill_seconds: float = 0.0  # the first-target pass (prompt prefill + first token)
+    decode_seconds: float = 0.0  # wall time after the first-target pass
+    draft_seconds: float = 0.0  # inside drafter.propose
+    verify_seconds: float = 0.0  # inside the target's verify forwards
+
+    @property
+    def acceptance_rate(self) -> float:
+        """accepted / drafted (0 when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens per target forward after the first-target pass.
+
+        Counts the bonus or correction token, as vLLM and Spec-Bench do: plain decoding
+        scores 1.0, and a round that keeps all gamma drafts scores gamma + 1.
+        """
+        decoded = self.new_tokens - self.first_pass_tokens
+        return decoded / self.rounds if self.rounds else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Tokens after the first-target pass / wall seconds after it (prefill apart)."""
+        decoded = self.new_tokens - self.first_pass_tokens
+        return decoded / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+    @property
+    def overhead_seconds(self) -> float:
+        """Decode time spent outside drafting and verifying (the loop's own cost)."""
+        return max(0.0, self.decode_seconds - self.draft_seconds - self.verify_seconds)
+
+    def as_dict(self) -> dict:
+        raw = asdict(self)
+        for name in (
+            "acceptance_rate",
+            "mean_accepted_length",
+            "tokens_per_second",
+        ):
+            raw[name] = getattr(self, name)
+        return raw
+
+
+def expected_tokens_per_round(alpha: float, gamma: int) -> float:
+    """E[tokens per round] = (1 - a^(g+1)) / (1 - a) (Leviathan et al. Eq. 1)."""
+    if alpha >= 1.0:
+        return gamma + 1.0
+    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+def predicted_speedup(alpha: float, gamma: int, c: float, verify_cost: float = 1.0) -> float:
+    """Walltime factor over plain decoding (Leviathan et al. Thm 3.8, extended).
+
+    E[tokens per round] / (gamma * c + v), where c = drafter forward / target forward time
+    and v = t(gamma + 1 tokens) / t(1 token), the target's verify cost in single steps
+    (v = 1 is the paper's assumption; on CPUs it is larger).
+    """
+    return expected_tokens_per_round(alpha, gamma) / (gamma * c + verify_cost)

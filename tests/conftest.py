@@ -1,0 +1,59 @@
+"""Shared test fixtures: tiny models built from a config (no downloads) and a bigram mock.
+
+Two kinds of tiny target/drafter pairs:
+- `tiny_pair`: random Qwen2 models of different sizes and seeds; greedy agreement is rare,
+  so almost every draft is rejected (exercises the correction path);
+- `close_pair`: the drafter is the target with noise added to its weights, so drafts are
+  often but not always accepted (exercises partial acceptance and bonus tokens).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+VOCAB = 64
+
+
+def tiny_model(seed: int, layers: int = 2, hidden: int = 32, vocab: int = VOCAB, max_positions: int = 256):
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+        eos_token_id=None,
+        tie_word_embeddings=False,
+    )
+    return Qwen2ForCausalLM(config).eval()
+
+
+def noisy_copy(model, scale: float, seed: int):
+    """A copy of model with Gaussian noise (relative to each weight's std) on every weight."""
+    clone = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in clone.parameters():
+            std = param.float().std() if param.numel() > 1 else torch.tensor(1.0)
+            param.add_(torch.randn(param.shape, generator=gen) * std * scale)
+    return clone
+
+
+@pytest.fixture(scope="session")
+def tiny_pair():
+    return tiny_model(0, layers=2, hidden=32), tiny_model(1, layers=1, hidden=16)
+
+
+@pytest.fixture(scope="session")
+def close_pair():
+    target = tiny_model(0, layers=2, hidden=32)
+    return target, noisy_copy(target, scale=0.2, seed=7)
+
+
+PROMPTS = [[1, 5, 9, 12, 3], [7], [2, 2, 2, 2, 2, 2, 2, 2], [40, 13, 61, 0, 8, 8, 19]]

@@ -103,3 +103,17 @@ class ModelDrafter:
         # and the accepted drafts that were fed.
         keep = min(self._context_len + n_accepted, cache_length(self.cache))
         crop_cache(self.cache, keep)
+
+
+# ---------------------------------------------------------------------------- factory
+
+DRAFTERS = ("model",)
+
+
+def make_drafter(name: str, drafter_model=None) -> Drafter:
+    """A drafter by name; "model" drafts with drafter_model."""
+    if name == "model":
+        if drafter_model is None:
+            raise ValueError("the model drafter needs a drafter model")
+        return ModelDrafter(drafter_model)
+    raise ValueError(f"unknown drafter {name!r}; choose from {', '.join(DRAFTERS)}")

@@ -53,3 +53,15 @@ class FixedGamma:
 
     def info(self) -> dict:
         return {}
+
+
+# ---------------------------------------------------------------------------- factory
+
+POLICIES = ("fixed",)
+
+
+def make_policy(name: str, gamma: int, *, gamma_min: int = 1, gamma_max: int | None = None, egag_beta: float = 0.0, threshold: float | None = None) -> GammaPolicy:
+    """A fresh policy by name (policies keep state: make one per generation)."""
+    if name == "fixed":
+        return FixedGamma(gamma)
+    raise ValueError(f"unknown gamma policy {name!r}; choose from {', '.join(POLICIES)}")

@@ -30,6 +30,24 @@ def fail(message: str, code: int = 2) -> None:
 
 # ---------------------------------------------------------------------------- trace
 
+# Imported here, not at the top, so this section stays self-contained while others edit above.
+from pathlib import Path  # noqa: E402
+from typing import Annotated  # noqa: E402
+
+from specbench import trace as tracing  # noqa: E402  (rich only: no torch)
+
+
+@app.command("trace")
+def trace_command(
+    path: Annotated[Path, typer.Argument(help="A trace file written by `specbench generate --trace-out`.", show_default=False)],
+) -> None:
+    """Replay a saved step-by-step trace: every round, the summary and the marked text. Needs no models."""
+    try:
+        saved = tracing.read_trace(path)
+    except tracing.TraceFileError as exc:
+        fail(str(exc))
+    tracing.replay(saved, console)
+
 
 # ---------------------------------------------------------------------------- sweep, plot
 

@@ -562,7 +562,7 @@ def _read_lines(path: Path) -> list[str]:
 def _parse_header(path, line: str) -> dict:
     data = _json_object(line, f"{path}:1")
     if "specbench_trace" not in data:
-        raise TraceFileError(f"{path}: not a specbench trace (the first line has no 'specbench_trace' key)")
+        raise TraceFileError(f"{path}: not a specbench trace (no header line)")
     if data["specbench_trace"] != FORMAT_VERSION:
         raise TraceFileError(f"{path}: trace format {data['specbench_trace']!r}; this specbench reads {FORMAT_VERSION}")
     header = data.get("header", {})

@@ -1,0 +1,313 @@
+"""Gamma policies on scripted outcomes and scripted distributions (no models).
+
+A round is driven the way decode.py drives it: next_gamma(), keep_drafting(step, q) per
+draft step until it says stop or the drafter runs out, update(n_accepted, n_drafted), info().
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers.generation.candidate_generator import AssistedCandidateGenerator
+
+from specbench.gamma import (
+    POLICIES,
+    EntropyGuidedGamma,
+    FixedGamma,
+    HeuristicGamma,
+    ThresholdStop,
+    confidence_to_gamma,
+    make_policy,
+    normalized_entropy,
+)
+
+V = 16
+
+
+def uniform(v: int = V) -> torch.Tensor:
+    return torch.full((v,), 1.0 / v)
+
+
+def one_hot(token: int = 0, v: int = V) -> torch.Tensor:
+    row = torch.zeros(v)
+    row[token] = 1.0
+    return row
+
+
+def with_entropy(h: float, v: int = V) -> torch.Tensor:
+    """A row whose normalized entropy is h: uniform over the first round(v ** h) tokens.
+
+    Only exact for h in {0, 1/4, 1/2, 3/4, 1} with v = 16 (2 ** (4h) tokens).
+    """
+    k = round(v**h)
+    row = torch.zeros(v)
+    row[:k] = 1.0 / k
+    return row
+
+
+def run_round(policy, rows: list[torch.Tensor | None], n_accepted: int | None = None) -> int:
+    """One round with one row per draft the drafter could make; returns how many were drafted.
+
+    n_accepted None means all drafted tokens are accepted.
+    """
+    gamma = policy.next_gamma()
+    drafted = 0
+    for step, row in enumerate(rows[:gamma]):
+        if not policy.keep_drafting(step, row):
+            break
+        drafted += 1
+    policy.update(drafted if n_accepted is None else min(n_accepted, drafted), drafted)
+    return drafted
+
+
+# ---------------------------------------------------------------------------- signals
+
+
+def test_normalized_entropy_ends_and_middle():
+    assert normalized_entropy(one_hot()) == pytest.approx(0.0, abs=1e-6)
+    assert normalized_entropy(uniform()) == pytest.approx(1.0)
+    assert normalized_entropy(with_entropy(0.5)) == pytest.approx(0.5)  # uniform over 4 of 16
+    assert normalized_entropy(torch.tensor([1.0])) == 0.0  # V = 1: no log(1) division
+
+
+@pytest.mark.parametrize(
+    "c, expected",
+    [(0.0, 1), (0.10, 1), (0.2499, 1), (0.25, 2), (0.30, 2), (0.60, 3), (0.75, 4), (0.80, 4), (1.0, 4), (1.7, 4), (-0.2, 1)],
+)
+def test_confidence_to_gamma_equal_bins(c, expected):
+    """Guards the documented mapping, and that gamma_max is reached before c = 1."""
+    assert confidence_to_gamma(c, 1, 4) == expected
+
+
+def test_confidence_to_gamma_single_level():
+    assert confidence_to_gamma(0.0, 3, 3) == confidence_to_gamma(1.0, 3, 3) == 3
+
+
+# ---------------------------------------------------------------------------- fixed / heuristic
+
+
+def test_fixed_never_moves():
+    policy = FixedGamma(3)
+    for n_accepted in (3, 0, 1, 3):
+        assert run_round(policy, [None] * 10, n_accepted) == 3
+    assert policy.next_gamma() == 3
+    assert policy.info() == {}
+
+
+def test_heuristic_sequence():
+    """+2 after a fully accepted draft, -1 otherwise, never below 1."""
+    policy = HeuristicGamma(4)
+    outcomes = [(4, 4), (2, 6), (0, 5), (0, 4), (0, 3), (0, 2), (0, 1), (0, 1), (1, 1), (3, 3)]
+    seen = []
+    for n_accepted, n_drafted in outcomes:
+        seen.append(policy.next_gamma())
+        policy.update(n_accepted, n_drafted)
+    assert seen == [4, 6, 5, 4, 3, 2, 1, 1, 1, 3]
+    assert policy.next_gamma() == 5
+
+
+def test_heuristic_all_means_all_drafted_not_gamma():
+    """HF compares with the candidates actually drafted: 2 of 2 at gamma 6 is 'all'."""
+    policy = HeuristicGamma(6)
+    policy.next_gamma()
+    policy.update(2, 2)
+    assert policy.next_gamma() == 8
+
+
+def test_heuristic_empty_round_leaves_gamma():
+    """Deviation from HF (documented): a round that drafted nothing teaches nothing."""
+    policy = HeuristicGamma(4)
+    policy.next_gamma()
+    policy.update(0, 0)
+    assert policy.next_gamma() == 4
+
+
+def test_heuristic_floor_and_cap():
+    policy = HeuristicGamma(3, gamma_min=2, gamma_max=6)
+    seen = []
+    for n_accepted, n_drafted in [(0, 3), (0, 2), (2, 2), (4, 4), (6, 6), (0, 6)]:
+        seen.append(policy.next_gamma())
+        policy.update(n_accepted, n_drafted)
+    assert seen == [3, 2, 2, 4, 6, 6]
+    assert policy.next_gamma() == 5
+
+
+def test_heuristic_info_reports_this_round_after_update():
+    """The loop calls info() after update(): it must still show the round's own gamma."""
+    policy = HeuristicGamma(4)
+    policy.next_gamma()
+    policy.update(4, 4)
+    assert policy.info() == {"gamma": 4, "next_gamma": 6}
+
+
+def hf_schedule(start: int, outcomes: list[tuple[int, int]]) -> list[int]:
+    """transformers' own update_candidate_strategy, run on a stand-in for the generator."""
+    config = SimpleNamespace(num_assistant_tokens_schedule="heuristic", assistant_confidence_threshold=None)
+    gen = SimpleNamespace(assistant_generation_config=config, num_assistant_tokens=start)
+    seen = []
+    for n_accepted, n_drafted in outcomes:
+        seen.append(int(gen.num_assistant_tokens))
+        scores = torch.zeros(1, n_drafted + 1, 2)  # HF: len(scores[0]) - 1 candidates
+        AssistedCandidateGenerator.update_candidate_strategy(gen, None, scores, n_accepted)
+    return seen
+
+
+def test_heuristic_matches_installed_transformers():
+    """Guards against drifting from HF's rule as installed (rounds with >= 1 draft)."""
+    outcomes = [(5, 5), (3, 7), (6, 6), (0, 8), (0, 7), (2, 2), (1, 9), (0, 8), (0, 1), (0, 1), (1, 1)]
+    policy = HeuristicGamma(5)
+    ours = []
+    for n_accepted, n_drafted in outcomes:
+        ours.append(policy.next_gamma())
+        policy.update(n_accepted, n_drafted)
+    assert ours == hf_schedule(5, outcomes)
+
+
+# ---------------------------------------------------------------------------- egag
+
+
+def test_egag_gamma_from_first_step_entropy():
+    """gamma_min=1, gamma_max=5 (L=5): h=1 -> c=0 -> 1; h=.5 -> c=.5 -> 1+floor(2.5)=3;
+    h=.25 -> c=.75 -> 1+floor(3.75)=4; h=0 -> 5."""
+    policy = EntropyGuidedGamma(1, 5)
+    got = []
+    for h in (1.0, 0.5, 0.25, 0.0):
+        # later rows are uniform: only step 0 decides
+        got.append(run_round(policy, [with_entropy(h)] + [uniform()] * 9))
+        assert policy.info()["gamma"] == got[-1]
+        assert policy.info()["entropy"] == pytest.approx(h, abs=1e-6)
+    assert got == [1, 3, 4, 5]
+
+
+def test_egag_reaches_gamma_max_below_zero_entropy():
+    """A plain floor((1-h) * gamma_max) reaches gamma_max only at h = 0; the bins do not."""
+    policy = EntropyGuidedGamma(1, 4)
+    row = torch.tensor([0.97] + [0.03 / (V - 1)] * (V - 1))
+    assert 0.0 < normalized_entropy(row) < 0.25
+    assert run_round(policy, [row] * 10) == 4
+
+
+def test_egag_next_gamma_is_the_upper_bound():
+    policy = EntropyGuidedGamma(2, 6)
+    assert policy.next_gamma() == 6
+    assert policy.keep_drafting(0, uniform()) is True  # gamma_min = 2 allows steps 0 and 1
+    assert policy.keep_drafting(1, uniform()) is True
+    assert policy.keep_drafting(2, uniform()) is False
+
+
+def test_egag_ema():
+    """s_1 = c_1; s_t = beta * s_{t-1} + (1 - beta) * c_t."""
+    policy = EntropyGuidedGamma(1, 5, beta=0.5)
+    expected_s = [1.0, 0.5, 0.25, 0.625]  # c = 1, 0, 0, 1
+    expected_gamma = [5, 3, 2, 4]  # 1 + min(4, floor(5 s))
+    for h, s, gamma in zip((0.0, 1.0, 1.0, 0.0), expected_s, expected_gamma):
+        assert run_round(policy, [with_entropy(h)] * 10) == gamma
+        assert policy.info()["confidence"] == pytest.approx(s, abs=1e-6)
+
+
+def test_egag_without_q_follows_acceptance():
+    """Drafters without q: c = the last round's acceptance ratio, 1.0 at first."""
+    policy = EntropyGuidedGamma(1, 4)
+    assert run_round(policy, [None] * 10, n_accepted=1) == 4  # c = 1 -> 4; then 1/4 accepted
+    assert policy.info() == {"acceptance": 1.0, "confidence": 1.0, "gamma": 4}
+    assert run_round(policy, [None] * 10, n_accepted=0) == 2  # c = .25 -> 1 + floor(1) = 2
+    assert run_round(policy, [None] * 10) == 1  # c = 0 -> 1; all of 1 accepted
+    assert run_round(policy, [None] * 10) == 4  # c = 1
+
+
+def test_egag_round_without_step_zero_has_empty_info():
+    """No draft step (n-gram drafter found no match): nothing decided, and the EMA holds."""
+    policy = EntropyGuidedGamma(1, 4)
+    run_round(policy, [None] * 10, n_accepted=2)  # acceptance 2/4
+    assert run_round(policy, []) == 0
+    assert policy.info() == {}
+    assert run_round(policy, [None] * 10) == 3  # c = .5 from the round before the empty one
+
+
+# ---------------------------------------------------------------------------- stop policies
+
+
+def test_entropy_stop_at_first_flat_step():
+    policy = ThresholdStop(6, threshold=0.6, signal="entropy")
+    rows = [with_entropy(0.0), with_entropy(0.5), with_entropy(0.25), with_entropy(0.75), one_hot()]
+    assert run_round(policy, rows) == 3
+    info = policy.info()
+    assert info["stopped_at"] == 3 and info["threshold"] == 0.6
+    assert info["entropy"] == pytest.approx(0.75)
+
+
+def test_entropy_stop_runs_to_gamma_max_and_reports_worst_step():
+    policy = ThresholdStop(3, threshold=0.6, signal="entropy")
+    assert run_round(policy, [with_entropy(0.25), with_entropy(0.5), one_hot(), uniform()]) == 3
+    assert policy.info()["stopped_at"] is None
+    assert policy.info()["entropy"] == pytest.approx(0.5)
+
+
+def test_confidence_stop_on_top_prob():
+    policy = make_policy("confidence-stop", 5, threshold=0.4)
+    rows = [one_hot(), torch.tensor([0.5, 0.5] + [0.0] * (V - 2)), torch.tensor([0.2] * 5 + [0.0] * (V - 5)), one_hot()]
+    assert run_round(policy, rows) == 2
+    assert policy.info() == {"stopped_at": 2, "top_prob": pytest.approx(0.2), "threshold": 0.4}
+
+
+def test_stop_may_stop_at_step_zero():
+    policy = ThresholdStop(4, threshold=0.4, signal="top_prob")
+    assert run_round(policy, [uniform()] * 4) == 0
+    assert policy.info()["stopped_at"] == 0
+
+
+def test_stop_policies_never_stop_without_q():
+    for name in ("entropy-stop", "confidence-stop"):
+        policy = make_policy(name, 4)
+        assert run_round(policy, [None] * 10) == 4
+        assert policy.info()["stopped_at"] is None
+
+
+def test_stop_state_resets_each_round():
+    policy = ThresholdStop(4, threshold=0.4, signal="top_prob")
+    run_round(policy, [uniform()])
+    assert run_round(policy, [one_hot()] * 4) == 4
+    assert policy.info() == {"stopped_at": None, "top_prob": 1.0, "threshold": 0.4}
+
+
+# ---------------------------------------------------------------------------- factory
+
+
+def test_make_policy_builds_each_name():
+    kinds = {"fixed": FixedGamma, "heuristic": HeuristicGamma, "egag": EntropyGuidedGamma, "entropy-stop": ThresholdStop, "confidence-stop": ThresholdStop}
+    assert set(POLICIES) == set(kinds)
+    for name in POLICIES:
+        policy = make_policy(name, 4)
+        assert isinstance(policy, kinds[name]) and policy.name == name
+
+
+def test_make_policy_defaults():
+    assert make_policy("egag", 6).next_gamma() == 6  # gamma_max defaults to gamma
+    assert make_policy("egag", 6, gamma_min=2, gamma_max=9).next_gamma() == 9
+    assert make_policy("entropy-stop", 5).threshold == 0.15
+    assert make_policy("confidence-stop", 5).threshold == 0.4
+    assert make_policy("heuristic", 3).gamma_max is None
+
+
+@pytest.mark.parametrize(
+    "name, kwargs, message",
+    [
+        ("nope", {}, "unknown gamma policy"),
+        ("fixed", {"gamma": 0}, "gamma must be"),
+        ("egag", {"gamma_min": 5, "gamma_max": 3}, "must not exceed"),
+        ("egag", {"gamma": 2, "gamma_min": 3}, "egag's gamma-max"),
+        ("egag", {"egag_beta": 1.0}, "egag-beta"),
+        ("egag", {"egag_beta": -0.1}, "egag-beta"),
+        ("fixed", {"gamma_min": 0}, "gamma-min must be"),
+        ("entropy-stop", {"threshold": 0.0}, "threshold"),
+        ("confidence-stop", {"threshold": 1.5}, "threshold"),
+        ("heuristic", {"gamma": 8, "gamma_max": 6}, "outside"),
+    ],
+)
+def test_make_policy_rejects_bad_arguments(name, kwargs, message):
+    kwargs = {"gamma": 4, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        make_policy(name, **kwargs)

@@ -42,7 +42,7 @@ def sanitize_logits(logits: torch.Tensor) -> torch.Tensor:
     logits = logits.float()
     if torch.isfinite(logits).all():
         return logits
-    logits = torch.nan_to_num(logits, nan=float("-inf"))
+    logits = logits.masked_fill(torch.isnan(logits), float("-inf"))
     pos_inf = torch.isposinf(logits)
     has_pos_inf = pos_inf.any(dim=-1, keepdim=True)
     # rows with +inf: those positions share the mass equally, everything else gets none

@@ -1,0 +1,117 @@
+"""Speculative sampling follows the target's distribution (chi-square on a small vocabulary).
+
+Model: the trigram mock (tests/mock_lm.py), whose exact distribution over the first three
+new tokens we can enumerate. Drafter: the target's table plus noise, so q differs from p and
+rejections are frequent. We compare the observed marginals of new tokens 1, 2 and 3 and the
+joint of tokens (1, 2) with the exact ones; the same test with a deliberately wrong residual
+(sampling corrections from p instead of norm(max(0, p - q))) must fail, which shows the test
+has the power to catch the bug it exists for.
+"""
+
+from collections import Counter
+from itertools import product
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+import specbench.verify
+from mock_lm import noisy_trigram, random_trigram
+from specbench.decode import GenerationConfig, speculative_generate
+from specbench.drafters import ModelDrafter
+from specbench.gamma import FixedGamma
+from specbench.sampling import SamplingConfig, logits_to_probs
+
+VOCAB = 6
+PROMPT = [2, 4]
+SAMPLES = 3000
+SETTINGS = {
+    "temperature": SamplingConfig(temperature=1.0),
+    "cold": SamplingConfig(temperature=0.6),
+    "top-k": SamplingConfig(temperature=1.0, top_k=3),
+    "top-p": SamplingConfig(temperature=1.0, top_p=0.7),
+    "top-k+top-p": SamplingConfig(temperature=0.9, top_k=4, top_p=0.8),
+}
+
+
+def exact_joint(model, sampling: SamplingConfig) -> dict[tuple[int, int, int], float]:
+    """P(x1, x2, x3 | prompt) under the target with the sampling processor applied."""
+    def p(prev, cur):
+        return logits_to_probs(model.next_logits(prev, cur), sampling)
+
+    joint = {}
+    p1 = p(PROMPT[-2], PROMPT[-1])
+    for x1, x2, x3 in product(range(VOCAB), repeat=3):
+        joint[(x1, x2, x3)] = float(p1[x1] * p(PROMPT[-1], x1)[x2] * p(x1, x2)[x3])
+    return joint
+
+
+def sample_speculative(target, drafter, sampling, gamma=3, n=SAMPLES):
+    outputs = []
+    for seed in range(n):
+        config = GenerationConfig(max_new_tokens=3, sampling=sampling, seed=seed)
+        result = speculative_generate(target, ModelDrafter(drafter), PROMPT, config, FixedGamma(gamma))
+        outputs.append(tuple(result.token_ids))
+    return outputs
+
+
+def chi_square_pvalues(outputs, joint) -> dict[str, float]:
+    """p-values of observed vs exact for each position's marginal and the (x1, x2) joint."""
+    views = {"x1": lambda s: s[0], "x2": lambda s: s[1], "x3": lambda s: s[2], "x1x2": lambda s: s[:2]}
+    pvalues = {}
+    for name, key in views.items():
+        expected = Counter()
+        for seq, prob in joint.items():
+            expected[key(seq)] += prob
+        pvalues[name] = chi_square_pvalue(Counter(key(o) for o in outputs), expected, len(outputs))
+    return pvalues
+
+
+def chi_square_pvalue(observed: Counter, expected: Counter, n: int) -> float:
+    """Pearson chi-square; cells expected fewer than 5 times are pooled into one."""
+    if any(count and expected[cell] == 0 for cell, count in observed.items()):
+        return 0.0  # an impossible outcome was sampled (e.g. outside top-k / top-p)
+    big = [cell for cell, p in expected.items() if p * n >= 5]
+    small = [cell for cell, p in expected.items() if 0 < p * n < 5]
+    f_exp = [expected[c] * n for c in big]
+    f_obs = [observed[c] for c in big]
+    if small:
+        f_exp.append(sum(expected[c] for c in small) * n)
+        f_obs.append(sum(observed[c] for c in small))
+    if len(f_exp) < 2:
+        return 1.0  # one possible outcome, and nothing impossible was seen
+    scale = n / sum(f_exp)  # the exact probabilities sum to 1 only up to rounding
+    return float(chisquare(f_obs, [e * scale for e in f_exp]).pvalue)
+
+
+@pytest.fixture(scope="module")
+def models():
+    target = random_trigram(VOCAB, seed=0)
+    return target, noisy_trigram(target, scale=1.5, seed=1)
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_speculative_sampling_matches_target_distribution(models, setting):
+    target, drafter = models
+    sampling = SETTINGS[setting]
+    outputs = sample_speculative(target, drafter, sampling)
+    pvalues = chi_square_pvalues(outputs, exact_joint(target, sampling))
+    assert min(pvalues.values()) > 1e-3, pvalues
+
+
+def test_drafts_are_really_rejected_in_this_setup(models):
+    """Guards the test above: with q == p nearly everywhere it would prove nothing."""
+    target, drafter = models
+    config = GenerationConfig(max_new_tokens=60, sampling=SETTINGS["temperature"], seed=0)
+    result = speculative_generate(target, ModelDrafter(drafter), PROMPT, config, FixedGamma(3))
+    assert 0.3 < result.stats.acceptance_rate < 0.85
+
+
+def test_the_check_fails_for_a_wrong_residual(models, monkeypatch):
+    """Power check: resampling from p instead of norm(max(0, p - q)) is biased, and caught."""
+    target, drafter = models
+    monkeypatch.setattr(specbench.verify, "residual_distribution", lambda p, q: p)
+    sampling = SETTINGS["temperature"]
+    outputs = sample_speculative(target, drafter, sampling)
+    pvalues = chi_square_pvalues(outputs, exact_joint(target, sampling))
+    assert min(pvalues.values()) < 1e-6, pvalues

@@ -1,0 +1,227 @@
+"""Model-free drafters: n-gram and prompt-lookup predictions on literal token lists, the
+incremental tables against the pure functions, and state across propose/commit rounds."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+import torch
+
+from specbench.drafters import (
+    DRAFTERS,
+    LookupIndex,
+    ModelDrafter,
+    NgramDrafter,
+    NgramTable,
+    PromptLookupDrafter,
+    copy_from,
+    lookup_continuation,
+    make_drafter,
+    ngram_predict,
+)
+
+
+def always(step, probs):
+    return True
+
+
+# ---------------------------------------------------------------------------- n-gram, pure
+
+
+def test_ngram_docstring_example():
+    """Falls back 4-gram -> 3-gram, breaks the (1, 2) tie toward the later 4, then chains."""
+    assert ngram_predict([1, 2, 3, 1, 2, 4, 1, 2], 3) == [4, 1, 2]
+
+
+def test_ngram_no_match_drafts_nothing():
+    assert ngram_predict([5, 6], 3) == []
+    assert ngram_predict([], 3) == []
+    assert ngram_predict([7], 3) == []
+
+
+def test_ngram_longest_context_wins_over_frequency():
+    """After (1, 2) came 9 once; after (2,) came 5 three times: the 3-gram context wins."""
+    tokens = [2, 5, 2, 5, 2, 5, 1, 2, 9, 1, 2]
+    assert ngram_predict(tokens, 1) == [9]
+
+
+def test_ngram_most_frequent_continuation():
+    """(3,) was followed by 4 twice and 8 once, and no longer context matches [.., 0, 3]."""
+    assert ngram_predict([3, 4, 3, 8, 3, 4, 0, 3], 1) == [4]
+
+
+def test_ngram_chains_own_predictions_up_to_max():
+    tokens = [10, 11, 12, 13, 10, 11]
+    assert ngram_predict(tokens, 2) == [12, 13]
+    assert ngram_predict(tokens, 6) == [12, 13, 10, 11, 12, 13]  # a cycle, cut at max_tokens
+    assert ngram_predict(tokens, 0) == []
+
+
+def test_ngram_chain_never_strands_after_a_first_match():
+    """Every predicted token followed some context, so it occurred before the end and has a
+    bigram continuation: once the first lookup matches, the chain runs to max_tokens (the
+    "stop when nothing matches" case is the first lookup)."""
+    for seed in range(20):
+        tokens = random_tokens(seed, 30, vocab=6)
+        first = ngram_predict(tokens, 1)
+        assert len(ngram_predict(tokens, 8)) == (8 if first else 0)
+
+
+def test_ngram_orders_are_configurable():
+    tokens = [1, 2, 3, 1, 2, 4, 1, 2]
+    assert ngram_predict(tokens, 1, max_n=2) == [4]  # bigram (2,): 3 and 4 tie, later wins
+    with pytest.raises(ValueError, match="min_n"):
+        NgramTable(max_n=3, min_n=1)
+
+
+# ---------------------------------------------------------------------------- lookup, pure
+
+
+def test_lookup_docstring_example():
+    assert lookup_continuation([4, 5, 6, 9, 4, 5, 7, 4, 5], 3) == [7, 4, 5]
+
+
+def test_lookup_prefers_longer_match_over_later_one():
+    """(8, 1) occurred at start 0 (followed by 2); 1 alone occurred later (followed by 3)."""
+    tokens = [8, 1, 2, 1, 3, 8, 1]
+    assert lookup_continuation(tokens, 2) == [2, 1]
+
+
+def test_lookup_takes_latest_occurrence():
+    tokens = [1, 2, 1, 3, 1]
+    assert lookup_continuation(tokens, 1) == [3]
+
+
+def test_lookup_copies_into_itself():
+    """The latest match of (5,) is one back: the copy repeats it (period 1)."""
+    assert lookup_continuation([5, 5], 4) == [5, 5, 5, 5]
+    assert copy_from([7, 8], 0, 5) == [7, 8, 7, 8, 7]
+
+
+def test_lookup_no_match():
+    assert lookup_continuation([1, 2, 3], 4) == []
+    assert lookup_continuation([1], 4) == []
+    assert lookup_continuation([], 4) == []
+
+
+def test_lookup_min_n():
+    tokens = [1, 2, 1, 3, 1]
+    assert lookup_continuation(tokens, 1, max_n=3, min_n=2) == []
+
+
+# ---------------------------------------------------------------------------- incremental tables
+
+
+def random_tokens(seed: int, n: int, vocab: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(vocab) for _ in range(n)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_incremental_tables_equal_pure_functions(seed):
+    """After every token, the incremental tables predict what the pure functions do."""
+    tokens = random_tokens(seed, 200, vocab=4 + seed)
+    ngram, lookup = NgramTable(), LookupIndex()
+    for i, token in enumerate(tokens):
+        ngram.add(token)
+        lookup.add(token)
+        prefix = tokens[: i + 1]
+        assert ngram.predict(6) == ngram_predict(prefix, 6)
+        assert lookup.predict(6) == lookup_continuation(prefix, 6)
+
+
+# ---------------------------------------------------------------------------- drafters
+
+
+@pytest.mark.parametrize("make, pure", [(NgramDrafter, ngram_predict), (PromptLookupDrafter, lookup_continuation)])
+def test_rounds_with_commit_track_the_context(make, pure):
+    """Propose, commit some drafts, append the target's token, propose again: each proposal is
+    the pure function of the context so far; rejected drafts leave no trace."""
+    drafter = make()
+    drafter.start(None, None)
+    rng = random.Random(0)
+    context = random_tokens(1, 30, vocab=5)
+    for _ in range(40):
+        draft = drafter.propose(torch.tensor(context), 4, always)
+        assert draft.probs is None
+        assert draft.tokens.tolist() == pure(context, 4)
+        n = rng.randrange(draft.tokens.shape[0] + 1)
+        drafter.commit(n)
+        context += draft.tokens.tolist()[:n] + [rng.randrange(5)]
+
+
+@pytest.mark.parametrize("make", [NgramDrafter, PromptLookupDrafter])
+def test_drafter_rebuilds_on_a_context_that_does_not_extend(make):
+    """A context that is shorter or ends differently is not mixed with the old tables."""
+    drafter = make()
+    drafter.propose(torch.tensor([1, 2, 3, 1, 2, 3, 1]), 3, always)
+    other = [4, 5, 4]
+    assert drafter.propose(torch.tensor(other), 3, always).tokens.tolist() == make_pure(make)(other, 3)
+    changed_end = [4, 5, 9]
+    assert drafter.propose(torch.tensor(changed_end), 3, always).tokens.tolist() == make_pure(make)(changed_end, 3)
+
+
+def make_pure(make):
+    return ngram_predict if make is NgramDrafter else lookup_continuation
+
+
+@pytest.mark.parametrize("make", [NgramDrafter, PromptLookupDrafter])
+def test_start_forgets_the_last_generation(make):
+    drafter = make()
+    drafter.propose(torch.tensor([1, 2, 1, 2, 1]), 3, always)
+    drafter.start(None, None)
+    assert drafter.propose(torch.tensor([3, 1]), 3, always).tokens.tolist() == []
+
+
+@pytest.mark.parametrize("make", [NgramDrafter, PromptLookupDrafter])
+def test_keep_drafting_asked_before_each_token_with_none(make):
+    calls = []
+
+    def stop_at_two(step, probs):
+        calls.append((step, probs))
+        return step < 2
+
+    draft = make().propose(torch.tensor([1, 2, 3, 4, 1, 2, 3, 4, 1]), 5, stop_at_two)
+    assert draft.tokens.tolist() == [2, 3]
+    assert calls == [(0, None), (1, None), (2, None)]
+
+
+@pytest.mark.parametrize("make", [NgramDrafter, PromptLookupDrafter])
+def test_no_match_is_an_empty_draft(make):
+    calls = []
+    draft = make().propose(torch.tensor([1, 2, 3]), 4, lambda s, p: calls.append(s) or True)
+    assert draft.tokens.shape == (0,) and draft.tokens.dtype == torch.long
+    assert draft.probs is None and calls == []
+
+
+@pytest.mark.parametrize("make", [NgramDrafter, PromptLookupDrafter])
+def test_rounds_cost_does_not_grow_with_context(make):
+    """Guards against O(context) Python work per round: after a 20k-token prefill, 200 rounds
+    of propose + commit on a growing context take well under a second."""
+    context = torch.tensor(random_tokens(2, 20_000, vocab=50))
+    drafter = make()
+    drafter.propose(context, 4, always)
+    start = time.perf_counter()
+    for i in range(200):
+        draft = drafter.propose(context, 4, always)
+        drafter.commit(0)
+        context = torch.cat([context, torch.tensor([i % 50])])
+    assert time.perf_counter() - start < 1.0
+
+
+def test_make_drafter():
+    assert set(DRAFTERS) == {"model", "ngram", "prompt-lookup"}
+    assert isinstance(make_drafter("ngram"), NgramDrafter) and make_drafter("ngram").name == "ngram"
+    lookup = make_drafter("prompt-lookup")
+    assert isinstance(lookup, PromptLookupDrafter) and lookup.name == "prompt-lookup"
+    with pytest.raises(ValueError, match="needs a drafter model"):
+        make_drafter("model")
+    with pytest.raises(ValueError, match="unknown drafter"):
+        make_drafter("bigram")
+
+
+def test_make_drafter_model(tiny_pair):
+    _, drafter_model = tiny_pair
+    assert isinstance(make_drafter("model", drafter_model), ModelDrafter)

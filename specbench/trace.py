@@ -481,13 +481,17 @@ class TraceFileError(ValueError):
 class TraceWriter:
     """Writes a trace file as the run goes: header now, a line per on_step, stats on close.
 
-    Every line is flushed, so an interrupted run leaves a file that still replays.
+    Every line is flushed, so an interrupted run leaves a file that still replays. A path
+    that cannot be written raises TraceFileError (one line, for the CLI's fail()).
     """
 
     def __init__(self, path: str | Path, token_text: TokenText, header: dict | None = None):
         self.token_text = token_text
         self._seen: set[int] = set()
-        self._file = open(path, "w", encoding="utf-8")
+        try:
+            self._file = open(path, "w", encoding="utf-8")
+        except OSError as exc:
+            raise TraceFileError(f"{path}: cannot write a trace there ({exc.strerror or exc})") from None
         self._write({"specbench_trace": FORMAT_VERSION, "header": dict(header or {})})
 
     def on_step(self, record: StepRecord) -> None:

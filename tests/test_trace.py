@@ -11,6 +11,7 @@ from io import StringIO
 
 import pytest
 from rich.console import Console
+from rich.text import Text
 from typer.testing import CliRunner
 
 from specbench import cli
@@ -165,6 +166,16 @@ def test_colour_replaces_the_brackets():
     assert "text: accepted draft · ⟦correction⟧ · ⟨bonus⟩ · «first token»" in plain
 
 
+def test_no_color_terminal_keeps_the_brackets():
+    """NO_COLOR on a real terminal: bold may remain, but the kinds must still be told apart."""
+    out = StringIO()
+    console = Console(file=out, width=80, force_terminal=True, color_system="truecolor", no_color=True)
+    tracer = trace.live_tracer(console, token_text)
+    for record in SAMPLING_FIRST_REJECTED:
+        tracer.on_step(record)
+    assert "«Hello»⟦ dog⟧" in Text.from_ansi(out.getvalue()).plain
+
+
 # ---------------------------------------------------------------------------- summary
 
 
@@ -232,6 +243,11 @@ def test_interrupted_trace_still_replays(tmp_path):
         writer.on_step(record)
     saved = trace.read_trace(path)  # before close: every line is already flushed
     assert saved.stats is None and saved.records == SAMPLING_ALL_ACCEPTED
+
+
+def test_unwritable_trace_path_is_a_trace_error(tmp_path):
+    with pytest.raises(trace.TraceFileError, match="cannot write a trace there"):
+        trace.TraceWriter(tmp_path / "no-such-dir" / "run.jsonl", token_text)
 
 
 @pytest.mark.parametrize(

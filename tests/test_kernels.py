@@ -1,0 +1,42 @@
+"""The oneDNN kernel swap changes speed, not results."""
+
+import copy
+
+import pytest
+import torch
+
+from conftest import PROMPTS, noisy_copy, tiny_model
+from specbench.decode import GenerationConfig, plain_generate, speculative_generate
+from specbench.drafters import ModelDrafter
+from specbench.gamma import FixedGamma
+from specbench.kernels import HybridLinear, onednn_available, use_kernels
+
+pytestmark = pytest.mark.skipif(not onednn_available(), reason="no oneDNN in this torch build")
+
+
+def test_hybrid_linear_matches_dense_for_one_and_many_rows():
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(48, 80)
+    hybrid = HybridLinear(linear)
+    with torch.no_grad():
+        for rows in (1, 2, 5, 9):
+            x = torch.randn(1, rows, 48)
+            assert torch.allclose(hybrid(x), linear(x), atol=1e-5)
+
+
+def test_swap_keeps_greedy_parity_and_baseline():
+    target = tiny_model(0)
+    drafter = noisy_copy(target, 0.2, seed=7)
+    config = GenerationConfig(max_new_tokens=30)
+    expected = {tuple(p): plain_generate(target, p, config).token_ids for p in PROMPTS}
+    fast = copy.deepcopy(target)
+    assert use_kernels(fast, "onednn") == 2 * 7 + 1  # 7 Linear per layer, 2 layers, lm_head
+    for prompt in PROMPTS:
+        assert plain_generate(fast, prompt, config).token_ids == expected[tuple(prompt)]
+        result = speculative_generate(fast, ModelDrafter(drafter), prompt, config, FixedGamma(5))
+        assert result.token_ids == expected[tuple(prompt)]
+
+
+def test_unknown_kernels_is_an_error():
+    with pytest.raises(ValueError, match="unknown kernels"):
+        use_kernels(tiny_model(0), "fast")

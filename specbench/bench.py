@@ -1,0 +1,678 @@
+"""Sweeps: methods x drafters x policies x gammas x prompts x repeats on loaded models.
+
+This module owns the benchmark protocol: what runs in which order, how each method is timed,
+the cost measurements (c and the verify cost curve v(k)), and writing the results directory
+(runs.csv appended row by row, meta.json, optional steps.jsonl). It receives models that are
+already loaded and a tokenizer; it knows nothing about where models come from, and it renders
+nothing: progress and tables go through callbacks to the caller.
+
+Methods:
+  plain        specbench's plain_generate, the baseline of every speedup;
+  specbench    speculative_generate with make_drafter(drafter) and make_policy(policy, gamma);
+  hf-assisted  transformers' `target.generate(assistant_model=drafter_model)` on the same
+               model objects, with a constant schedule of gamma draft tokens (label policy
+               "fixed", drafter "model").
+
+Protocol: for each repeat, for each prompt, the plain run first and then every other
+combination, so machine drift hits all methods alike; one short warm-up generation per
+method before timing; c and v(k) measured once per sweep (a resumed sweep reuses them).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from specbench import __version__
+from specbench.cache import crop_cache, new_cache
+from specbench.decode import GenerationConfig, context_limit, model_device, plain_generate, speculative_generate
+from specbench.drafters import DRAFTERS, make_drafter
+from specbench.gamma import POLICIES, make_policy
+from specbench.prompts import Prompt
+from specbench.results import (
+    BASELINE_METHOD,
+    FIXED_POLICY,
+    KEY_COLUMNS,
+    MODEL_DRAFTER,
+    RUNS_CSV,
+    STEPS_JSONL,
+    append_row,
+    output_hash,
+    read_meta,
+    read_rows,
+    row_key,
+    run_key,
+    write_meta,
+)
+from specbench.sampling import SamplingConfig
+from specbench.stats import RunStats, StepRecord
+
+SPECBENCH, HF_ASSISTED = "specbench", "hf-assisted"
+METHODS = (BASELINE_METHOD, SPECBENCH, HF_ASSISTED)
+HF_POLICY = FIXED_POLICY  # HF's constant num_assistant_tokens schedule is a fixed gamma
+MAX_VERIFY_K = 9  # v(k) is measured for k = 1..MAX_VERIFY_K
+
+
+class SweepError(ValueError):
+    """A sweep that cannot start as asked (bad names, an existing results directory...)."""
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    gammas: tuple[int, ...] = (1, 2, 3, 4)
+    drafters: tuple[str, ...] = (MODEL_DRAFTER,)
+    policies: tuple[str, ...] = (FIXED_POLICY,)
+    temperature: float = 0.0  # 0 is greedy, and greedy runs are checked against the baseline
+    max_new_tokens: int = 128
+    repeats: int = 1
+    seed: int = 0  # repeat r of every method uses seed + r
+    hf_assisted: bool = True
+    steps: bool = False  # also write every StepRecord to steps.jsonl
+    timing_repeats: int = 5  # timed forwards per point of c and v(k); the median counts
+    warmup_tokens: int = 16  # length of the untimed warm-up generation
+
+    def __post_init__(self) -> None:
+        if not self.gammas or min(self.gammas) < 1:
+            raise SweepError("gammas must be a non-empty list of integers >= 1")
+        if self.repeats < 1:
+            raise SweepError(f"repeats must be >= 1, got {self.repeats}")
+        if self.max_new_tokens < 1:
+            raise SweepError(f"max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise SweepError(f"temperature must be >= 0, got {self.temperature}")
+        if self.timing_repeats < 1:
+            raise SweepError(f"timing repeats must be >= 1, got {self.timing_repeats}")
+        _check_names(self.drafters, DRAFTERS, "drafter")
+        _check_names(self.policies, POLICIES, "gamma policy")
+
+
+def _check_names(names: tuple[str, ...], known: tuple[str, ...], what: str) -> None:
+    if not names:
+        raise SweepError(f"choose at least one {what} ({', '.join(known)})")
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SweepError(f"unknown {what} {', '.join(map(repr, unknown))}; choose from {', '.join(known)}")
+
+
+def needs_drafter_model(config: SweepConfig) -> bool:
+    """Whether the sweep drafts with the drafter model (the model drafter or hf-assisted)."""
+    return MODEL_DRAFTER in config.drafters or config.hf_assisted
+
+
+# ---------------------------------------------------------------------------- planning (pure)
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    method: str
+    drafter: str  # "" for plain
+    policy: str  # "" for plain
+    gamma: int | None  # None for plain
+    temperature: float
+    prompt: Prompt
+    repeat: int
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return run_key(self.method, self.drafter, self.policy, self.gamma, self.temperature, self.prompt.id, self.repeat)
+
+
+def plan_runs(config: SweepConfig, prompts: list[Prompt], *, has_drafter_model: bool = True) -> list[PlannedRun]:
+    """Every run of the sweep in order: per repeat and prompt, plain first, then for each gamma
+    every drafter x policy and HF's assisted generation, so methods interleave."""
+    plan = []
+    for repeat in range(config.repeats):
+        for prompt in prompts:
+            plan.append(PlannedRun(BASELINE_METHOD, "", "", None, config.temperature, prompt, repeat))
+            for gamma in config.gammas:
+                for drafter in config.drafters:
+                    for policy in config.policies:
+                        plan.append(PlannedRun(SPECBENCH, drafter, policy, gamma, config.temperature, prompt, repeat))
+                if config.hf_assisted and has_drafter_model:
+                    plan.append(PlannedRun(HF_ASSISTED, MODEL_DRAFTER, HF_POLICY, gamma, config.temperature, prompt, repeat))
+    return plan
+
+
+def pending_runs(plan: list[PlannedRun], done_rows: list[dict]) -> list[PlannedRun]:
+    """The runs of `plan` not already in runs.csv (for --resume)."""
+    done = {row_key(row) for row in done_rows}
+    return [run for run in plan if run.key not in done]
+
+
+# ---------------------------------------------------------------------------- one measurement
+
+
+@dataclass
+class Measurement:
+    token_ids: list[int]  # the new tokens
+    stats: RunStats
+    acceptance_known: bool = True
+    steps: list[StepRecord] = field(default_factory=list)
+    stop_reason: str | None = None
+
+
+def generation_config(config: SweepConfig, eos_token_ids: tuple[int, ...], repeat: int = 0, max_new_tokens: int | None = None) -> GenerationConfig:
+    return GenerationConfig(
+        max_new_tokens=max_new_tokens or config.max_new_tokens,
+        sampling=SamplingConfig(temperature=config.temperature),
+        eos_token_ids=tuple(eos_token_ids),
+        seed=config.seed + repeat,
+    )
+
+
+def measure_plain(target, prompt_ids: list[int], gen: GenerationConfig) -> Measurement:
+    result = plain_generate(target, prompt_ids, gen)
+    return Measurement(result.token_ids, result.stats, acceptance_known=False, stop_reason=result.stop_reason)
+
+
+def measure_specbench(target, drafter_model, prompt_ids: list[int], gen: GenerationConfig, drafter: str, policy: str, gamma: int) -> Measurement:
+    result = speculative_generate(target, make_drafter(drafter, drafter_model), prompt_ids, gen, make_policy(policy, gamma))
+    return Measurement(result.token_ids, result.stats, steps=result.steps, stop_reason=result.stop_reason)
+
+
+class _RoundClock:
+    """A generate() streamer that notes when each batch of tokens arrives. generate() first
+    puts the prompt, then assisted decoding puts each round's accepted tokens plus one."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.sizes: list[int] = []
+
+    def put(self, value) -> None:
+        self.times.append(time.perf_counter())
+        self.sizes.append(int(value.numel()))
+
+    def end(self) -> None:
+        pass
+
+
+class _ForwardCounter:
+    """Counts a module's forward calls while in a `with` block."""
+
+    def __init__(self, module) -> None:
+        self.module, self.calls = module, 0
+
+    def __enter__(self) -> "_ForwardCounter":
+        self.handle = self.module.register_forward_hook(self._count)
+        return self
+
+    def _count(self, *_) -> None:
+        self.calls += 1
+
+    def __exit__(self, *_) -> None:
+        self.handle.remove()
+
+
+def _hf_generation_config(gen: GenerationConfig):
+    """transformers' GenerationConfig matching ours: same sampling, same stops, no extras
+    (explicit values win over whatever the checkpoint's generation_config.json says)."""
+    from transformers import GenerationConfig as HFGenerationConfig
+
+    sampling = gen.sampling
+    options = dict(
+        max_new_tokens=gen.max_new_tokens,
+        eos_token_id=list(gen.eos_token_ids),
+        pad_token_id=gen.eos_token_ids[0] if gen.eos_token_ids else 0,
+        repetition_penalty=1.0,
+        do_sample=not sampling.greedy,
+    )
+    if not sampling.greedy:
+        options.update(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
+    return HFGenerationConfig(**options)
+
+
+def _assistant_settings(drafter_model, gamma: int):
+    """A copy of the drafter's generation_config asking HF for exactly gamma drafts a round:
+    constant schedule, and no confidence threshold that would stop a draft early."""
+    settings = copy.deepcopy(drafter_model.generation_config)
+    settings.num_assistant_tokens = gamma
+    settings.num_assistant_tokens_schedule = "constant"
+    settings.assistant_confidence_threshold = 0.0
+    return settings
+
+
+@torch.inference_mode()
+def measure_hf_assisted(target, drafter_model, prompt_ids: list[int], gen: GenerationConfig, gamma: int) -> Measurement:
+    """HF's assisted generation, timed and counted like specbench's own runs.
+
+    Timing: HF has no separate first-target pass (its first round drafts from the prompt and
+    the target prefills prompt + drafts in one forward), so its first round plays that part.
+    A streamer notes when each round's tokens arrive; tokens_per_second = tokens after the
+    first round / wall seconds from the end of the first round to the return of generate(),
+    and prefill_seconds is the time to the end of the first round (setup included).
+
+    Counting: forward hooks count target forwards (one per round) and drafter forwards (one per
+    draft token). drafted = drafter forwards; accepted = new tokens - rounds (each round emits
+    its accepted drafts plus one token). When the target forwards do not match the rounds seen,
+    the count is not trusted and acceptance is reported as unknown.
+    """
+    from transformers.utils import logging as hf_logging
+
+    device = model_device(target)
+    input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
+    clock = _RoundClock()
+    saved_settings, saved_verbosity = drafter_model.generation_config, hf_logging.get_verbosity()
+    drafter_model.generation_config = _assistant_settings(drafter_model, gamma)
+    hf_logging.set_verbosity_error()  # HF warns about flags it ignores; the progress bar needs stderr
+    try:
+        torch.manual_seed(gen.seed)  # HF samples from the global generator
+        with _ForwardCounter(target) as target_calls, _ForwardCounter(drafter_model) as drafter_calls:
+            start = time.perf_counter()
+            output = target.generate(
+                input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                assistant_model=drafter_model,
+                generation_config=_hf_generation_config(gen),
+                streamer=clock,
+            )
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            end = time.perf_counter()
+    finally:
+        drafter_model.generation_config = saved_settings
+        hf_logging.set_verbosity(saved_verbosity)
+    token_ids = output[0, len(prompt_ids):].tolist()
+    stats = _hf_stats(token_ids, clock.times[1:], clock.sizes[1:], start, end, target_calls.calls, drafter_calls.calls)
+    known = target_calls.calls == len(clock.sizes) - 1
+    return Measurement(token_ids, stats, acceptance_known=known, stop_reason=_hf_stop_reason(token_ids, gen))
+
+
+def _hf_stop_reason(token_ids: list[int], gen: GenerationConfig) -> str | None:
+    """Why HF stopped, in the Stopper's words (None: neither EOS nor the length limit)."""
+    if token_ids and token_ids[-1] in gen.eos_token_ids:
+        return "eos"
+    return "max_new_tokens" if len(token_ids) >= gen.max_new_tokens else None
+
+
+def _hf_stats(token_ids: list[int], times: list[float], sizes: list[int], start: float, end: float, target_forwards: int, drafter_forwards: int) -> RunStats:
+    """RunStats of an HF assisted run from its per-round arrival times and sizes."""
+    rounds = len(sizes)
+    first_end = times[0] if times else end
+    return RunStats(
+        new_tokens=len(token_ids),
+        first_pass_tokens=sizes[0] if sizes else 0,  # HF's first round stands in for the first pass
+        drafted=drafter_forwards,
+        accepted=max(0, len(token_ids) - rounds),
+        rounds=max(0, rounds - 1),
+        target_forwards=target_forwards,
+        prefill_seconds=first_end - start,
+        decode_seconds=end - first_end,
+    )
+
+
+# ---------------------------------------------------------------------------- prompts -> ids
+
+
+def encode_prompt(tokenizer, prompt: Prompt) -> list[int]:
+    """Token ids of a prompt: the chat template when the tokenizer has one, else a plain
+    'User:/Assistant:' transcript (a single turn is sent as its text alone)."""
+    messages = prompt.messages()
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    if len(messages) == 1:
+        text = messages[0]["content"]
+    else:
+        text = "\n\n".join(f"{m['role'].title()}: {m['content']}" for m in messages) + "\n\nAssistant:"
+    return list(tokenizer(text)["input_ids"])
+
+
+# ---------------------------------------------------------------------------- costs: c and v(k)
+
+
+@dataclass(frozen=True)
+class Costs:
+    c: float | None  # drafter single-token forward / target single-token forward
+    target_step_seconds: float
+    drafter_step_seconds: float | None
+    verify_cost: dict[int, float]  # k -> t(k tokens) / t(1 token), the target's
+    context_tokens: int  # cache length the forwards ran over
+
+    def as_meta(self) -> dict:
+        meta = asdict(self)
+        meta["verify_cost"] = {str(k): v for k, v in self.verify_cost.items()}
+        return meta
+
+
+@torch.inference_mode()
+def forward_seconds(model, context: list[int], k: int, repeats: int) -> float:
+    """Median wall seconds of one forward over k new tokens with `context` already cached."""
+    device = model_device(model)
+    cache = new_cache(model)
+    model(input_ids=torch.tensor([context], device=device), past_key_values=cache, use_cache=True, logits_to_keep=1)
+    new = torch.tensor([(context * k)[:k]], device=device)  # [1, k] ordinary token ids
+    times = []
+    for _ in range(repeats + 1):  # the first forward is a warm-up
+        start = time.perf_counter()
+        model(input_ids=new, past_key_values=cache, use_cache=True, logits_to_keep=k)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - start)
+        crop_cache(cache, len(context))
+    return statistics.median(times[1:])
+
+
+def timing_context(prompt_ids: list[int], max_new_tokens: int, limit: int) -> list[int]:
+    """A realistic cache for timing: the prompt, grown to where decoding spends its middle."""
+    length = max(1, min(len(prompt_ids) + max_new_tokens // 2, limit - MAX_VERIFY_K - 1))
+    return (prompt_ids * (length // len(prompt_ids) + 1))[:length]
+
+
+def measure_costs(target, drafter_model, context: list[int], repeats: int) -> Costs:
+    """c from single-token forwards of both models; v(k) for k = 1..9 from the target."""
+    target_times = {k: forward_seconds(target, context, k, repeats) for k in range(1, MAX_VERIFY_K + 1)}
+    t1 = target_times[1]
+    drafter_step = forward_seconds(drafter_model, context, 1, repeats) if drafter_model is not None else None
+    return Costs(
+        c=drafter_step / t1 if drafter_step is not None and t1 > 0 else None,
+        target_step_seconds=t1,
+        drafter_step_seconds=drafter_step,
+        verify_cost={k: t / t1 if t1 > 0 else 0.0 for k, t in target_times.items()},
+        context_tokens=len(context),
+    )
+
+
+# ---------------------------------------------------------------------------- rows (pure)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    tokens_per_second: float | None
+    output_hash: str
+
+
+def baselines_from_rows(rows: list[dict]) -> dict[tuple[str, str], Baseline]:
+    """The plain runs of an earlier, interrupted sweep, by (prompt_id, repeat)."""
+    found = {}
+    for row in rows:
+        if row["method"] == BASELINE_METHOD:
+            tps = float(row["tokens_per_second"]) if row["tokens_per_second"] else None
+            found[(row["prompt_id"], str(int(row["repeat"])))] = Baseline(tps, row.get("output_hash", ""))
+    return found
+
+
+def make_row(run: PlannedRun, m: Measurement, baseline: Baseline | None, *, c: float | None, prompt_tokens: int, seed: int) -> dict:
+    """One runs.csv row; metrics come from RunStats, speedup and parity from the baseline."""
+    stats, greedy = m.stats, run.temperature == 0
+    is_baseline = run.method == BASELINE_METHOD
+    tps = stats.tokens_per_second
+    speedup = None
+    if is_baseline:
+        speedup = 1.0
+    elif baseline is not None and baseline.tokens_per_second:
+        speedup = tps / baseline.tokens_per_second
+    identical = None
+    if greedy and not is_baseline and baseline is not None and baseline.output_hash:
+        identical = output_hash(m.token_ids) == baseline.output_hash
+    known = m.acceptance_known
+    return {
+        "method": run.method,
+        "drafter": run.drafter,
+        "policy": run.policy,
+        "gamma": run.gamma,
+        "temperature": run.temperature,
+        "prompt_id": run.prompt.id,
+        "category": run.prompt.category,
+        "repeat": run.repeat,
+        "new_tokens": stats.new_tokens,
+        "drafted": stats.drafted if known else None,
+        "accepted": stats.accepted if known else None,
+        "acceptance_rate": stats.acceptance_rate if known else None,
+        "mean_accepted_length": stats.mean_accepted_length if (known or is_baseline) else None,
+        "target_forwards": stats.target_forwards,
+        "tokens_per_second": tps,
+        "speedup": speedup,
+        "c": c,
+        "identical_to_baseline": identical,
+        "rounds": stats.rounds,
+        "first_pass_tokens": stats.first_pass_tokens,
+        "prompt_tokens": prompt_tokens,
+        "prefill_seconds": stats.prefill_seconds,
+        "decode_seconds": stats.decode_seconds,
+        "draft_seconds": stats.draft_seconds if run.method == SPECBENCH else None,
+        "verify_seconds": stats.verify_seconds if run.method == SPECBENCH else None,
+        "stop_reason": m.stop_reason,
+        "seed": seed,
+        "output_hash": output_hash(m.token_ids),
+    }
+
+
+def step_lines(run: PlannedRun, steps: list[StepRecord]) -> list[str]:
+    """steps.jsonl lines: each StepRecord's fields, plus "run" naming the run it belongs to."""
+    head = {"run": dict(zip(KEY_COLUMNS, run.key))}
+    return [json.dumps({**head, **json.loads(step.to_json())}) for step in steps]
+
+
+# ---------------------------------------------------------------------------- the sweep
+
+
+class SweepRunner:
+    """Holds the loaded models and runs one PlannedRun at a time."""
+
+    def __init__(self, target, drafter_model, tokenizer, config: SweepConfig, eos_ids: tuple[int, ...]):
+        self.target, self.drafter_model, self.tokenizer, self.config = target, drafter_model, tokenizer, config
+        self.eos_ids = tuple(eos_ids)
+        self._ids: dict[str, list[int]] = {}
+
+    def prompt_ids(self, prompt: Prompt) -> list[int]:
+        if prompt.id not in self._ids:
+            self._ids[prompt.id] = encode_prompt(self.tokenizer, prompt)
+        return self._ids[prompt.id]
+
+    def measure(self, run: PlannedRun, max_new_tokens: int | None = None) -> Measurement:
+        ids = self.prompt_ids(run.prompt)
+        gen = generation_config(self.config, self.eos_ids, run.repeat, max_new_tokens)
+        if run.method == BASELINE_METHOD:
+            return measure_plain(self.target, ids, gen)
+        if run.method == SPECBENCH:
+            return measure_specbench(self.target, self.drafter_model, ids, gen, run.drafter, run.policy, run.gamma)
+        if run.method == HF_ASSISTED:
+            return measure_hf_assisted(self.target, self.drafter_model, ids, gen, run.gamma)
+        raise SweepError(f"unknown method {run.method!r}; choose from {', '.join(METHODS)}")
+
+    def warm_up(self, plan: list[PlannedRun]) -> None:
+        """One short untimed generation per method and drafter, so first-call costs (allocator,
+        kernels, lazy imports) land on no measured run."""
+        seen = set()
+        for run in plan:
+            if (run.method, run.drafter) not in seen:
+                seen.add((run.method, run.drafter))
+                self.measure(run, max_new_tokens=min(self.config.warmup_tokens, self.config.max_new_tokens))
+
+    def costs(self, prompt: Prompt) -> Costs:
+        limit = context_limit(self.target)
+        if self.drafter_model is not None:
+            limit = min(limit, context_limit(self.drafter_model))
+        context = timing_context(self.prompt_ids(prompt), self.config.max_new_tokens, limit)
+        drafter = self.drafter_model if needs_drafter_model(self.config) else None
+        return measure_costs(self.target, drafter, context, self.config.timing_repeats)
+
+
+def run_plan(
+    plan: list[PlannedRun],
+    measure: Callable[[PlannedRun], Measurement],
+    out_dir: Path,
+    *,
+    c: float | None,
+    prompt_tokens: Callable[[Prompt], int],
+    seed: int,
+    baselines: dict | None = None,
+    write_steps: bool = False,
+    on_row: Callable[[PlannedRun, dict], None] | None = None,
+) -> int:
+    """Measure each run in order and append its row to runs.csv as soon as it finishes.
+    An interruption (Ctrl-C) loses only the run in progress. Returns rows written."""
+    baselines = dict(baselines or {})
+    written = 0
+    for run in plan:
+        m = measure(run)
+        where = (run.prompt.id, str(run.repeat))
+        row = make_row(run, m, baselines.get(where), c=c, prompt_tokens=prompt_tokens(run.prompt), seed=seed + run.repeat)
+        if run.method == BASELINE_METHOD:
+            baselines[where] = Baseline(row["tokens_per_second"], row["output_hash"])
+        append_row(out_dir / RUNS_CSV, row)
+        if write_steps and m.steps:
+            with open(out_dir / STEPS_JSONL, "a", encoding="utf-8") as handle:
+                handle.write("\n".join(step_lines(run, m.steps)) + "\n")
+        written += 1
+        if on_row is not None:
+            on_row(run, row)
+    return written
+
+
+@dataclass
+class SweepResult:
+    out_dir: Path
+    written: int
+    skipped: int
+    costs: Costs
+
+
+def prepare_out_dir(out_dir: Path, resume: bool) -> list[dict]:
+    """Make the directory; the rows already there when resuming. Refuses to mix sweeps."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path = out_dir / RUNS_CSV
+    if not csv_path.exists() or csv_path.stat().st_size == 0:
+        return []
+    if not resume:
+        raise SweepError(f"{csv_path} already exists: pass --resume to continue that sweep, or choose another --out")
+    return read_rows(csv_path)
+
+
+def check_resume_meta(meta: dict, fresh: dict) -> None:
+    """A resumed sweep must measure what the interrupted one measured."""
+    for key in ("target", "drafter_model", "temperature", "max_new_tokens", "seed"):
+        if key in meta.get("sweep", {}) and meta["sweep"][key] != fresh["sweep"].get(key):
+            raise SweepError(f"cannot resume: {key} was {meta['sweep'][key]!r} in that sweep, now {fresh['sweep'].get(key)!r}")
+
+
+def _model_meta(model, name: str | None) -> dict | None:
+    if model is None:
+        return None
+    first = next(model.parameters())
+    return {
+        "name": name,
+        "class": type(model).__name__,
+        "dtype": str(first.dtype).removeprefix("torch."),
+        "device": str(first.device),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+
+
+def build_meta(target, drafter_model, config: SweepConfig, prompts: list[Prompt], *, target_name: str | None, drafter_name: str | None, prompts_source: str, command: str) -> dict:
+    import transformers
+
+    return {
+        "specbench_version": __version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": command,
+        "seed": config.seed,
+        "models": {"target": _model_meta(target, target_name), "drafter": _model_meta(drafter_model, drafter_name)},
+        "versions": {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__},
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        },
+        "sweep": {
+            **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(config).items()},
+            "target": target_name,
+            "drafter_model": drafter_name,
+            "prompts": prompts_source,
+            "prompt_ids": [p.id for p in prompts],
+            "categories": list(dict.fromkeys(p.category for p in prompts)),
+        },
+    }
+
+
+def sweep(
+    target,
+    drafter_model,
+    tokenizer,
+    prompts: list[Prompt],
+    config: SweepConfig,
+    out_dir: Path,
+    *,
+    resume: bool = False,
+    target_name: str | None = None,
+    drafter_name: str | None = None,
+    prompts_source: str = "",
+    command: str | None = None,
+    eos_ids: tuple[int, ...] = (),
+    on_status: Callable[[str], None] | None = None,
+    on_start: Callable[[int, int], None] | None = None,
+    on_row: Callable[[PlannedRun, dict], None] | None = None,
+) -> SweepResult:
+    """Run a whole sweep into out_dir (see the module docstring for the protocol).
+
+    on_status(text) reports a phase; on_start(total, skipped) comes once the plan is known;
+    on_row(run, row) after each row is written. KeyboardInterrupt propagates after the rows
+    finished so far are on disk. eos_ids end every generation (models.eos_token_ids gives a
+    loaded pair's); names and command only go into meta.json.
+    """
+    status = on_status or (lambda _text: None)
+    if not prompts:
+        raise SweepError("no prompts to run")
+    if needs_drafter_model(config) and drafter_model is None:
+        raise SweepError("this sweep drafts with the drafter model (the model drafter or hf-assisted) but none was given")
+    out_dir = Path(out_dir)
+    done_rows = prepare_out_dir(out_dir, resume)
+    meta = build_meta(target, drafter_model, config, prompts, target_name=target_name, drafter_name=drafter_name, prompts_source=prompts_source, command=command or " ".join(sys.argv))
+    old_meta = read_meta(out_dir) if done_rows else {}
+    check_resume_meta(old_meta, meta)
+
+    plan = plan_runs(config, prompts, has_drafter_model=drafter_model is not None)
+    todo = pending_runs(plan, done_rows)
+    runner = SweepRunner(target, drafter_model, tokenizer, config, eos_ids)
+    if old_meta.get("costs"):
+        costs = _costs_from_meta(old_meta["costs"])
+    else:
+        status("measuring c and the verify cost curve v(k)")
+        costs = runner.costs(prompts[0])
+    meta.update(costs=costs.as_meta(), c=costs.c, verify_cost=costs.as_meta()["verify_cost"], finished=False)
+    if old_meta:
+        meta["created"], meta["resumed"] = old_meta.get("created"), meta["created"]
+    write_meta(out_dir, meta)
+    if on_start is not None:
+        on_start(len(plan), len(plan) - len(todo))
+    if todo:
+        status("warming up")
+        runner.warm_up(todo)
+    status("running")
+    written = run_plan(
+        todo,
+        runner.measure,
+        out_dir,
+        c=costs.c,
+        prompt_tokens=lambda p: len(runner.prompt_ids(p)),
+        seed=config.seed,
+        baselines=baselines_from_rows(done_rows),
+        write_steps=config.steps,
+        on_row=on_row,
+    )
+    meta["finished"] = True
+    write_meta(out_dir, meta)
+    return SweepResult(out_dir, written, len(plan) - len(todo), costs)
+
+
+def _costs_from_meta(raw: dict) -> Costs:
+    return Costs(
+        c=raw.get("c"),
+        target_step_seconds=raw.get("target_step_seconds", 0.0),
+        drafter_step_seconds=raw.get("drafter_step_seconds"),
+        verify_cost={int(k): float(v) for k, v in (raw.get("verify_cost") or {}).items()},
+        context_tokens=raw.get("context_tokens", 0),
+    )

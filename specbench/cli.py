@@ -51,6 +51,224 @@ def trace_command(
 
 # ---------------------------------------------------------------------------- sweep, plot
 
+# Imports for this section stay here so that it is self-contained; results and prompts use only
+# the standard library, and the torch-heavy modules load inside the sweep command.
+import sys as _sys  # noqa: E402
+from dataclasses import dataclass as _dataclass  # noqa: E402
+from datetime import datetime as _datetime  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Annotated  # noqa: E402
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from specbench import prompts as prompt_sets  # noqa: E402
+from specbench import results as sweep_results  # noqa: E402
+
+
+@_dataclass
+class SweepModels:
+    """What a sweep needs from model loading."""
+
+    target: object
+    drafter_model: object | None
+    tokenizer: object
+    eos_ids: tuple[int, ...]
+    target_name: str
+    drafter_name: str | None
+
+
+class SweepModelError(ValueError):
+    """Loading the sweep's models failed; the message is one line."""
+
+
+def load_sweep_models(target: str, drafter_model: str | None, *, dtype: str | None, draft_dtype: str | None, device: str) -> SweepModels:
+    """Load the pair through models.load_pair (drafter_model None: the target only)."""
+    from specbench import models
+
+    models.quiet_transformers()
+    options = {k: v for k, v in (("dtype", dtype), ("draft_dtype", draft_dtype)) if v}
+    config = models.PairConfig(target=target, drafter=drafter_model or models.NONE, device=device, **options)
+    shown: set[str] = set()
+
+    def progress(task: str, done: float, total: float | None) -> None:
+        if task not in shown:
+            shown.add(task)
+            console.print(f"[dim]{task}…[/]", highlight=False)
+
+    try:
+        pair = models.load_pair(config, progress)
+    except models.ModelError as exc:
+        raise SweepModelError(str(exc)) from exc
+    drafter = pair.drafter_model
+    return SweepModels(
+        pair.target.model,
+        drafter.model if drafter is not None else None,
+        pair.tokenizer,
+        pair.eos_token_ids,
+        pair.target.name,
+        drafter.name if drafter is not None else None,
+    )
+
+
+def summary_table(summaries: list, greedy: bool) -> Table:
+    """The end-of-sweep table: one line per method/drafter/policy/gamma, best speedup first."""
+    table = Table(title="Sweep summary (speedup: geometric mean over prompts, vs plain decoding)", title_justify="left")
+    for name in ("method", "drafter", "policy", "γ", "runs", "accept", "acc len", "tok/s", "speedup"):
+        table.add_column(name, justify="left" if name in ("method", "drafter", "policy") else "right")
+    if greedy:
+        table.add_column("output", justify="left")
+
+    def show(value, fmt):
+        return "–" if value is None else format(value, fmt)
+
+    for s in summaries:
+        cells = [s.method, s.drafter or "–", s.policy or "–", show(s.gamma, "d"), str(s.runs), show(s.acceptance_rate, ".1%"),
+                 show(s.mean_accepted_length, ".2f"), show(s.tokens_per_second, ".2f"), show(s.speedup, ".2f") + "×"]  # fmt: skip
+        if greedy:
+            if s.method == sweep_results.BASELINE_METHOD:
+                cells.append("baseline")
+            elif s.differs:
+                cells.append(f"[bold red]DIFFERS in {s.differs}/{s.checked}[/]")
+            else:
+                cells.append("same" if s.checked else "–")
+        table.add_row(*cells)
+    return table
+
+
+def _sweep_progress() -> Progress:
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )
+
+
+def _run_label(run) -> str:
+    setting = " ".join(p for p in (run.drafter, run.policy, f"γ={run.gamma}" if run.gamma else "") if p)
+    return f"{run.method} {setting} · {run.prompt.id}".replace("  ", " ")
+
+
+@app.command("sweep")
+def sweep_command(
+    gamma: Annotated[str, typer.Option("--gamma", help="Draft lengths: 4, a range 1..8, or a list 1,2,4.")] = "1..4",
+    drafter: Annotated[list[str] | None, typer.Option("--drafter", help="Drafter to compare (repeat for several); default: model.", show_default=False)] = None,
+    gamma_policy: Annotated[list[str] | None, typer.Option("--gamma-policy", help="Gamma policy to compare (repeat for several); default: fixed.", show_default=False)] = None,
+    target: Annotated[str, typer.Option("--target", help="Target model: default, a local folder, a .gguf file or a cached hub id.")] = "default",
+    drafter_model: Annotated[str, typer.Option("--drafter-model", help="Drafter model for the model drafter and hf-assisted (a model spec, or none).")] = "default",
+    prompts: Annotated[str, typer.Option("--prompts", help="Prompt set: a JSONL file (ours or Spec-Bench's question.jsonl) or a name: default, quick.")] = "default",
+    category: Annotated[list[str] | None, typer.Option("--category", help="Only prompts of this category (repeat for several).", show_default=False)] = None,
+    temperature: Annotated[float, typer.Option("--temperature", help="0 is greedy (outputs are checked against plain decoding).")] = 0.0,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Tokens per generation.")] = 128,
+    repeats: Annotated[int, typer.Option("--repeats", help="Runs of every combination per prompt.")] = 1,
+    out: Annotated[Path | None, typer.Option("--out", help="Results directory (default: results/sweep-DATE-TIME).", show_default=False)] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted sweep in --out, skipping the rows it has.")] = False,
+    hf_assisted: Annotated[bool, typer.Option("--hf-assisted/--no-hf-assisted", help="Also run transformers' assisted generation.")] = True,
+    steps: Annotated[bool, typer.Option("--steps", help="Also write every speculative round to steps.jsonl.")] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of repeat 0 (repeat r uses seed + r).")] = 0,
+    timing_repeats: Annotated[int, typer.Option("--timing-repeats", help="Timed forwards per point of c and v(k) (the median counts).")] = 5,
+    dtype: Annotated[str | None, typer.Option("--dtype", help="Target weights dtype (default: the pair's).", show_default=False)] = None,
+    draft_dtype: Annotated[str | None, typer.Option("--draft-dtype", help="Drafter weights dtype (default: the pair's).", show_default=False)] = None,
+    device: Annotated[str, typer.Option("--device", help="cpu, cuda, mps or auto.")] = "cpu",
+) -> None:
+    """Benchmark drafters, gamma policies and gammas against plain decoding; write results/NAME."""
+    from specbench import bench
+
+    try:
+        gammas = sweep_results.parse_gammas(gamma)
+        config = bench.SweepConfig(
+            gammas=tuple(gammas),
+            drafters=tuple(drafter or (sweep_results.MODEL_DRAFTER,)),
+            policies=tuple(gamma_policy or (sweep_results.FIXED_POLICY,)),
+            temperature=temperature,
+            max_new_tokens=max_new_tokens,
+            repeats=repeats,
+            seed=seed,
+            hf_assisted=hf_assisted,
+            steps=steps,
+            timing_repeats=timing_repeats,
+        )
+        prompt_list = prompt_sets.load_prompts(prompts, category or ())
+    except (sweep_results.GammaRangeError, bench.SweepError, prompt_sets.PromptError) as exc:
+        fail(str(exc))
+    out_dir = out or Path("results") / _datetime.now().strftime("sweep-%Y%m%d-%H%M%S")
+    if not resume and (out_dir / sweep_results.RUNS_CSV).exists():
+        fail(f"{out_dir / sweep_results.RUNS_CSV} already exists: pass --resume to continue that sweep, or choose another --out")
+    need_drafter = bench.needs_drafter_model(config)
+    try:
+        loaded = load_sweep_models(target, drafter_model if need_drafter else None, dtype=dtype, draft_dtype=draft_dtype, device=device)
+    except (ValueError, OSError) as exc:  # SweepModelError included
+        fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    _run_sweep(bench, loaded, prompt_list, config, out_dir, resume=resume, prompts_source=prompts)
+
+
+def _run_sweep(bench, loaded: SweepModels, prompt_list, config, out_dir: Path, *, resume: bool, prompts_source: str) -> None:
+    """Run the sweep under a progress bar; Ctrl-C keeps the finished rows; then the table."""
+    written = 0
+    with _sweep_progress() as progress:
+        task = progress.add_task("starting", total=None)
+
+        def on_row(run, row) -> None:
+            nonlocal written
+            written += 1
+            progress.update(task, advance=1, description=_run_label(run))
+
+        try:
+            result = bench.sweep(
+                loaded.target, loaded.drafter_model, loaded.tokenizer, prompt_list, config, out_dir,
+                resume=resume, target_name=loaded.target_name, drafter_name=loaded.drafter_name,
+                prompts_source=prompts_source, command="specbench " + " ".join(_sys.argv[1:]), eos_ids=loaded.eos_ids,
+                on_status=lambda text: progress.update(task, description=text),
+                on_start=lambda total, skipped: progress.update(task, total=total, completed=skipped),
+                on_row=on_row,
+            )  # fmt: skip
+        except KeyboardInterrupt:
+            progress.stop()
+            err_console.print(f"interrupted: {written} new row(s) kept in {out_dir / sweep_results.RUNS_CSV}; add --resume to finish the sweep", highlight=False, soft_wrap=True)
+            raise typer.Exit(130)
+        except ValueError as exc:  # SweepError, ResultsError, a prompt too long for the context
+            progress.stop()
+            fail(str(exc))
+    render_sweep_end(out_dir, result, config)
+
+
+def render_sweep_end(out_dir: Path, result, config) -> None:
+    rows = sweep_results.read_rows(out_dir / sweep_results.RUNS_CSV)
+    summaries = sweep_results.summarize(rows)
+    greedy = config.temperature == 0
+    console.print(summary_table(summaries, greedy))
+    costs = result.costs
+    if costs.c is not None:
+        console.print(f"c = {costs.c:.3f} (drafter step {costs.drafter_step_seconds * 1000:.1f} ms / target step {costs.target_step_seconds * 1000:.1f} ms)", highlight=False)
+    curve = ", ".join(f"v({k})={v:.2f}" for k, v in sorted(costs.verify_cost.items()))
+    console.print(f"verify cost t(k)/t(1): {curve}", highlight=False, soft_wrap=True)
+    differing = [s.label + (f" γ={s.gamma}" if s.gamma else "") for s in summaries if s.differs]
+    if greedy and differing:
+        err_console.print(f"[bold yellow]warning:[/] greedy output differs from plain decoding for: {', '.join(differing)}", highlight=False, soft_wrap=True)
+    console.print(f"{result.written} row(s) written, {result.skipped} already there: {out_dir}  (charts: specbench plot {out_dir})", highlight=False, soft_wrap=True)
+
+
+@app.command("plot")
+def plot_command(
+    directory: Annotated[Path, typer.Argument(help="A results directory written by `specbench sweep`.", show_default=False)],
+    out: Annotated[Path | None, typer.Option("--out", help="Where to write the PNGs (default: the results directory).", show_default=False)] = None,
+) -> None:
+    """Draw the charts of a sweep (PNG files). Needs no models."""
+    from specbench import plot
+
+    try:
+        paths = plot.plot_results(directory, out)
+    except sweep_results.ResultsError as exc:
+        fail(str(exc))
+    console.print(f"wrote {len(paths)} charts:", highlight=False)
+    for path in paths:
+        console.print(f"  {path}", highlight=False, soft_wrap=True)
+
 
 if __name__ == "__main__":
     app()

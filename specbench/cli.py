@@ -27,6 +27,190 @@ def fail(message: str, code: int = 2) -> None:
 
 # ---------------------------------------------------------------------------- generate, models
 
+# Imports for this section stay here so that it is self-contained; torch-heavy modules
+# (models, decode, sampling, gamma) load inside the commands, so `--help` and `models` stay fast.
+import json as _json  # noqa: E402
+from dataclasses import replace as _replace  # noqa: E402
+from typing import Annotated  # noqa: E402
+
+from rich.progress import BarColumn, DownloadColumn, SpinnerColumn, TextColumn, TimeElapsedColumn  # noqa: E402
+from rich.progress import Progress as _Progress  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from specbench import defaults  # noqa: E402  (standard library only: no torch)
+
+
+def _loading_progress() -> _Progress:
+    """Progress on stderr while models load (assembling, dequantizing, caching on first use)."""
+    return _Progress(
+        SpinnerColumn(),
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    )
+
+
+def load_pair_with_progress(config):
+    """models.load_pair under a progress display; a ModelError becomes one line and exit 2."""
+    from specbench import models
+
+    models.quiet_transformers()
+    with _loading_progress() as progress:
+        tasks: dict[str, int] = {}
+
+        def report(task: str, done: float, total: float | None) -> None:
+            if task not in tasks:
+                tasks[task] = progress.add_task(task, total=total)
+            progress.update(tasks[task], completed=done, total=total)
+
+        try:
+            return models.load_pair(config, report)
+        except models.VocabMismatch as exc:
+            progress.stop()
+            fail(f"{exc}; pick a drafter with the target's tokenizer, or --drafter none")
+        except models.ModelError as exc:
+            progress.stop()
+            fail(str(exc))
+
+
+def _summary_line(result, pair) -> str:
+    stats = result.stats
+    parts = [f"{stats.new_tokens} tokens", f"{stats.tokens_per_second:.2f} tok/s"]
+    if pair.drafter_name == "none":
+        parts.append("plain decoding")
+    else:
+        parts += [
+            f"acceptance {stats.acceptance_rate:.0%} ({stats.accepted}/{stats.drafted})",
+            f"mean accepted length {stats.mean_accepted_length:.2f}",
+        ]
+    parts += [f"{stats.target_forwards} target forwards", f"prefill {stats.prefill_seconds:.2f} s", f"stop: {result.stop_reason}"]
+    return " · ".join(parts)
+
+
+def _drafter_label(pair) -> str:
+    return pair.drafter_model.name if pair.drafter_model is not None else pair.drafter_name
+
+
+def generation_json(result, pair, prompt_ids: list[int], settings: dict) -> dict:
+    """The --json object: text, new token ids, every RunStats field and rate, the settings."""
+    return {
+        "text": pair.tokenizer.decode(result.token_ids, skip_special_tokens=True),
+        "token_ids": result.token_ids,
+        "prompt_tokens": len(prompt_ids),
+        "stop_reason": result.stop_reason,
+        "target": pair.target.name,
+        "drafter": _drafter_label(pair),
+        **settings,
+        "stats": result.stats.as_dict(),
+    }
+
+
+@app.command("generate")
+def generate_command(
+    prompt: Annotated[str, typer.Argument(help="The prompt (a user turn of the chat template unless --raw).", show_default=False)],
+    target: Annotated[str, typer.Option("--target", help="Target model: default, a local folder, a .gguf file or a cached hub id.")] = "default",
+    drafter: Annotated[str, typer.Option("--drafter", help="default, none (plain decoding), a model-free drafter (ngram, prompt-lookup) or a model spec.")] = "default",
+    gamma: Annotated[int, typer.Option("--gamma", help="Draft tokens per round (the policy's gamma).")] = 4,
+    gamma_policy: Annotated[str, typer.Option("--gamma-policy", help="How gamma is chosen each round: fixed, heuristic, egag, ...")] = "fixed",
+    temperature: Annotated[float, typer.Option("--temperature", help="0 is greedy; above 0 samples (losslessly).")] = 0.0,
+    top_k: Annotated[int, typer.Option("--top-k", help="Sample from the k most likely tokens; 0 keeps all.")] = 0,
+    top_p: Annotated[float, typer.Option("--top-p", help="Sample from the smallest set with this much mass, in (0, 1].")] = 1.0,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Most tokens to generate.")] = 128,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the sampling generator.")] = 0,
+    raw: Annotated[bool, typer.Option("--raw", help="Feed the prompt as is, without the chat template.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (text, token_ids, stats) instead of streaming.")] = False,
+    dtype: Annotated[str, typer.Option("--dtype", help="Target weights: float32, bfloat16 or float16.")] = defaults.DEFAULT_DTYPE,
+    draft_dtype: Annotated[str, typer.Option("--draft-dtype", help="Drafter weights: float32, bfloat16 or float16.")] = defaults.DEFAULT_DRAFT_DTYPE,
+    device: Annotated[str, typer.Option("--device", help="cpu, cuda, mps, or auto (accelerate spreads the target).")] = "cpu",
+) -> None:
+    """Generate text with speculative decoding, streaming it as the target accepts tokens."""
+    from specbench import models
+    from specbench.decode import GenerationConfig
+    from specbench.gamma import make_policy
+    from specbench.sampling import SamplingConfig
+
+    # 1. everything that can be checked before minutes of model loading
+    if not prompt.strip():
+        fail("the prompt is empty")
+    try:
+        sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
+        config = GenerationConfig(max_new_tokens=max_new_tokens, sampling=sampling, seed=seed)
+        policy = make_policy(gamma_policy, gamma)
+        pair_config = models.PairConfig(target=target, drafter=drafter, dtype=dtype, draft_dtype=draft_dtype, device=device)
+        models.validate_pair_config(pair_config)
+    except (ValueError, models.ModelError) as exc:
+        fail(str(exc))
+
+    # 2. models, then the prompt
+    pair = load_pair_with_progress(pair_config)
+    try:
+        prompt_ids = models.encode_prompt(pair.tokenizer, prompt, raw=raw)
+        models.check_prompt_fits(prompt_ids, pair.context_limit)
+    except models.PromptError as exc:
+        fail(str(exc))
+    config = _replace(config, eos_token_ids=pair.eos_token_ids)
+
+    # 3. generate, streaming unless --json
+    stream = models.TextStream(pair.tokenizer)
+    on_tokens = None if as_json else (lambda tokens: console.out(stream.push(tokens), end="", highlight=False))
+    try:
+        result = models.run_generation(pair, prompt_ids, config, policy, on_tokens=on_tokens)
+    except KeyboardInterrupt:
+        err_console.print("\ninterrupted", highlight=False)
+        raise typer.Exit(130)
+    except models.PromptError as exc:
+        fail(str(exc))
+
+    # 4. the ending
+    if as_json:
+        settings = {"gamma": gamma, "gamma_policy": gamma_policy, "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed, "raw": raw}
+        typer.echo(_json.dumps(generation_json(result, pair, prompt_ids, settings), ensure_ascii=False))
+        return
+    console.out(stream.finish(), highlight=False)  # whatever was held back, then a newline
+    err_console.print(f"[dim]{_summary_line(result, pair)}[/]", highlight=False, soft_wrap=True)
+
+
+def _size(n: int) -> str:
+    if n >= 1e8:
+        return f"{n / 1e9:.2f} GB"
+    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
+
+
+@app.command("models")
+def models_command() -> None:
+    """List the embedded default pair: its packages, whether it is cached, and the sizes."""
+    table = Table(title="Default model pair", title_justify="left")
+    for name in ("role", "model", "parts", "GGUF", "cached", "cache"):
+        table.add_column(name, justify="right" if name in ("GGUF", "cache") else "left", no_wrap=name == "model")
+    statuses = [defaults.status(model) for model in defaults.PAIR]
+    for s in statuses:
+        cached = "[green]yes[/]" if s.cached else "no"
+        table.add_row(s.model.role, s.model.name, f"{s.parts_found}/{s.model.n_parts}", _size(s.parts_bytes), cached, _size(s.cache_bytes) if s.cache_bytes else "–")
+    console.print(table)
+    for s in statuses:
+        where = f"parts in {s.parts_folder}" if s.parts_folder else "parts not installed"
+        console.print(f"{s.model.role}: {where}; cache {s.cache_path}", highlight=False, soft_wrap=True)
+    if not all(s.cached for s in statuses):
+        console.print("an uncached model is built on first use (about 1-2 minutes, once)", highlight=False, soft_wrap=True)
+    if any(s.parts_found < s.model.n_parts for s in statuses):
+        console.print(f"[yellow]missing packages:[/] install them with {defaults.INSTALL_HINT}", highlight=False, soft_wrap=True)
+    console.print(f"cache: {defaults.models_dir()} (move it with ${defaults.CACHE_ENV}; empty it with `specbench clear-cache`)", highlight=False, soft_wrap=True)
+
+
+@app.command("clear-cache")
+def clear_cache_command() -> None:
+    """Delete the cached default models (rebuilt from the installed packages on next use)."""
+    where = defaults.models_dir()
+    freed = defaults.clear_cache()
+    if freed:
+        console.print(f"removed {_size(freed)} from {where}", highlight=False, soft_wrap=True)
+    else:
+        console.print(f"nothing cached in {where}", highlight=False, soft_wrap=True)
+
+
 
 # ---------------------------------------------------------------------------- trace
 

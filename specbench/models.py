@@ -190,15 +190,32 @@ def _load_weights(folder: str, kwargs: dict, dtype: torch.dtype, device: str, ro
     return model.eval()
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+
+
 def _load_tokenizer(folder: str, kwargs: dict, role: str, name: str, required: bool):
+    """The tokenizer, or None when there is none and none is required.
+
+    transformers builds an empty one-token tokenizer for a folder without tokenizer files
+    instead of failing, so a missing tokenizer is detected here, not left to produce garbage.
+    """
     from transformers import AutoTokenizer
 
-    try:
-        return AutoTokenizer.from_pretrained(folder, **kwargs)
-    except (OSError, ValueError, KeyError, TypeError, ImportError) as error:
-        if not required:
-            return None
-        raise ModelError(f"cannot load the tokenizer of {role} {name}: {_first_line(error, kwargs)}") from error
+    missing = f"{role} {name} has no tokenizer"
+    local = Path(folder)
+    if "gguf_file" not in kwargs and local.is_dir() and not any((local / f).is_file() for f in TOKENIZER_FILES):
+        tokenizer = None
+    else:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
+        except (OSError, ValueError, KeyError, TypeError, ImportError) as error:
+            missing = f"cannot load the tokenizer of {role} {name}: {_first_line(error, kwargs)}"
+            tokenizer = None
+    if tokenizer is not None and len(tokenizer) < 2:
+        tokenizer = None
+    if tokenizer is None and required:
+        raise ModelError(missing)
+    return tokenizer
 
 
 def _first_line(error: Exception, kwargs: dict) -> str:
@@ -390,6 +407,13 @@ class TextStream:
         text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
         if text.endswith("\ufffd"):
             return ""
+        return self._advance(text)
+
+    def finish(self) -> str:
+        """The rest of the text, a trailing partial character included."""
+        return self._advance(self.tokenizer.decode(self.ids, skip_special_tokens=True))
+
+    def _advance(self, text: str) -> str:
         new = text[len(self.shown) :] if text.startswith(self.shown) else ""
         self.shown = text
         return new

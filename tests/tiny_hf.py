@@ -8,6 +8,7 @@ loads a user's folder.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -61,6 +62,18 @@ def char_tokenizer(vocab: dict[str, int] | None = None, chat_template: str | Non
     return tokenizer
 
 
+@contextmanager
+def one_thread():
+    """Run tiny models on one thread: their matmuls are too small to share, and on a busy
+    2-core machine two spinning OpenMP threads made these tests ~15x slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def save_tiny(
     folder: Path,
     *,
@@ -79,7 +92,7 @@ def save_tiny(
     """
     model = noisy_copy(like, noise, seed) if like is not None else tiny_model(seed, layers, hidden, vocab_size, max_positions)
     tok = char_tokenizer() if tokenizer is True else tokenizer or None
-    eos_id = tok.convert_tokens_to_ids(EOS) if tok is not None else None
+    eos_id = tok.eos_token_id if tok is not None else char_vocab()[EOS]
     model.config.eos_token_id = eos_id
     model.generation_config.eos_token_id = eos_id
     folder.mkdir(parents=True, exist_ok=True)
@@ -93,3 +106,49 @@ def load_tiny(folder: Path):
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+
+
+def write_tiny_gguf(path: Path, model=None, vocab: dict[str, int] | None = None) -> Path:
+    """Write `model` (default: tiny_model(0)) and the character vocabulary as a float32 GGUF.
+
+    The same layout llama.cpp gives Qwen2 (architecture "qwen2", a byte-level "gpt2"
+    tokenizer), so transformers loads it through the very path the embedded pair takes.
+    Qwen2Tokenizer adds an "<|endoftext|>" token of its own on load.
+    """
+    import gguf
+
+    model = model if model is not None else tiny_model(0)
+    vocab = vocab or char_vocab()
+    config = model.config
+    tokens = sorted(vocab, key=vocab.get)
+    writer = gguf.GGUFWriter(str(path), "qwen2")
+    writer.add_name("tiny")
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_rope_freq_base(float(config.rope_parameters["rope_theta"]))
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([gguf.TokenType.CONTROL if t in SPECIALS else gguf.TokenType.NORMAL for t in tokens])
+    writer.add_token_merges([])
+    writer.add_token_scores([0.0] * len(tokens))  # with no merges, transformers wants scores
+    writer.add_eos_token_id(vocab[EOS])
+    writer.add_bos_token_id(vocab["<|im_start|>"])
+    writer.add_pad_token_id(vocab["<unk>"])
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(CHAT_TEMPLATE)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, config.num_hidden_layers)
+    for name, tensor in model.state_dict().items():
+        base, suffix = name.rsplit(".", 1)
+        writer.add_tensor(f"{names.get_name(base)}.{suffix}", tensor.float().numpy())
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

@@ -188,7 +188,7 @@ def chart_accepted_length(summaries, rows, meta, path: Path, subtitle: str) -> P
         if alpha is None or not gammas:
             continue
         theory = [expected_tokens_per_round(alpha, g) for g in gammas]
-        ax.plot(gammas, theory, linestyle="--", color=colors.get(label), label=f"{label}: (1-a^(γ+1))/(1-a), a={alpha:.2f}")
+        ax.plot(gammas, theory, linestyle="--", marker="x", color=colors.get(label), label=f"{label}: (1-a^(γ+1))/(1-a), a={alpha:.2f}")
     ax.set_ylim(bottom=0)
     _gamma_axis(ax, gamma_span(rows))
     return _finish(fig, ax, path)
@@ -207,7 +207,7 @@ def chart_predicted_speedup(summaries, rows, meta, path: Path, subtitle: str) ->
         xs, ys = zip(*measured[label])
         color = ax.plot(xs, ys, marker="o", label=f"{label} (measured)")[0].get_color()
         predicted = [predicted_speedup(alpha, g, c, verify_cost_at(costs, g + 1) or 1.0) for g in gammas]
-        ax.plot(gammas, predicted, linestyle="--", color=color, label=f"{label} (predicted: a={alpha:.2f}, c={c:.2f}, {note})")
+        ax.plot(gammas, predicted, linestyle="--", marker="x", color=color, label=f"{label} (predicted: a={alpha:.2f}, c={c:.2f}, {note})")
     ax.axhline(1.0, color="black", linestyle=":", linewidth=1, label="plain decoding (1.0)")
     _gamma_axis(ax, gamma_span(rows))
     return _finish(fig, ax, path)

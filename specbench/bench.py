@@ -628,12 +628,14 @@ def sweep(
         raise SweepError("no prompts to run")
     if needs_drafter_model(config) and drafter_model is None:
         raise SweepError("this sweep drafts with the drafter model (the model drafter or hf-assisted) but none was given")
+    # 1. the directory, and what an interrupted sweep there already measured
     out_dir = Path(out_dir)
     done_rows = prepare_out_dir(out_dir, resume)
     meta = build_meta(target, drafter_model, config, prompts, target_name=target_name, drafter_name=drafter_name, prompts_source=prompts_source, command=command or " ".join(sys.argv))
     old_meta = read_meta(out_dir) if done_rows else {}
     check_resume_meta(old_meta, meta)
 
+    # 2. the plan, and the costs c and v(k), measured once per sweep (a resume reuses them)
     plan = plan_runs(config, prompts, has_drafter_model=drafter_model is not None)
     todo = pending_runs(plan, done_rows)
     runner = SweepRunner(target, drafter_model, tokenizer, config, eos_ids)
@@ -648,6 +650,7 @@ def sweep(
     write_meta(out_dir, meta)
     if on_start is not None:
         on_start(len(plan), len(plan) - len(todo))
+    # 3. warm up, then measure every pending run, appending rows as they finish
     if todo:
         status("warming up")
         runner.warm_up(todo)

@@ -6,7 +6,6 @@ draft step until it says stop or the drafter runs out, update(n_accepted, n_draf
 
 from __future__ import annotations
 
-import math
 from types import SimpleNamespace
 
 import pytest

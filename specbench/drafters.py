@@ -281,8 +281,9 @@ class TableDrafter:
     The table only ever holds tokens of the context (propose feeds it the tokens added since
     the last call); drafts never enter it. So commit(n_accepted) has nothing to roll back:
     the accepted drafts and the target's next token arrive with the next context. If a
-    context does not extend the last one (shorter, or a different token where they overlap
-    at the end), the table is rebuilt from it.
+    context is shorter than what was fed, or holds another token at the last fed position,
+    the table is rebuilt from it. Only that one token is compared, to keep a round O(1) in
+    the context's length: a caller that rewrites earlier tokens must call start().
     """
 
     def __init__(self, name: str, make_table: Callable[[], "NgramTable | LookupIndex"]):

@@ -1,0 +1,49 @@
+"""The embedded default pair, for real: it loads offline and speculative greedy equals plain greedy.
+
+Slow (first run: assembling and dequantizing about 1.6 GB of GGUF, 1-2 minutes, then cached;
+later runs: seconds to load plus about a minute of decoding on 2 CPU cores). Skip locally with
+`pytest -m "not real"`; CI runs it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from specbench import defaults, models
+from specbench.decode import GenerationConfig
+from specbench.gamma import make_policy
+
+pytestmark = pytest.mark.real
+
+PROMPT = "Write a Python function that merges two sorted lists into one sorted list."
+NEW_TOKENS = 32
+
+
+@pytest.fixture(scope="module")
+def pair():
+    if any(defaults.status(model).parts_found < model.n_parts for model in defaults.PAIR):
+        pytest.fail(f"the default pair's packages are not installed: {defaults.INSTALL_HINT}")
+    return models.load_pair(models.PairConfig())  # fp32 target, bf16 drafter: the defaults
+
+
+def test_default_pair_is_cached_and_matched(pair):
+    assert all(defaults.is_cached(model) for model in defaults.PAIR)
+    assert pair.drafter_model is not None and pair.drafter_name == "model"
+    assert pair.target.name == defaults.TARGET.name and pair.drafter_model.name == defaults.DRAFTER.name
+    assert models.output_vocab_size(pair.target.model) == models.output_vocab_size(pair.drafter_model.model) == 151936
+    assert {151645, 151643} <= set(pair.eos_token_ids)  # <|im_end|> and <|endoftext|>
+
+
+def test_greedy_parity_speculative_vs_plain(pair):
+    """The core promise on real weights: same tokens as plain greedy decoding of the target."""
+    prompt_ids = models.encode_prompt(pair.tokenizer, PROMPT)
+    config = GenerationConfig(max_new_tokens=NEW_TOKENS, eos_token_ids=pair.eos_token_ids)
+    speculative = models.run_generation(pair, prompt_ids, config, make_policy("fixed", 4))
+    plain_pair = models.LoadedPair(pair.target, None, models.NONE)
+    plain = models.run_generation(plain_pair, prompt_ids, config, None)
+
+    assert plain.stats.new_tokens >= 24, "the prompt must produce at least 24 tokens to compare"
+    assert speculative.token_ids == plain.token_ids
+    assert speculative.stats.accepted > 0, "the 0.5B drafter should agree with the 1.5B target on code"
+    assert speculative.stats.target_forwards < plain.stats.target_forwards
+    assert "def " in pair.tokenizer.decode(plain.token_ids)

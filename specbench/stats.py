@@ -47,7 +47,7 @@ class RunStats:
     """Raw counts and seconds of one generation; rates are derived properties."""
 
     new_tokens: int = 0  # tokens generated, the first-target pass's token included
-    first_pass_tokens: int = 0  # tokens produced by the first-target pass (0 or 1)
+    first_pass_tokens: int = 0  # tokens from the first-target pass (1; hf-assisted: its whole first round)
     drafted: int = 0  # draft tokens proposed
     accepted: int = 0  # draft tokens accepted
     rounds: int = 0  # target forward passes after the first-target pass

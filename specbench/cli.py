@@ -40,13 +40,22 @@ from rich.table import Table  # noqa: E402
 from specbench import defaults  # noqa: E402  (standard library only: no torch)
 
 
+class _BytesColumn(DownloadColumn):
+    """Bytes done / total for byte-counted tasks (assembling); blank for one-step tasks."""
+
+    def render(self, task):
+        if task.total is None or task.total <= 1:
+            return ""
+        return super().render(task)
+
+
 def _loading_progress() -> _Progress:
     """Progress on stderr while models load (assembling, dequantizing, caching on first use)."""
     return _Progress(
         SpinnerColumn(),
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
-        DownloadColumn(),
+        _BytesColumn(),
         TimeElapsedColumn(),
         console=err_console,
         transient=True,

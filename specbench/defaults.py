@@ -12,6 +12,7 @@ save_pretrained directory.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import importlib.util
 import json
@@ -230,16 +231,36 @@ def ensure_cached(model: EmbeddedModel, progress: Progress = _no_progress) -> Pa
     if is_cached(model):
         return final
     models_dir().mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".tmp-{model.slug}-", dir=models_dir()))
+    _remove_abandoned()
+    work = Path(tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{model.slug}-", dir=models_dir()))
     try:
         gguf = assemble(model, work / model.gguf_name, progress)
         staged = work / "model"
         _convert(model, gguf, staged, progress)
+        gc.collect()  # free the dequantized copy before the caller loads the cached one
         gguf.unlink()
         _install(model, staged, final)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return final
+
+
+_TEMP_PREFIX = ".tmp-"
+_STALE_PREFIX = ".stale-"
+_ABANDONED_AFTER = 3600.0  # seconds; a build takes minutes, so an older temp folder is a killed run's
+
+
+def _remove_abandoned() -> None:
+    """Delete temp folders that a killed build left behind (each can hold gigabytes)."""
+    now = time.time()
+    for path in models_dir().iterdir():
+        if path.name.startswith((_TEMP_PREFIX, _STALE_PREFIX)):
+            try:
+                old = now - path.stat().st_mtime > _ABANDONED_AFTER
+            except OSError:
+                continue
+            if old:
+                shutil.rmtree(path, ignore_errors=True)
 
 
 def _install(model: EmbeddedModel, staged: Path, final: Path) -> None:
@@ -248,7 +269,7 @@ def _install(model: EmbeddedModel, staged: Path, final: Path) -> None:
     if is_cached(model):
         return
     if final.exists():
-        stale = final.with_name(f".stale-{final.name}-{os.getpid()}")
+        stale = final.with_name(f"{_STALE_PREFIX}{final.name}-{os.getpid()}")
         os.rename(final, stale)
         shutil.rmtree(stale, ignore_errors=True)
     try:

@@ -113,13 +113,14 @@ def parse_dtype(name: str) -> torch.dtype:
 
 
 def check_device(device: str) -> str:
-    """The device name if this machine has it; a clear error otherwise."""
-    if device not in DEVICES:
+    """The device name if this machine has it; a clear error otherwise ("cuda:1" is fine)."""
+    kind = device.split(":")[0]
+    if kind not in DEVICES or (kind != device and kind not in ("cuda", "mps")):
         raise ModelError(f"unknown device {device!r}; choose from {', '.join(DEVICES)}")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ModelError("--device cuda: PyTorch sees no CUDA device on this machine")
-    if device == "mps" and not torch.backends.mps.is_available():
-        raise ModelError("--device mps: PyTorch sees no Apple MPS device on this machine")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ModelError(f"--device {device}: PyTorch sees no CUDA device on this machine")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise ModelError(f"--device {device}: PyTorch sees no Apple MPS device on this machine")
     return device
 
 

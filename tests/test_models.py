@@ -82,9 +82,11 @@ def test_dtype_and_device_errors():
         models.parse_dtype("int3")
     with pytest.raises(models.ModelError, match="unknown device"):
         models.check_device("tpu")
+    with pytest.raises(models.ModelError, match="unknown device 'cpu:0'"):
+        models.check_device("cpu:0")
     if not torch.cuda.is_available():
-        with pytest.raises(models.ModelError, match="no CUDA device"):
-            models.check_device("cuda")
+        with pytest.raises(models.ModelError, match="--device cuda:1: PyTorch sees no CUDA device"):
+            models.check_device("cuda:1")
 
 
 def test_hub_id_missing_from_local_cache_is_one_clear_line(tmp_path, monkeypatch):
@@ -332,6 +334,22 @@ def test_failed_build_leaves_no_entry(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         defaults.ensure_cached(model)
     assert list(defaults.models_dir().iterdir()) == []
+
+
+def test_a_killed_build_is_cleaned_up_later(tmp_path, monkeypatch):
+    """Temp folders of a killed build hold gigabytes: the next build removes old ones only."""
+    import os
+    import time
+
+    model, _ = _fake_pair_model(tmp_path, monkeypatch)
+    abandoned = defaults.models_dir() / ".tmp-killed-run"
+    running = defaults.models_dir() / ".tmp-running-build"
+    for folder in (abandoned, running):
+        folder.mkdir(parents=True)
+    hours_ago = time.time() - 2 * 3600
+    os.utime(abandoned, (hours_ago, hours_ago))
+    defaults.ensure_cached(model)
+    assert not abandoned.exists() and running.exists()
 
 
 def test_stale_cache_format_is_rebuilt(tmp_path, monkeypatch):

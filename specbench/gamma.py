@@ -16,7 +16,9 @@ Policies (POLICIES, built by make_policy):
   heuristic        HF assisted generation's schedule: +2 after a fully accepted draft, else -1;
   egag             entropy-guided: gamma from the entropy of the first draft step's q;
   entropy-stop     draft up to gamma_max, stop at the first step whose q is too flat;
-  confidence-stop  draft up to gamma_max, stop at the first step whose top q is too low.
+  confidence-stop  draft up to gamma_max, stop at the first step whose top q is too low;
+  cost             draft a token only while its calibrated chance of surviving beats its
+                   measured cost (drafter step c, verify cost curve v(k)).
 
 The entropy signals read the rows the drafter computes anyway (after the shared sampling
 processor), so no policy costs a forward pass. This module knows nothing about models or
@@ -290,6 +292,100 @@ class ThresholdStop:
         return {"stopped_at": self._stopped_at, self.signal: self._value, "threshold": self.threshold}
 
 
+
+class CostAwareGamma:
+    """Draft a token only while it is expected to pay for itself (policy "cost").
+
+    Costs, measured once per model pair and in units of one target single-token forward:
+    c = a drafter step, v(k) = a target forward over k tokens (v(1) = 1; on CPUs v(2) is far
+    above 1 while v(3..9) add little). Signals, read from the rows the drafter computes anyway:
+    the confidence m_i = max_x q_i(x) of draft step i, mapped to an acceptance probability
+    a(m) by a calibration table learned online from this generation's verdicts (10 bins of m,
+    each starting from 2 pseudo-verdicts at the bin's midpoint: a calibrated drafter's top
+    probability is its chance of matching). Drafters without q use one bin for all steps.
+
+    P_i = a(m_0) * ... * a(m_i) is the chance that drafts 0..i all survive, which is the
+    expected number of tokens draft i adds. The rule, before draft step i:
+        step 0:   draft iff P_0 * (1 + R) >= v(2) - v(1) + c
+                  (R: mean further accepted drafts after an accepted first one, learned
+                  online, so the fixed cost of verifying at all is weighed against the
+                  whole round's expected yield, not the first token's alone)
+        step i>0: draft iff P_i >= v(i+2) - v(i+1) + c
+    Back-off: a refused step 0 wasted one drafter step, so the policy then skips the drafter
+    for `skip` rounds (plain target steps, no drafter cost: next_gamma() returns 0), doubling
+    skip after each consecutive refusal up to 16 and resetting it after a round that drafts.
+
+    info(): {"p_all": P at the last decision, "cost": its threshold, "stopped_at": step or
+    None, "skipped": True on a skipped round}.
+    """
+
+    name = "cost"
+    BINS = 10
+    PRIOR_WEIGHT = 2.0
+    MAX_SKIP = 16
+
+    def __init__(self, gamma_max: int, c: float, verify_cost: dict[int, float]):
+        _check_gamma("gamma-max", gamma_max)
+        if not c >= 0:
+            raise ValueError(f"the drafter cost ratio c must be >= 0, got {c}")
+        missing = [k for k in range(1, gamma_max + 2) if k not in verify_cost]
+        if missing:
+            raise ValueError(f"verify costs are missing for k = {missing} (needed up to gamma-max + 1)")
+        self.gamma_max, self.c = gamma_max, c
+        self.v = {k: verify_cost[k] / verify_cost[1] for k in verify_cost}
+        self._accepted = [self.PRIOR_WEIGHT * (b + 0.5) / self.BINS for b in range(self.BINS + 1)]
+        self._checked = [self.PRIOR_WEIGHT] * (self.BINS + 1)  # the last bin: drafts without q
+        self._after_first = [1.0, 1.0]  # further accepted drafts, rounds with the first accepted
+        self._skip, self._skip_left = 0, 0
+        self.next_gamma()
+
+    def next_gamma(self) -> int:
+        self._bins: list[int] = []
+        self._p_all, self._threshold, self._stopped_at = 1.0, 0.0, None
+        self._skipped = self._skip_left > 0
+        if self._skipped:
+            self._skip_left -= 1
+            return 0
+        return self.gamma_max
+
+    def keep_drafting(self, step: int, draft_probs: torch.Tensor | None) -> bool:
+        b = self.BINS if draft_probs is None else min(self.BINS - 1, int(top_prob(draft_probs) * self.BINS))
+        p_all = self._p_all * self._accepted[b] / self._checked[b]
+        if step == 0:
+            gain = p_all * (1.0 + self._after_first[0] / self._after_first[1])
+            threshold = self.v[2] - self.v[1] + self.c
+        else:
+            gain, threshold = p_all, self.v[step + 2] - self.v[step + 1] + self.c
+        self._p_all, self._threshold = p_all, threshold
+        if gain < threshold:
+            self._stopped_at = step
+            return False
+        self._bins.append(b)
+        return True
+
+    def update(self, n_accepted: int, n_drafted: int) -> None:
+        for i, b in enumerate(self._bins[:n_drafted]):
+            if i > n_accepted:
+                break  # never checked: an earlier draft was rejected
+            self._checked[b] += 1
+            self._accepted[b] += 1 if i < n_accepted else 0
+        if n_accepted >= 1:
+            self._after_first[0] += n_accepted - 1
+            self._after_first[1] += 1
+        if self._skipped:
+            return
+        if n_drafted == 0 and self._stopped_at == 0:
+            self._skip = min(self.MAX_SKIP, max(1, 2 * self._skip))
+            self._skip_left = self._skip
+        elif n_drafted > 0:
+            self._skip = 0
+
+    def info(self) -> dict:
+        if self._skipped:
+            return {"skipped": True}
+        return {"p_all": round(self._p_all, 3), "cost": round(self._threshold, 3), "stopped_at": self._stopped_at}
+
+
 # ---------------------------------------------------------------------------- checks
 
 
@@ -318,7 +414,7 @@ def _check_threshold(threshold: float) -> None:
 
 # ---------------------------------------------------------------------------- factory
 
-POLICIES = ("fixed", "heuristic", "egag", "entropy-stop", "confidence-stop")
+POLICIES = ("fixed", "heuristic", "egag", "entropy-stop", "confidence-stop", "cost")
 
 DEFAULT_THRESHOLDS = {
     "entropy-stop": 0.15,  # h > 0.15: about 1.8 nats over Qwen's 151,936-token vocabulary
@@ -326,7 +422,16 @@ DEFAULT_THRESHOLDS = {
 }
 
 
-def make_policy(name: str, gamma: int, *, gamma_min: int = 1, gamma_max: int | None = None, egag_beta: float = 0.0, threshold: float | None = None) -> GammaPolicy:
+def make_policy(
+    name: str,
+    gamma: int,
+    *,
+    gamma_min: int = 1,
+    gamma_max: int | None = None,
+    egag_beta: float = 0.0,
+    threshold: float | None = None,
+    costs=None,
+) -> GammaPolicy:
     """A fresh policy by name (policies keep state: make one per generation).
 
     gamma is fixed's gamma and heuristic's starting gamma; gamma_max (default: gamma) bounds
@@ -334,6 +439,7 @@ def make_policy(name: str, gamma: int, *, gamma_min: int = 1, gamma_max: int | N
     egag's lower end and heuristic's floor. egag_beta is egag's EMA weight; threshold is the
     stop policies' threshold (default DEFAULT_THRESHOLDS). A policy ignores the arguments it
     does not use, but every argument is checked, so a bad value fails whatever the policy.
+    costs (anything with .c and .verify_cost, e.g. bench.Costs) is required by "cost".
     """
     _check_gamma("gamma", gamma)
     _check_range(gamma_min, gamma_max)
@@ -352,4 +458,8 @@ def make_policy(name: str, gamma: int, *, gamma_min: int = 1, gamma_max: int | N
     if name in DEFAULT_THRESHOLDS:
         signal = "entropy" if name == "entropy-stop" else "top_prob"
         return ThresholdStop(upper, DEFAULT_THRESHOLDS[name] if threshold is None else threshold, signal)
+    if name == "cost":
+        if costs is None or costs.c is None:
+            raise ValueError("the cost policy needs measured costs (c and v(k)) of a model drafter")
+        return CostAwareGamma(upper, costs.c, costs.verify_cost)
     raise ValueError(f"unknown gamma policy {name!r}; choose from {', '.join(POLICIES)}")

@@ -14,6 +14,7 @@ from transformers.generation.candidate_generator import AssistedCandidateGenerat
 
 from specbench.gamma import (
     POLICIES,
+    CostAwareGamma,
     EntropyGuidedGamma,
     FixedGamma,
     HeuristicGamma,
@@ -24,6 +25,8 @@ from specbench.gamma import (
 )
 
 V = 16
+# costs for the "cost" policy: a CPU-like verify curve (a jump at k = 2) and a cheap drafter
+COSTS = SimpleNamespace(c=0.1, verify_cost={k: 1.0 + 0.3 * (k > 1) + 0.05 * (k - 1) for k in range(1, 12)})
 
 
 def uniform(v: int = V) -> torch.Tensor:
@@ -276,10 +279,10 @@ def test_stop_state_resets_each_round():
 
 
 def test_make_policy_builds_each_name():
-    kinds = {"fixed": FixedGamma, "heuristic": HeuristicGamma, "egag": EntropyGuidedGamma, "entropy-stop": ThresholdStop, "confidence-stop": ThresholdStop}
+    kinds = {"fixed": FixedGamma, "heuristic": HeuristicGamma, "egag": EntropyGuidedGamma, "entropy-stop": ThresholdStop, "confidence-stop": ThresholdStop, "cost": CostAwareGamma}
     assert set(POLICIES) == set(kinds)
     for name in POLICIES:
-        policy = make_policy(name, 4)
+        policy = make_policy(name, 4, costs=COSTS)
         assert isinstance(policy, kinds[name]) and policy.name == name
 
 
@@ -310,3 +313,60 @@ def test_make_policy_rejects_bad_arguments(name, kwargs, message):
     kwargs = {"gamma": 4, **kwargs}
     with pytest.raises(ValueError, match=message):
         make_policy(name, **kwargs)
+
+
+# ---------------------------------------------------------------------------- cost
+
+
+def peaked(top: float, v: int = V) -> torch.Tensor:
+    """A row whose largest probability is `top` (on token 0), the rest spread evenly."""
+    row = torch.full((v,), (1.0 - top) / (v - 1))
+    row[0] = top
+    return row
+
+
+def test_cost_drafts_confident_steps_and_stops_at_an_unsure_one():
+    """Confident rows (top q 0.95 -> prior acceptance 0.95) pay for themselves; a row with top
+    q 0.05 cannot: the chance that every draft so far survives falls below its cost."""
+    policy = CostAwareGamma(6, c=0.1, verify_cost=COSTS.verify_cost)
+    assert run_round(policy, [peaked(0.95)] * 3 + [peaked(0.05)] * 3) == 3
+    assert policy.info()["stopped_at"] == 3
+
+
+def test_cost_refuses_step_zero_then_skips_the_drafter_with_growing_backoff():
+    """A refused first step wasted one drafter step: the next rounds are plain (gamma 0),
+    1 round after the first refusal, 2 after the second, 4 after the third."""
+    policy = CostAwareGamma(4, c=0.3, verify_cost=COSTS.verify_cost)
+    pattern = []
+    for _ in range(10):
+        pattern.append(policy.next_gamma())
+        if pattern[-1]:
+            assert not policy.keep_drafting(0, uniform())
+            policy.update(0, 0)
+        else:
+            assert policy.info() == {"skipped": True}
+            policy.update(0, 0)
+    assert pattern == [4, 0, 4, 0, 0, 4, 0, 0, 0, 0]
+
+
+def test_cost_learns_that_a_confidence_level_is_rejected():
+    """Calibration: top q 0.75 starts as acceptance 0.75 (drafted), but after the target
+    rejects such drafts again and again, the same rows are no longer drafted."""
+    policy = CostAwareGamma(4, c=0.1, verify_cost=COSTS.verify_cost)
+    assert run_round(policy, [peaked(0.75)] * 4, n_accepted=0) >= 1
+    for _ in range(30):
+        run_round(policy, [peaked(0.75)] * 4, n_accepted=0)
+    policy._skip_left = 0  # look at the decision itself, not the back-off
+    assert run_round(policy, [peaked(0.75)] * 4) == 0
+
+
+def test_cost_without_q_uses_running_acceptance():
+    policy = CostAwareGamma(4, c=0.0, verify_cost={k: 1.0 for k in range(1, 6)})
+    assert run_round(policy, [None] * 4) == 4  # free verify and drafter: always draft
+
+
+def test_cost_policy_needs_costs_covering_gamma_max():
+    with pytest.raises(ValueError, match="needs measured costs"):
+        make_policy("cost", 4)
+    with pytest.raises(ValueError, match="missing for k"):
+        CostAwareGamma(6, c=0.1, verify_cost={1: 1.0, 2: 1.5})

@@ -20,6 +20,8 @@ import copy
 from collections import Counter
 from itertools import product
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from scipy.stats import chisquare
@@ -51,10 +53,12 @@ def one_thread():
 MAX_NEW = 24
 # thresholds near the medians of the sharpened drafter's h (0.42) and top q (0.48)
 THRESHOLDS = {"entropy-stop": 0.42, "confidence-stop": 0.48}
+# costs for the "cost" policy: a CPU-like verify curve and a cheap drafter, so it both drafts and stops
+COSTS = SimpleNamespace(c=0.1, verify_cost={k: 1.0 + 0.3 * (k > 1) + 0.05 * (k - 1) for k in range(1, 12)})
 
 
 def policy(name: str):
-    return make_policy(name, 3, gamma_min=1, gamma_max=6, egag_beta=0.3, threshold=THRESHOLDS.get(name))
+    return make_policy(name, 3, gamma_min=1, gamma_max=6, egag_beta=0.3, threshold=THRESHOLDS.get(name), costs=COSTS)
 
 
 def sharpened(model, factor: float):
@@ -118,6 +122,9 @@ def test_parity_runs_exercise_the_policies(pairs):
         assert any(x is None for x in stopped) and any(x is not None for x in stopped), name
     heuristic = {s.policy_info["gamma"] for s in steps("model", "heuristic")}
     assert len(heuristic) >= 3
+    cost = [s for s in steps("model", "cost")]
+    assert any(len(s.draft_tokens) >= 2 for s in cost)  # drafts several when they pay
+    assert any(s.policy_info.get("stopped_at") is not None for s in cost)  # and stops when not
     for name in ("ngram", "prompt-lookup"):
         rounds = steps(name, "fixed")
         assert any(s.accepted > 0 for s in rounds) and any(s.accepted < len(s.draft_tokens) for s in rounds)

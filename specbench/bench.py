@@ -27,7 +27,7 @@ import platform
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -176,8 +176,13 @@ def measure_plain(target, prompt_ids: list[int], gen: GenerationConfig) -> Measu
     return Measurement(result.token_ids, result.stats, acceptance_known=False, stop_reason=result.stop_reason)
 
 
-def measure_specbench(target, drafter_model, prompt_ids: list[int], gen: GenerationConfig, drafter: str, policy: str, gamma: int) -> Measurement:
-    result = speculative_generate(target, make_drafter(drafter, drafter_model), prompt_ids, gen, make_policy(policy, gamma))
+def measure_specbench(
+    target, drafter_model, prompt_ids: list[int], gen: GenerationConfig, drafter: str, policy: str, gamma: int, costs: "Costs | None" = None
+) -> Measurement:
+    """costs feed the "cost" policy; a model-free drafter runs no forward pass, so its c is 0."""
+    if costs is not None and drafter != "model":
+        costs = replace(costs, c=0.0)
+    result = speculative_generate(target, make_drafter(drafter, drafter_model), prompt_ids, gen, make_policy(policy, gamma, costs=costs))
     return Measurement(result.token_ids, result.stats, steps=result.steps, stop_reason=result.stop_reason)
 
 
@@ -463,6 +468,7 @@ class SweepRunner:
     def __init__(self, target, drafter_model, tokenizer, config: SweepConfig, eos_ids: tuple[int, ...]):
         self.target, self.drafter_model, self.tokenizer, self.config = target, drafter_model, tokenizer, config
         self.eos_ids = tuple(eos_ids)
+        self.measured_costs: Costs | None = None  # set once the sweep has measured c and v(k)
         self._ids: dict[str, list[int]] = {}
 
     def prompt_ids(self, prompt: Prompt) -> list[int]:
@@ -476,7 +482,7 @@ class SweepRunner:
         if run.method == BASELINE_METHOD:
             return measure_plain(self.target, ids, gen)
         if run.method == SPECBENCH:
-            return measure_specbench(self.target, self.drafter_model, ids, gen, run.drafter, run.policy, run.gamma)
+            return measure_specbench(self.target, self.drafter_model, ids, gen, run.drafter, run.policy, run.gamma, self.measured_costs)
         if run.method == HF_ASSISTED:
             return measure_hf_assisted(self.target, self.drafter_model, ids, gen, run.gamma)
         raise SweepError(f"unknown method {run.method!r}; choose from {', '.join(METHODS)}")
@@ -644,6 +650,7 @@ def sweep(
     else:
         status("measuring c and the verify cost curve v(k)")
         costs = runner.costs(prompts[0])
+    runner.measured_costs = costs
     meta.update(costs=costs.as_meta(), c=costs.c, verify_cost=costs.as_meta()["verify_cost"], finished=False)
     if old_meta:
         meta["created"], meta["resumed"] = old_meta.get("created"), meta["created"]

@@ -328,11 +328,8 @@ class CostAwareGamma:
         _check_gamma("gamma-max", gamma_max)
         if not c >= 0:
             raise ValueError(f"the drafter cost ratio c must be >= 0, got {c}")
-        missing = [k for k in range(1, gamma_max + 2) if k not in verify_cost]
-        if missing:
-            raise ValueError(f"verify costs are missing for k = {missing} (needed up to gamma-max + 1)")
         self.gamma_max, self.c = gamma_max, c
-        self.v = {k: verify_cost[k] / verify_cost[1] for k in verify_cost}
+        self.v = _verify_curve(verify_cost, gamma_max + 1)
         self._accepted = [self.PRIOR_WEIGHT * (b + 0.5) / self.BINS for b in range(self.BINS + 1)]
         self._checked = [self.PRIOR_WEIGHT] * (self.BINS + 1)  # the last bin: drafts without q
         self._after_first = [1.0, 1.0]  # further accepted drafts, rounds with the first accepted
@@ -384,6 +381,19 @@ class CostAwareGamma:
         if self._skipped:
             return {"skipped": True}
         return {"p_all": round(self._p_all, 3), "cost": round(self._threshold, 3), "stopped_at": self._stopped_at}
+
+
+def _verify_curve(verify_cost: dict[int, float], up_to: int) -> dict[int, float]:
+    """v(1..up_to) relative to v(1), continued linearly past the largest measured k."""
+    measured = {int(k): float(v) for k, v in verify_cost.items()}
+    if 1 not in measured or 2 not in measured or measured[1] <= 0:
+        raise ValueError("verify costs need v(1) > 0 and v(2)")
+    v = {k: t / measured[1] for k, t in measured.items()}
+    top = max(k for k in range(1, max(v) + 1) if all(j in v for j in range(1, k + 1)))
+    slope = v[top] - v[top - 1]
+    for k in range(top + 1, up_to + 1):
+        v[k] = v[top] + (k - top) * slope
+    return v
 
 
 # ---------------------------------------------------------------------------- checks

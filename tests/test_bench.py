@@ -190,6 +190,16 @@ def test_sweep_writes_results(close_pair, tokenizer, tmp_path):
     assert steps and all(set(s["run"]) == set(KEY_COLUMNS) and s["run"]["method"] == "specbench" for s in steps)
 
 
+def test_cost_policy_gets_the_measured_costs(close_pair, tokenizer, tmp_path):
+    """The "cost" policy cannot run without c and v(k): the sweep hands it what it measured
+    (and c = 0 to model-free drafters, which run no forward pass)."""
+    config = SweepConfig(drafters=("model", "ngram"), policies=("cost",), hf_assisted=False, **FAST)
+    rows = read_rows(run_sweep(close_pair, tokenizer, tmp_path / "cost", config).out_dir / "runs.csv")
+    spec = [r for r in rows if r["method"] == "specbench"]
+    assert {r["drafter"] for r in spec} == {"model", "ngram"} and all(r["policy"] == "cost" for r in spec)
+    assert all(r["identical_to_baseline"] == "true" for r in spec)
+
+
 def test_interrupted_sweep_keeps_rows_and_resumes(close_pair, tokenizer, tmp_path):
     """Ctrl-C after three rows keeps those three; --resume runs only the rest, and the rows
     measured after the resume still get their speedup from the plain run measured before."""

@@ -368,5 +368,12 @@ def test_cost_without_q_uses_running_acceptance():
 def test_cost_policy_needs_costs_covering_gamma_max():
     with pytest.raises(ValueError, match="needs measured costs"):
         make_policy("cost", 4)
-    with pytest.raises(ValueError, match="missing for k"):
-        CostAwareGamma(6, c=0.1, verify_cost={1: 1.0, 2: 1.5})
+    with pytest.raises(ValueError, match="need v"):
+        CostAwareGamma(6, c=0.1, verify_cost={1: 1.0})
+
+
+def test_cost_extends_a_short_verify_curve_linearly():
+    """A sweep measures v(k) up to k = 9; gamma-max 12 needs v(13): continue the last slope."""
+    policy = CostAwareGamma(12, c=0.1, verify_cost={1: 0.5, 2: 0.8, 3: 0.9})
+    assert policy.v[1] == 1.0 and policy.v[3] == pytest.approx(1.8)
+    assert policy.v[13] == pytest.approx(1.8 + 10 * 0.2)

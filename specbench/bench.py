@@ -24,7 +24,6 @@ import copy
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -35,10 +34,10 @@ from typing import Callable
 import torch
 
 from specbench import __version__
-from specbench.cache import crop_cache, new_cache
 from specbench.decode import GenerationConfig, context_limit, model_device, plain_generate, speculative_generate
 from specbench.drafters import DRAFTERS, make_drafter
 from specbench.gamma import POLICIES, make_policy
+from specbench.costs import Costs, measure_costs, timing_context
 from specbench.prompts import Prompt
 from specbench.results import (
     BASELINE_METHOD,
@@ -61,7 +60,6 @@ from specbench.stats import RunStats, StepRecord
 SPECBENCH, HF_ASSISTED = "specbench", "hf-assisted"
 METHODS = (BASELINE_METHOD, SPECBENCH, HF_ASSISTED)
 HF_POLICY = FIXED_POLICY  # HF's constant num_assistant_tokens schedule is a fixed gamma
-MAX_VERIFY_K = 9  # v(k) is measured for k = 1..MAX_VERIFY_K
 
 
 class SweepError(ValueError):
@@ -333,61 +331,6 @@ def encode_prompt(tokenizer, prompt: Prompt) -> list[int]:
     return list(tokenizer(text)["input_ids"])
 
 
-# ---------------------------------------------------------------------------- costs: c and v(k)
-
-
-@dataclass(frozen=True)
-class Costs:
-    c: float | None  # drafter single-token forward / target single-token forward
-    target_step_seconds: float
-    drafter_step_seconds: float | None
-    verify_cost: dict[int, float]  # k -> t(k tokens) / t(1 token), the target's
-    context_tokens: int  # cache length the forwards ran over
-
-    def as_meta(self) -> dict:
-        meta = asdict(self)
-        meta["verify_cost"] = {str(k): v for k, v in self.verify_cost.items()}
-        return meta
-
-
-@torch.inference_mode()
-def forward_seconds(model, context: list[int], k: int, repeats: int) -> float:
-    """Median wall seconds of one forward over k new tokens with `context` already cached."""
-    device = model_device(model)
-    cache = new_cache(model)
-    model(input_ids=torch.tensor([context], device=device), past_key_values=cache, use_cache=True, logits_to_keep=1)
-    new = torch.tensor([(context * k)[:k]], device=device)  # [1, k] ordinary token ids
-    times = []
-    for _ in range(repeats + 1):  # the first forward is a warm-up
-        start = time.perf_counter()
-        model(input_ids=new, past_key_values=cache, use_cache=True, logits_to_keep=k)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append(time.perf_counter() - start)
-        crop_cache(cache, len(context))
-    return statistics.median(times[1:])
-
-
-def timing_context(prompt_ids: list[int], max_new_tokens: int, limit: int) -> list[int]:
-    """A realistic cache for timing: the prompt, grown to where decoding spends its middle."""
-    length = max(1, min(len(prompt_ids) + max_new_tokens // 2, limit - MAX_VERIFY_K - 1))
-    return (prompt_ids * (length // len(prompt_ids) + 1))[:length]
-
-
-def measure_costs(target, drafter_model, context: list[int], repeats: int) -> Costs:
-    """c from single-token forwards of both models; v(k) for k = 1..9 from the target."""
-    target_times = {k: forward_seconds(target, context, k, repeats) for k in range(1, MAX_VERIFY_K + 1)}
-    t1 = target_times[1]
-    drafter_step = forward_seconds(drafter_model, context, 1, repeats) if drafter_model is not None else None
-    return Costs(
-        c=drafter_step / t1 if drafter_step is not None and t1 > 0 else None,
-        target_step_seconds=t1,
-        drafter_step_seconds=drafter_step,
-        verify_cost={k: t / t1 if t1 > 0 else 0.0 for k, t in target_times.items()},
-        context_tokens=len(context),
-    )
-
-
 # ---------------------------------------------------------------------------- rows (pure)
 
 
@@ -646,7 +589,7 @@ def sweep(
     todo = pending_runs(plan, done_rows)
     runner = SweepRunner(target, drafter_model, tokenizer, config, eos_ids)
     if old_meta.get("costs"):
-        costs = _costs_from_meta(old_meta["costs"])
+        costs = Costs.from_meta(old_meta["costs"])
     else:
         status("measuring c and the verify cost curve v(k)")
         costs = runner.costs(prompts[0])
@@ -676,13 +619,3 @@ def sweep(
     meta["finished"] = True
     write_meta(out_dir, meta)
     return SweepResult(out_dir, written, len(plan) - len(todo), costs)
-
-
-def _costs_from_meta(raw: dict) -> Costs:
-    return Costs(
-        c=raw.get("c"),
-        target_step_seconds=raw.get("target_step_seconds", 0.0),
-        drafter_step_seconds=raw.get("drafter_step_seconds"),
-        verify_cost={int(k): float(v) for k, v in (raw.get("verify_cost") or {}).items()},
-        context_tokens=raw.get("context_tokens", 0),
-    )

@@ -449,7 +449,7 @@ def make_policy(
     egag's lower end and heuristic's floor. egag_beta is egag's EMA weight; threshold is the
     stop policies' threshold (default DEFAULT_THRESHOLDS). A policy ignores the arguments it
     does not use, but every argument is checked, so a bad value fails whatever the policy.
-    costs (anything with .c and .verify_cost, e.g. bench.Costs) is required by "cost".
+    costs (anything with .c and .verify_cost, e.g. costs.Costs) is required by "cost".
     """
     _check_gamma("gamma", gamma)
     _check_range(gamma_min, gamma_max)

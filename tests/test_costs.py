@@ -1,0 +1,20 @@
+"""costs.py: c and v(k) are measured, and cached per key without half-written files."""
+
+from specbench.costs import Costs, load_cached, measure_costs, save_cached
+from conftest import tiny_model
+
+
+def test_measure_costs_on_tiny_models():
+    target, drafter = tiny_model(0, layers=2, hidden=32), tiny_model(1, layers=1, hidden=16)
+    costs = measure_costs(target, drafter, list(range(1, 20)), repeats=2, max_k=4)
+    assert sorted(costs.verify_cost) == [1, 2, 3, 4] and costs.verify_cost[1] == 1.0
+    assert costs.c is not None and costs.c > 0 and costs.target_step_seconds > 0
+    assert measure_costs(target, None, [1, 2, 3], repeats=1, max_k=2).c is None
+
+
+def test_cached_costs_round_trip_and_key_mismatch(tmp_path):
+    costs = Costs(c=0.21, target_step_seconds=0.3, drafter_step_seconds=0.063, verify_cost={1: 1.0, 2: 1.6}, context_tokens=80)
+    save_cached(tmp_path, "pair A float32", costs)
+    assert load_cached(tmp_path, "pair A float32") == costs
+    assert load_cached(tmp_path, "pair B float32") is None
+    assert not list(tmp_path.glob("*.tmp"))

@@ -1,12 +1,38 @@
 """The `specbench` command line: parse, build configs, call the library, render.
 
 No torch logic lives here. User errors are one line on stderr and a non-zero exit.
+Modules that import torch (models, decode, bench, ...) are imported inside the commands,
+so that `--help`, `models`, `trace` and `plot` start fast.
 """
 
 from __future__ import annotations
 
+import json as _json
+import sys as _sys
+from dataclasses import dataclass as _dataclass
+from dataclasses import replace as _replace
+from datetime import datetime as _datetime
+from pathlib import Path
+from typing import Annotated
+
 import typer
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from specbench import defaults
+from specbench import prompts as prompt_sets
+from specbench import results as sweep_results
+from specbench import trace as tracing
 
 app = typer.Typer(
     name="specbench",
@@ -27,18 +53,6 @@ def fail(message: str, code: int = 2) -> None:
 
 # ---------------------------------------------------------------------------- generate, models
 
-# Imports for this section stay here so that it is self-contained; torch-heavy modules
-# (models, decode, sampling, gamma) load inside the commands, so `--help` and `models` stay fast.
-import json as _json  # noqa: E402
-from dataclasses import replace as _replace  # noqa: E402
-from typing import Annotated  # noqa: E402
-
-from rich.progress import BarColumn, DownloadColumn, SpinnerColumn, TextColumn, TimeElapsedColumn  # noqa: E402
-from rich.progress import Progress as _Progress  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from specbench import defaults  # noqa: E402  (standard library only: no torch)
-
 
 class _BytesColumn(DownloadColumn):
     """Bytes done / total for byte-counted tasks (assembling); blank for one-step tasks."""
@@ -49,9 +63,9 @@ class _BytesColumn(DownloadColumn):
         return super().render(task)
 
 
-def _loading_progress() -> _Progress:
+def _loading_progress() -> Progress:
     """Progress on stderr while models load (assembling, dequantizing, caching on first use)."""
-    return _Progress(
+    return Progress(
         SpinnerColumn(),
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
@@ -134,6 +148,13 @@ def generate_command(
     dtype: Annotated[str, typer.Option("--dtype", help="Target weights: float32, bfloat16 or float16.")] = defaults.DEFAULT_DTYPE,
     draft_dtype: Annotated[str, typer.Option("--draft-dtype", help="Drafter weights: float32, bfloat16 or float16.")] = defaults.DEFAULT_DRAFT_DTYPE,
     device: Annotated[str, typer.Option("--device", help="cpu, cuda, mps, or auto (accelerate spreads the target).")] = "cpu",
+    gamma_min: Annotated[int, typer.Option("--gamma-min", help="egag: the smallest gamma; heuristic: its floor.")] = 1,
+    gamma_max: Annotated[int | None, typer.Option("--gamma-max", help="Adaptive policies' largest gamma (default: --gamma).", show_default=False)] = None,
+    egag_beta: Annotated[float, typer.Option("--egag-beta", help="egag: EMA weight of the previous confidence, in [0, 1).")] = 0.0,
+    threshold: Annotated[float | None, typer.Option("--threshold", help="entropy-stop: max normalized entropy; confidence-stop: min top probability.", show_default=False)] = None,
+    kernels: Annotated[str, typer.Option("--kernels", help="default, or onednn: faster multi-token CPU verify (fp32 Linear layers).")] = "default",
+    trace: Annotated[bool, typer.Option("--trace", help="Show every round: drafts, q, p, accept/reject, the emitted token.")] = False,
+    trace_out: Annotated[Path | None, typer.Option("--trace-out", help="Save the rounds as JSONL for `specbench trace FILE`.", show_default=False)] = None,
 ) -> None:
     """Generate text with speculative decoding, streaming it as the target accepts tokens."""
     from specbench import models
@@ -141,37 +162,59 @@ def generate_command(
     from specbench.gamma import make_policy
     from specbench.sampling import SamplingConfig
 
+    def build_policy(costs=None):
+        return make_policy(gamma_policy, gamma, gamma_min=gamma_min, gamma_max=gamma_max, egag_beta=egag_beta, threshold=threshold, costs=costs)
+
     # 1. everything that can be checked before minutes of model loading
     if not prompt.strip():
         fail("the prompt is empty")
+    if trace and as_json:
+        fail("--trace and --json both want the terminal; save the trace with --trace-out instead")
     try:
         sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
         config = GenerationConfig(max_new_tokens=max_new_tokens, sampling=sampling, seed=seed)
-        policy = make_policy(gamma_policy, gamma)
+        policy = build_policy(_STAND_IN_COSTS if gamma_policy == "cost" else None)
         pair_config = models.PairConfig(target=target, drafter=drafter, dtype=dtype, draft_dtype=draft_dtype, device=device)
         models.validate_pair_config(pair_config)
+        _check_kernels(kernels)
     except (ValueError, models.ModelError) as exc:
         fail(str(exc))
 
-    # 2. models, then the prompt
+    # 2. models (with the chosen kernels), then the prompt, then the cost policy's costs
     pair = load_pair_with_progress(pair_config)
+    _apply_kernels(pair, kernels)
     try:
         prompt_ids = models.encode_prompt(pair.tokenizer, prompt, raw=raw)
         models.check_prompt_fits(prompt_ids, pair.context_limit)
     except models.PromptError as exc:
         fail(str(exc))
     config = _replace(config, eos_token_ids=pair.eos_token_ids)
+    if gamma_policy == "cost":
+        try:
+            policy = build_policy(_pair_costs(pair, pair_config, kernels, prompt_ids, max_new_tokens))
+        except ValueError as exc:
+            fail(str(exc))
 
-    # 3. generate, streaming unless --json
+    # 3. generate, streaming unless --json or --trace
     stream = models.TextStream(pair.tokenizer)
-    on_tokens = None if as_json else (lambda tokens: console.out(stream.push(tokens), end="", highlight=False))
+    on_tokens = None if (as_json or trace) else (lambda tokens: console.out(stream.push(tokens), end="", highlight=False))
+    tracer, writer = _tracers(trace, trace_out, pair, prompt, settings=dict(gamma=gamma, policy=gamma_policy, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens))
+    on_step = tracing.tee(tracer and tracer.on_step, writer and writer.on_step)
     try:
-        result = models.run_generation(pair, prompt_ids, config, policy, on_tokens=on_tokens)
+        result = models.run_generation(pair, prompt_ids, config, policy, on_tokens=on_tokens, on_step=on_step)
     except KeyboardInterrupt:
+        if writer is not None:
+            writer.close()  # a partial trace still replays
         err_console.print("\ninterrupted", highlight=False)
         raise typer.Exit(130)
     except models.PromptError as exc:
         fail(str(exc))
+    if writer is not None:
+        writer.close(result.stats)
+        err_console.print(f"[dim]trace saved to {trace_out}; replay it with `specbench trace {trace_out}`[/]", highlight=False, soft_wrap=True)
+    if tracer is not None:
+        tracer.finish(result.stats)
+        return
 
     # 4. the ending
     if as_json:
@@ -180,6 +223,62 @@ def generate_command(
         return
     console.out(stream.finish(), highlight=False)  # whatever was held back, then a newline
     err_console.print(f"[dim]{_summary_line(result, pair)}[/]", highlight=False, soft_wrap=True)
+
+
+# a syntactically complete costs object, so that `--gamma-policy cost` arguments are checked
+# before the models load; the real costs are measured (or read from the cache) after loading
+_STAND_IN_COSTS = type("StandInCosts", (), {"c": 0.1, "verify_cost": {1: 1.0, 2: 1.0}})()
+
+
+def _check_kernels(kernels: str) -> None:
+    from specbench.kernels import KERNELS
+
+    if kernels not in KERNELS:
+        raise ValueError(f"unknown kernels {kernels!r}; choose from {', '.join(KERNELS)}")
+
+
+def _apply_kernels(pair, kernels: str) -> None:
+    """Swap the Linear kernels of both models (fp32 CPU layers only; others are left alone)."""
+    from specbench.kernels import use_kernels
+
+    try:
+        use_kernels(pair.target.model, kernels)
+        if pair.drafter_model is not None:
+            use_kernels(pair.drafter_model.model, kernels)
+    except ValueError as exc:
+        fail(str(exc))
+
+
+def _pair_costs(pair, pair_config, kernels: str, prompt_ids: list[int], max_new_tokens: int):
+    """c and v(k) for the cost policy: from the cache folder, or measured once (seconds)."""
+    import torch
+
+    from specbench.costs import costs_for, timing_context
+
+    drafter_model = pair.drafter_model.model if pair.drafter_model is not None else None
+    key = f"{pair.target.name}|{pair_config.dtype}|{_drafter_label(pair)}|{pair_config.draft_dtype}|{pair_config.device}|{kernels}|threads={torch.get_num_threads()}"
+    context = timing_context(prompt_ids, max_new_tokens, pair.context_limit)
+    with err_console.status("measuring the drafter and verify costs for the cost policy (once per model pair)"):
+        costs, cached = costs_for(pair.target.model, drafter_model, key, context, defaults.cache_root() / "costs")
+    if costs.c is None:
+        costs = _replace(costs, c=0.0)  # a model-free drafter runs no forward pass
+    err_console.print(f"[dim]costs{' (cached)' if cached else ''}: c = {costs.c:.3f}, v(k) = " + " ".join(f"{v:.2f}" for v in costs.verify_cost.values()) + "[/]", highlight=False, soft_wrap=True)
+    return costs
+
+
+def _tracers(trace: bool, trace_out, pair, prompt: str, settings: dict):
+    """The live tracer (--trace) and the JSONL writer (--trace-out), either may be None."""
+    tokenizer = pair.tokenizer
+    token_text = lambda token: tokenizer.decode([token])  # noqa: E731
+    header = {"prompt": prompt, "target": pair.target.name, "drafter": _drafter_label(pair), **settings}
+    writer = None
+    if trace_out is not None:
+        try:
+            writer = tracing.TraceWriter(trace_out, token_text, header)
+        except tracing.TraceFileError as exc:
+            fail(str(exc))
+    tracer = tracing.live_tracer(console, token_text, header) if trace else None
+    return tracer, writer
 
 
 def _size(n: int) -> str:
@@ -220,14 +319,9 @@ def clear_cache_command() -> None:
         console.print(f"nothing cached in {where}", highlight=False, soft_wrap=True)
 
 
-
 # ---------------------------------------------------------------------------- trace
 
 # Imported here, not at the top, so this section stays self-contained while others edit above.
-from pathlib import Path  # noqa: E402
-from typing import Annotated  # noqa: E402
-
-from specbench import trace as tracing  # noqa: E402  (rich only: no torch)
 
 
 @app.command("trace")
@@ -246,17 +340,6 @@ def trace_command(
 
 # Imports for this section stay here so that it is self-contained; results and prompts use only
 # the standard library, and the torch-heavy modules load inside the sweep command.
-import sys as _sys  # noqa: E402
-from dataclasses import dataclass as _dataclass  # noqa: E402
-from datetime import datetime as _datetime  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Annotated  # noqa: E402
-
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from specbench import prompts as prompt_sets  # noqa: E402
-from specbench import results as sweep_results  # noqa: E402
 
 
 @_dataclass

@@ -115,3 +115,13 @@ def save_cached(folder: Path, key: str, costs: Costs) -> None:
 
 def _slug(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def costs_for(target, drafter_model, key: str, context: list[int], folder: Path, max_k: int = MAX_VERIFY_K, repeats: int = 3) -> tuple[Costs, bool]:
+    """Cached costs for `key`, else measured now and cached; returns (costs, were they cached)."""
+    cached = load_cached(folder, key)
+    if cached is not None and max(cached.verify_cost, default=0) >= max_k:
+        return cached, True
+    costs = measure_costs(target, drafter_model, context, repeats, max_k)
+    save_cached(folder, key, costs)
+    return costs, False

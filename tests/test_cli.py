@@ -100,6 +100,45 @@ def test_gamma_policy_option(tiny):
     assert out["gamma_policy"] == "heuristic" and out["stats"]["new_tokens"] >= 1
 
 
+def test_trace_shows_rounds_and_trace_out_replays_the_same(tiny, tmp_path):
+    """--trace renders every round live; --trace-out saves them, and `specbench trace FILE`
+    replays the same rounds without loading any model."""
+    path = tmp_path / "run.jsonl"
+    live = run("generate", "write a sorting function", "--target", tiny["target"], "--drafter", tiny["drafter"],
+               "--max-new-tokens", "12", "--gamma", "3", "--trace", "--trace-out", path)
+    assert live.exit_code == 0, live.output
+    assert "round 1" in live.stdout and "summary" in live.stdout and "acceptance rate" in live.stdout
+    replay = run("trace", path)
+    assert replay.exit_code == 0, replay.output
+    rounds = lambda text: [line for line in text.splitlines() if line.startswith("round ")]  # noqa: E731
+    assert rounds(replay.stdout) == rounds(live.stdout) and rounds(live.stdout)
+
+
+def test_adaptive_policy_knobs_reach_the_policy(tiny):
+    out = generate_json(tiny, "--drafter", tiny["drafter"], "--gamma-policy", "egag", "--gamma-min", "2", "--gamma-max", "5", "--max-new-tokens", "16")
+    plain = generate_json(tiny, "--drafter", "none", "--max-new-tokens", "16")
+    assert out["token_ids"] == plain["token_ids"] and out["stats"]["drafted"] >= 2
+
+
+def test_cost_policy_measures_costs_once_then_reads_the_cache(tiny):
+    first = run("generate", "write a sorting function", "--target", tiny["target"], "--drafter", tiny["drafter"], "--gamma-policy", "cost", "--max-new-tokens", "8", "--json")
+    assert first.exit_code == 0, first.output
+    assert "costs: c =" in first.stderr and "(cached)" not in first.stderr
+    second = run("generate", "write a sorting function", "--target", tiny["target"], "--drafter", tiny["drafter"], "--gamma-policy", "cost", "--max-new-tokens", "8", "--json")
+    assert "costs (cached): c =" in second.stderr
+    assert json.loads(first.stdout)["token_ids"] == json.loads(second.stdout)["token_ids"]
+
+
+def test_onednn_kernels_keep_greedy_output(tiny):
+    from specbench.kernels import onednn_available
+
+    if not onednn_available():
+        pytest.skip("no oneDNN in this torch build")
+    fast = generate_json(tiny, "--drafter", tiny["drafter"], "--kernels", "onednn", "--max-new-tokens", "24")
+    plain = generate_json(tiny, "--drafter", "none", "--max-new-tokens", "24")
+    assert fast["token_ids"] == plain["token_ids"]
+
+
 def test_raw_skips_the_chat_template(tiny):
     chat = generate_json(tiny, "--drafter", "none", "--max-new-tokens", "2")
     raw = generate_json(tiny, "--drafter", "none", "--max-new-tokens", "2", "--raw")
@@ -159,6 +198,11 @@ def test_device_auto_runs_on_this_machine(tiny):
         (["hi", "--drafter", "./no-such-drafter"], "no such model file or folder: ./no-such-drafter"),
         (["hi", "--dtype", "int3"], "unknown dtype 'int3'"),
         (["hi", "--device", "tpu"], "unknown device 'tpu'"),
+        (["hi", "--kernels", "fast"], "unknown kernels 'fast'"),
+        (["hi", "--gamma-policy", "egag", "--gamma-min", "5", "--gamma-max", "3"], "gamma-min (5) must not exceed gamma-max (3)"),
+        (["hi", "--gamma-policy", "egag", "--egag-beta", "1.5"], "egag-beta must be in [0, 1)"),
+        (["hi", "--gamma-policy", "entropy-stop", "--threshold", "2"], "threshold must be in (0, 1)"),
+        (["hi", "--trace", "--json"], "--trace and --json"),
     ],
 )
 def test_bad_input_is_one_line_on_stderr(tiny, args, message):

@@ -37,6 +37,7 @@ from specbench import __version__
 from specbench.decode import GenerationConfig, context_limit, model_device, plain_generate, speculative_generate
 from specbench.drafters import DRAFTERS, make_drafter
 from specbench.gamma import POLICIES, make_policy
+from specbench.kernels import KERNELS
 from specbench.costs import Costs, measure_costs, timing_context
 from specbench.prompts import Prompt
 from specbench.results import (
@@ -79,6 +80,7 @@ class SweepConfig:
     steps: bool = False  # also write every StepRecord to steps.jsonl
     timing_repeats: int = 5  # timed forwards per point of c and v(k); the median counts
     warmup_tokens: int = 16  # length of the untimed warm-up generation
+    kernels: str = "default"  # Linear kernels of both models (kernels.KERNELS); all methods share them
 
     def __post_init__(self) -> None:
         if not self.gammas or min(self.gammas) < 1:
@@ -92,6 +94,8 @@ class SweepConfig:
         if self.timing_repeats < 1:
             raise SweepError(f"timing repeats must be >= 1, got {self.timing_repeats}")
         _check_names(self.drafters, DRAFTERS, "drafter")
+        if self.kernels not in KERNELS:
+            raise SweepError(f"unknown kernels {self.kernels!r}; choose from {', '.join(KERNELS)}")
         _check_names(self.policies, POLICIES, "gamma policy")
 
 
@@ -501,7 +505,7 @@ def prepare_out_dir(out_dir: Path, resume: bool) -> list[dict]:
 
 def check_resume_meta(meta: dict, fresh: dict) -> None:
     """A resumed sweep must measure what the interrupted one measured."""
-    for key in ("target", "drafter_model", "temperature", "max_new_tokens", "seed"):
+    for key in ("target", "drafter_model", "temperature", "max_new_tokens", "seed", "kernels"):
         if key in meta.get("sweep", {}) and meta["sweep"][key] != fresh["sweep"].get(key):
             raise SweepError(f"cannot resume: {key} was {meta['sweep'][key]!r} in that sweep, now {fresh['sweep'].get(key)!r}")
 

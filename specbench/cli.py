@@ -182,7 +182,7 @@ def generate_command(
 
     # 2. models (with the chosen kernels), then the prompt, then the cost policy's costs
     pair = load_pair_with_progress(pair_config)
-    _apply_kernels(pair, kernels)
+    _apply_kernels(kernels, pair.target.model, pair.drafter_model and pair.drafter_model.model)
     try:
         prompt_ids = models.encode_prompt(pair.tokenizer, prompt, raw=raw)
         models.check_prompt_fits(prompt_ids, pair.context_limit)
@@ -237,14 +237,14 @@ def _check_kernels(kernels: str) -> None:
         raise ValueError(f"unknown kernels {kernels!r}; choose from {', '.join(KERNELS)}")
 
 
-def _apply_kernels(pair, kernels: str) -> None:
-    """Swap the Linear kernels of both models (fp32 CPU layers only; others are left alone)."""
+def _apply_kernels(kernels: str, *models) -> None:
+    """Swap the Linear kernels of the models (fp32 CPU layers only; others are left alone)."""
     from specbench.kernels import use_kernels
 
     try:
-        use_kernels(pair.target.model, kernels)
-        if pair.drafter_model is not None:
-            use_kernels(pair.drafter_model.model, kernels)
+        for model in models:
+            if model is not None:
+                use_kernels(model, kernels)
     except ValueError as exc:
         fail(str(exc))
 
@@ -451,6 +451,7 @@ def sweep_command(
     dtype: Annotated[str | None, typer.Option("--dtype", help="Target weights dtype (default: the pair's).", show_default=False)] = None,
     draft_dtype: Annotated[str | None, typer.Option("--draft-dtype", help="Drafter weights dtype (default: the pair's).", show_default=False)] = None,
     device: Annotated[str, typer.Option("--device", help="cpu, cuda, mps or auto.")] = "cpu",
+    kernels: Annotated[str, typer.Option("--kernels", help="default, or onednn: faster multi-token CPU forwards, for every method alike.")] = "default",
 ) -> None:
     """Benchmark drafters, gamma policies and gammas against plain decoding; write results/NAME."""
     from specbench import bench
@@ -468,6 +469,7 @@ def sweep_command(
             hf_assisted=hf_assisted,
             steps=steps,
             timing_repeats=timing_repeats,
+            kernels=kernels,
         )
         prompt_list = prompt_sets.load_prompts(prompts, category or ())
     except (sweep_results.GammaRangeError, bench.SweepError, prompt_sets.PromptError) as exc:
@@ -480,6 +482,7 @@ def sweep_command(
         loaded = load_sweep_models(target, drafter_model if need_drafter else None, dtype=dtype, draft_dtype=draft_dtype, device=device)
     except (ValueError, OSError) as exc:  # SweepModelError included
         fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    _apply_kernels(kernels, loaded.target, loaded.drafter_model)
     _run_sweep(bench, loaded, prompt_list, config, out_dir, resume=resume, prompts_source=prompts)
 
 

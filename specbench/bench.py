@@ -61,6 +61,10 @@ from specbench.stats import RunStats, StepRecord
 SPECBENCH, HF_ASSISTED = "specbench", "hf-assisted"
 METHODS = (BASELINE_METHOD, SPECBENCH, HF_ASSISTED)
 HF_POLICY = FIXED_POLICY  # HF's constant num_assistant_tokens schedule is a fixed gamma
+HF_DEFAULTS_POLICY = "hf-defaults"  # HF as it comes: 20 drafts, confidence threshold 0.4 (adjusted online)
+# transformers' own defaults (GenerationConfig._get_default_generation_params in 5.x), pinned
+# here so that a drafter's generation_config.json cannot change what "HF's defaults" means
+HF_DEFAULTS = {"num_assistant_tokens": 20, "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.4}
 
 
 class SweepError(ValueError):
@@ -143,6 +147,8 @@ def plan_runs(config: SweepConfig, prompts: list[Prompt], *, has_drafter_model: 
                         plan.append(PlannedRun(SPECBENCH, drafter, policy, gamma, config.temperature, prompt, repeat))
                 if config.hf_assisted and has_drafter_model:
                     plan.append(PlannedRun(HF_ASSISTED, MODEL_DRAFTER, HF_POLICY, gamma, config.temperature, prompt, repeat))
+            if config.hf_assisted and has_drafter_model:  # and once as users get it: no gamma of ours
+                plan.append(PlannedRun(HF_ASSISTED, MODEL_DRAFTER, HF_DEFAULTS_POLICY, None, config.temperature, prompt, repeat))
     return plan
 
 
@@ -239,18 +245,19 @@ def _hf_generation_config(gen: GenerationConfig):
     return HFGenerationConfig(**options)
 
 
-def _assistant_settings(drafter_model, gamma: int):
-    """A copy of the drafter's generation_config asking HF for exactly gamma drafts a round:
-    constant schedule, and no confidence threshold that would stop a draft early."""
+def _assistant_settings(drafter_model, gamma: int | None):
+    """A copy of the drafter's generation_config asking HF for exactly gamma drafts a round
+    (constant schedule, no confidence threshold to stop a draft early), or, for gamma None,
+    HF's defaults. A copy, because HF adjusts the threshold in place as it goes."""
     settings = copy.deepcopy(drafter_model.generation_config)
-    settings.num_assistant_tokens = gamma
-    settings.num_assistant_tokens_schedule = "constant"
-    settings.assistant_confidence_threshold = 0.0
+    chosen = HF_DEFAULTS if gamma is None else {"num_assistant_tokens": gamma, "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0}
+    for name, value in chosen.items():
+        setattr(settings, name, value)
     return settings
 
 
 @torch.inference_mode()
-def measure_hf_assisted(target, drafter_model, prompt_ids: list[int], gen: GenerationConfig, gamma: int) -> Measurement:
+def measure_hf_assisted(target, drafter_model, prompt_ids: list[int], gen: GenerationConfig, gamma: int | None) -> Measurement:
     """HF's assisted generation, timed and counted like specbench's own runs.
 
     Timing: HF has no separate first-target pass (its first round drafts from the prompt and

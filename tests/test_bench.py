@@ -98,13 +98,31 @@ def test_plan_interleaves_methods_per_prompt():
     drift hits all methods alike and every speedup has its baseline already measured."""
     config = SweepConfig(gammas=(1, 3), drafters=("model", "ngram"), policies=("fixed",), repeats=2)
     plan = plan_runs(config, PROMPTS)
-    per_prompt = 1 + 2 * (2 * 1 + 1)  # plain + gammas x (drafters x policies + hf-assisted)
+    per_prompt = 1 + 2 * (2 * 1 + 1) + 1  # plain + gammas x (drafters x policies + hf-assisted) + HF's defaults
     assert len(plan) == 2 * len(PROMPTS) * per_prompt
     for start in range(0, len(plan), per_prompt):
         block = plan[start : start + per_prompt]
         assert block[0].method == "plain"
         assert {(r.prompt.id, r.repeat) for r in block} == {(block[0].prompt.id, block[0].repeat)}
     assert len({r.key for r in plan}) == len(plan)
+
+
+def test_hf_defaults_run_uses_transformers_defaults(close_pair, tokenizer, tmp_path):
+    """Issue 7 compares against HF assisted generation as users get it: once per prompt, with
+    HF's own defaults (20 drafts, confidence threshold 0.4), and no gamma of ours; greedy
+    output still equals plain decoding."""
+    from specbench.bench import HF_DEFAULTS, _assistant_settings
+
+    before = close_pair[1].generation_config.to_dict()
+    config = SweepConfig(gammas=(2,), **{k: v for k, v in FAST.items() if k != "gammas"})
+    rows = read_rows(run_sweep(close_pair, tokenizer, tmp_path / "hf", config).out_dir / "runs.csv")
+    hf = [r for r in rows if r["policy"] == "hf-defaults"]
+    assert len(hf) == len(PROMPTS) and all(r["method"] == "hf-assisted" and r["gamma"] == "" for r in hf)
+    assert all(r["identical_to_baseline"] == "true" for r in hf)
+    assert close_pair[1].generation_config.to_dict() == before  # HF's in-place threshold tuning hit a copy
+
+    settings = _assistant_settings(close_pair[1], None)
+    assert {k: getattr(settings, k) for k in HF_DEFAULTS} == HF_DEFAULTS
 
 
 def test_plan_without_drafter_model_skips_hf_assisted():
@@ -324,6 +342,6 @@ def test_sweep_command_loads_local_folders(close_pair, tokenizer, tmp_path):
     result = CliRunner().invoke(cli.app, args)
     assert result.exit_code == 0, result.output
     rows = read_rows(out / "runs.csv")
-    assert [r["method"] for r in rows] == ["plain", "specbench", "hf-assisted"]
+    assert [(r["method"], r["policy"]) for r in rows] == [("plain", ""), ("specbench", "fixed"), ("hf-assisted", "fixed"), ("hf-assisted", "hf-defaults")]
     meta = json.loads((out / "meta.json").read_text())
     assert meta["models"]["target"]["name"] == "target" and meta["models"]["drafter"]["name"] == "drafter"

@@ -16,6 +16,7 @@ knows nothing about the command line: progress goes through a callback.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,6 +134,7 @@ class LoadedModel:
     tokenizer: object | None  # None only for a drafter saved without one
     spec: ModelSpec
     name: str  # what to call it in output
+    tokenizer_digest: str | None = None  # sha256 of its local tokenizer files (None: not local)
 
 
 Progress = defaults.Progress
@@ -146,11 +148,13 @@ def load_model(
     device: str = "cpu",
     progress: Progress = defaults._no_progress,
     require_tokenizer: bool = True,
+    share_tokenizer_with: LoadedModel | None = None,
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer from a spec. role is "target" or "drafter".
 
     device "auto" spreads the model with accelerate (device_map="auto"); other devices load
-    the whole model there.
+    the whole model there. share_tokenizer_with: a model whose tokenizer is reused when its
+    tokenizer files are byte-identical to this one's (the default pair's are; it saves ~1.5 s).
     """
     torch_dtype = parse_dtype(dtype)
     check_device(device)
@@ -158,9 +162,14 @@ def load_model(
     task = f"loading {role} {name} ({dtype})"
     progress(task, 0, None)
     model = _load_weights(folder, kwargs, torch_dtype, device, role, name)
-    tokenizer = _load_tokenizer(folder, kwargs, role, name, required=require_tokenizer)
+    digest = tokenizer_digest(folder) if "gguf_file" not in kwargs else None
+    shared = share_tokenizer_with
+    if shared is not None and digest is not None and shared.tokenizer_digest == digest:
+        tokenizer = shared.tokenizer
+    else:
+        tokenizer = _load_tokenizer(folder, kwargs, role, name, required=require_tokenizer)
     progress(task, 1, 1)
-    return LoadedModel(model, tokenizer, spec, name)
+    return LoadedModel(model, tokenizer, spec, name, digest)
 
 
 def _locate(spec: ModelSpec, role: str, progress: Progress) -> tuple[str, dict, str]:
@@ -219,8 +228,22 @@ def _load_tokenizer(folder: str, kwargs: dict, role: str, name: str, required: b
     return tokenizer
 
 
+def tokenizer_digest(folder: str) -> str | None:
+    """sha256 over a local folder's tokenizer files; None if it is not a local folder or has none."""
+    local = Path(folder)
+    if not local.is_dir():
+        return None
+    digest, found = hashlib.sha256(), False
+    for name in (*TOKENIZER_FILES, "special_tokens_map.json", "added_tokens.json", "merges.txt", "chat_template.jinja"):
+        path = local / name
+        if path.is_file():
+            digest.update(name.encode() + b"\0" + path.read_bytes())
+            found = True
+    return digest.hexdigest() if found else None
+
+
 def _first_line(error: Exception, kwargs: dict) -> str:
-    if kwargs.get("local_files_only"):
+    if kwargs.get("local_files_only") and isinstance(error, OSError):
         return "not in the local Hugging Face cache (specbench never downloads; set HF_HOME or give a local folder)"
     text = str(error).strip().splitlines()
     return text[0] if text else type(error).__name__
@@ -271,6 +294,8 @@ def check_vocab(target: LoadedModel, drafter: LoadedModel) -> None:
     t_width, d_width = output_vocab_size(target.model), output_vocab_size(drafter.model)
     if t_width != d_width:
         raise VocabMismatch(f"vocabularies differ: the target {target.name} scores {t_width} token ids, the drafter {drafter.name} {d_width}")
+    if drafter.tokenizer is target.tokenizer:
+        return  # one tokenizer, shared because its files are identical
     if drafter.tokenizer is None or target.tokenizer is None:
         t_eos, d_eos = target.model.config.eos_token_id, drafter.model.config.eos_token_id
         if t_eos != d_eos:
@@ -368,6 +393,7 @@ def load_pair(config: PairConfig, progress: Progress = defaults._no_progress) ->
         device=device,
         progress=progress,
         require_tokenizer=False,
+        share_tokenizer_with=target,
     )
     check_vocab(target, drafter)
     return LoadedPair(target, drafter, "model")

@@ -168,6 +168,15 @@ def test_load_pair_with_a_model_free_drafter_loads_no_drafter(folders):
     assert models.load_pair(models.PairConfig(target=str(folders["target"]), drafter="none")).new_drafter() is None
 
 
+def test_identical_tokenizer_files_share_one_tokenizer(folders):
+    """The default pair's tokenizers are byte-identical: load (and compare) one, not two."""
+    pair = models.load_pair(models.PairConfig(target=str(folders["target"]), drafter=str(folders["drafter"])))
+    assert pair.drafter_model.tokenizer is pair.target.tokenizer
+    assert pair.target.tokenizer_digest == models.tokenizer_digest(str(folders["drafter"]))
+    assert models.tokenizer_digest(str(folders["swapped"])) != pair.target.tokenizer_digest
+    assert models.tokenizer_digest(str(folders["no_tokenizer"])) is None
+
+
 def test_load_pair_refuses_a_mismatched_drafter(folders):
     config = models.PairConfig(target=str(folders["target"]), drafter=str(folders["swapped"]))
     with pytest.raises(models.VocabMismatch):

@@ -241,8 +241,9 @@ def test_vocabulary_mismatch_says_where(tiny):
 
 
 def test_a_hub_id_that_is_not_cached(tiny, tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
     result = run("generate", "hi", "--target", "nobody/no-such-model", "--drafter", "none")
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines() == [

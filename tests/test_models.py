@@ -89,10 +89,31 @@ def test_dtype_and_device_errors():
             models.check_device("cuda:1")
 
 
+def hub_cache(tmp_path, monkeypatch) -> Path:
+    """An empty Hugging Face hub cache (huggingface_hub reads its location at import time)."""
+    import huggingface_hub.constants
+
+    cache = tmp_path / "hf" / "hub"
+    cache.mkdir(parents=True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    return cache
+
+
+def test_hub_id_loads_from_the_local_cache(tmp_path, monkeypatch):
+    """A hub id resolves offline to the snapshot already in the local Hugging Face cache."""
+    repo = hub_cache(tmp_path, monkeypatch) / "models--tiny-org--tiny-model"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    save_tiny(repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    loaded = models.load_model(models.parse_model_spec("tiny-org/tiny-model"), role="target", dtype="float32")
+    assert loaded.name == "tiny-org/tiny-model" and loaded.tokenizer.eos_token == EOS
+    assert torch.equal(loaded.model.lm_head.weight, tiny_model(0).lm_head.weight)
+
+
 def test_hub_id_missing_from_local_cache_is_one_clear_line(tmp_path, monkeypatch):
     """Offline: a hub id that is not cached must fail fast, saying specbench never downloads."""
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub_cache(tmp_path, monkeypatch)
     with pytest.raises(models.ModelError, match="not in the local Hugging Face cache") as info:
         models.load_model(models.ModelSpec("hub", "nobody/no-such-model"), role="target", dtype="float32")
     assert "\n" not in str(info.value)

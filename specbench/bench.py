@@ -84,7 +84,7 @@ class SweepConfig:
     steps: bool = False  # also write every StepRecord to steps.jsonl
     timing_repeats: int = 5  # timed forwards per point of c and v(k); the median counts
     warmup_tokens: int = 16  # length of the untimed warm-up generation
-    kernels: str = "default"  # Linear kernels of both models (kernels.KERNELS); all methods share them
+    kernels: str = "auto"  # Linear kernels of both models (kernels.KERNELS); all methods share them
 
     def __post_init__(self) -> None:
         if not self.gammas or min(self.gammas) < 1:

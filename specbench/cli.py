@@ -152,7 +152,7 @@ def generate_command(
     gamma_max: Annotated[int | None, typer.Option("--gamma-max", help="Adaptive policies' largest gamma (default: --gamma).", show_default=False)] = None,
     egag_beta: Annotated[float, typer.Option("--egag-beta", help="egag: EMA weight of the previous confidence, in [0, 1).")] = 0.0,
     threshold: Annotated[float | None, typer.Option("--threshold", help="entropy-stop: max normalized entropy; confidence-stop: min top probability.", show_default=False)] = None,
-    kernels: Annotated[str, typer.Option("--kernels", help="default, or onednn: faster multi-token CPU verify (fp32 Linear layers).")] = "default",
+    kernels: Annotated[str, typer.Option("--kernels", help="auto (onednn when available), onednn (faster multi-token CPU forwards of fp32 layers), or default (PyTorch's).")] = "auto",
     trace: Annotated[bool, typer.Option("--trace", help="Show every round: drafts, q, p, accept/reject, the emitted token.")] = False,
     trace_out: Annotated[Path | None, typer.Option("--trace-out", help="Save the rounds as JSONL for `specbench trace FILE`.", show_default=False)] = None,
 ) -> None:
@@ -451,7 +451,7 @@ def sweep_command(
     dtype: Annotated[str | None, typer.Option("--dtype", help="Target weights dtype (default: the pair's).", show_default=False)] = None,
     draft_dtype: Annotated[str | None, typer.Option("--draft-dtype", help="Drafter weights dtype (default: the pair's).", show_default=False)] = None,
     device: Annotated[str, typer.Option("--device", help="cpu, cuda, mps or auto.")] = "cpu",
-    kernels: Annotated[str, typer.Option("--kernels", help="default, or onednn: faster multi-token CPU forwards, for every method alike.")] = "default",
+    kernels: Annotated[str, typer.Option("--kernels", help="auto (onednn when available), onednn or default; every method runs on the same kernels.")] = "auto",
 ) -> None:
     """Benchmark drafters, gamma policies and gammas against plain decoding; write results/NAME."""
     from specbench import bench

@@ -47,3 +47,20 @@ def test_greedy_parity_speculative_vs_plain(pair):
     assert speculative.stats.accepted > 0, "the 0.5B drafter should agree with the 1.5B target on code"
     assert speculative.stats.target_forwards < plain.stats.target_forwards
     assert "def " in pair.tokenizer.decode(plain.token_ids)
+
+
+def test_greedy_parity_on_the_onednn_kernels(pair):
+    """The default kernels (--kernels auto) on real weights: speculative and plain decoding on
+    oneDNN both give exactly the tokens of plain decoding on PyTorch's own kernels.
+    Runs last: it swaps the target's Linear layers in place."""
+    from specbench.kernels import onednn_available, use_kernels
+
+    if not onednn_available():
+        pytest.skip("no oneDNN in this torch build")
+    prompt_ids = models.encode_prompt(pair.tokenizer, "Explain in two sentences why the sky is blue.")
+    config = GenerationConfig(max_new_tokens=NEW_TOKENS, eos_token_ids=pair.eos_token_ids)
+    plain_pair = models.LoadedPair(pair.target, None, models.NONE)
+    reference = models.run_generation(plain_pair, prompt_ids, config, None).token_ids
+    assert use_kernels(pair.target.model, "onednn") > 0
+    assert models.run_generation(plain_pair, prompt_ids, config, None).token_ids == reference
+    assert models.run_generation(pair, prompt_ids, config, make_policy("fixed", 5)).token_ids == reference

@@ -81,6 +81,7 @@ class SweepConfig:
     repeats: int = 1
     seed: int = 0  # repeat r of every method uses seed + r
     hf_assisted: bool = True
+    hf_fixed: bool = True  # hf-assisted also at each gamma (constant schedule), beside its defaults
     steps: bool = False  # also write every StepRecord to steps.jsonl
     timing_repeats: int = 5  # timed forwards per point of c and v(k); the median counts
     warmup_tokens: int = 16  # length of the untimed warm-up generation
@@ -145,7 +146,7 @@ def plan_runs(config: SweepConfig, prompts: list[Prompt], *, has_drafter_model: 
                 for drafter in config.drafters:
                     for policy in config.policies:
                         plan.append(PlannedRun(SPECBENCH, drafter, policy, gamma, config.temperature, prompt, repeat))
-                if config.hf_assisted and has_drafter_model:
+                if config.hf_assisted and config.hf_fixed and has_drafter_model:
                     plan.append(PlannedRun(HF_ASSISTED, MODEL_DRAFTER, HF_POLICY, gamma, config.temperature, prompt, repeat))
             if config.hf_assisted and has_drafter_model:  # and once as users get it: no gamma of ours
                 plan.append(PlannedRun(HF_ASSISTED, MODEL_DRAFTER, HF_DEFAULTS_POLICY, None, config.temperature, prompt, repeat))

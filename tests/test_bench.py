@@ -125,6 +125,12 @@ def test_hf_defaults_run_uses_transformers_defaults(close_pair, tokenizer, tmp_p
     assert {k: getattr(settings, k) for k in HF_DEFAULTS} == HF_DEFAULTS
 
 
+def test_plan_with_hf_defaults_only():
+    config = SweepConfig(gammas=(2, 4), hf_fixed=False)
+    hf = [r for r in plan_runs(config, PROMPTS) if r.method == "hf-assisted"]
+    assert [(r.policy, r.gamma) for r in hf] == [("hf-defaults", None)] * len(PROMPTS)
+
+
 def test_plan_without_drafter_model_skips_hf_assisted():
     config = SweepConfig(gammas=(2,), drafters=("ngram",))
     methods = {r.method for r in plan_runs(config, PROMPTS, has_drafter_model=False)}

@@ -384,13 +384,18 @@ class CostAwareGamma:
 
 
 def _verify_curve(verify_cost: dict[int, float], up_to: int) -> dict[int, float]:
-    """v(1..up_to) relative to v(1), continued linearly past the largest measured k."""
+    """v(1..up_to) relative to v(1), continued linearly past the largest measured k.
+
+    The continuation uses the mean slope from k = 2 to the last measured k, never below 0:
+    single neighbouring points are noisy (a measured v(9) < v(8) must not make longer
+    drafts look cheaper than shorter ones).
+    """
     measured = {int(k): float(v) for k, v in verify_cost.items()}
     if 1 not in measured or 2 not in measured or measured[1] <= 0:
         raise ValueError("verify costs need v(1) > 0 and v(2)")
     v = {k: t / measured[1] for k, t in measured.items()}
     top = max(k for k in range(1, max(v) + 1) if all(j in v for j in range(1, k + 1)))
-    slope = v[top] - v[top - 1]
+    slope = max(0.0, (v[top] - v[2]) / (top - 2)) if top > 2 else 0.0
     for k in range(top + 1, up_to + 1):
         v[k] = v[top] + (k - top) * slope
     return v

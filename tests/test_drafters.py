@@ -205,7 +205,7 @@ def test_rounds_cost_does_not_grow_with_context(make):
     drafter.propose(context, 4, always)
     start = time.perf_counter()
     for i in range(200):
-        draft = drafter.propose(context, 4, always)
+        drafter.propose(context, 4, always)
         drafter.commit(0)
         context = torch.cat([context, torch.tensor([i % 50])])
     assert time.perf_counter() - start < 1.0

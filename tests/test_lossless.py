@@ -8,14 +8,12 @@ joint of tokens (1, 2) with the exact ones; the same test with a deliberately wr
 has the power to catch the bug it exists for.
 """
 
-from collections import Counter
 from itertools import product
 
 import pytest
-import torch
-from scipy.stats import chisquare
 
 import specbench.verify
+from chi_square import pvalues
 from mock_lm import noisy_trigram, random_trigram
 from specbench.decode import GenerationConfig, speculative_generate
 from specbench.drafters import ModelDrafter
@@ -55,33 +53,7 @@ def sample_speculative(target, drafter, sampling, gamma=3, n=SAMPLES):
     return outputs
 
 
-def chi_square_pvalues(outputs, joint) -> dict[str, float]:
-    """p-values of observed vs exact for each position's marginal and the (x1, x2) joint."""
-    views = {"x1": lambda s: s[0], "x2": lambda s: s[1], "x3": lambda s: s[2], "x1x2": lambda s: s[:2]}
-    pvalues = {}
-    for name, key in views.items():
-        expected = Counter()
-        for seq, prob in joint.items():
-            expected[key(seq)] += prob
-        pvalues[name] = chi_square_pvalue(Counter(key(o) for o in outputs), expected, len(outputs))
-    return pvalues
-
-
-def chi_square_pvalue(observed: Counter, expected: Counter, n: int) -> float:
-    """Pearson chi-square; cells expected fewer than 5 times are pooled into one."""
-    if any(count and expected[cell] == 0 for cell, count in observed.items()):
-        return 0.0  # an impossible outcome was sampled (e.g. outside top-k / top-p)
-    big = [cell for cell, p in expected.items() if p * n >= 5]
-    small = [cell for cell, p in expected.items() if 0 < p * n < 5]
-    f_exp = [expected[c] * n for c in big]
-    f_obs = [observed[c] for c in big]
-    if small:
-        f_exp.append(sum(expected[c] for c in small) * n)
-        f_obs.append(sum(observed[c] for c in small))
-    if len(f_exp) < 2:
-        return 1.0  # one possible outcome, and nothing impossible was seen
-    scale = n / sum(f_exp)  # the exact probabilities sum to 1 only up to rounding
-    return float(chisquare(f_obs, [e * scale for e in f_exp]).pvalue)
+VIEWS = {"x1": lambda s: s[0], "x2": lambda s: s[1], "x3": lambda s: s[2], "x1x2": lambda s: s[:2]}
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +67,8 @@ def test_speculative_sampling_matches_target_distribution(models, setting):
     target, drafter = models
     sampling = SETTINGS[setting]
     outputs = sample_speculative(target, drafter, sampling)
-    pvalues = chi_square_pvalues(outputs, exact_joint(target, sampling))
-    assert min(pvalues.values()) > 1e-3, pvalues
+    found = pvalues(outputs, exact_joint(target, sampling), VIEWS)
+    assert min(found.values()) > 1e-3, found
 
 
 def test_drafts_are_really_rejected_in_this_setup(models):
@@ -113,5 +85,5 @@ def test_the_check_fails_for_a_wrong_residual(models, monkeypatch):
     monkeypatch.setattr(specbench.verify, "residual_distribution", lambda p, q: p)
     sampling = SETTINGS["temperature"]
     outputs = sample_speculative(target, drafter, sampling)
-    pvalues = chi_square_pvalues(outputs, exact_joint(target, sampling))
-    assert min(pvalues.values()) < 1e-6, pvalues
+    found = pvalues(outputs, exact_joint(target, sampling), VIEWS)
+    assert min(found.values()) < 1e-6, found

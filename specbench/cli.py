@@ -388,28 +388,38 @@ def load_sweep_models(target: str, drafter_model: str | None, *, dtype: str | No
 
 
 def summary_table(summaries: list, greedy: bool) -> Table:
-    """The end-of-sweep table: one line per method/drafter/policy/gamma, best speedup first."""
-    table = Table(title="Sweep summary (speedup: geometric mean over prompts, vs plain decoding)", title_justify="left")
-    for name in ("method", "drafter", "policy", "γ", "runs", "accept", "acc len", "tok/s", "speedup"):
-        table.add_column(name, justify="left" if name in ("method", "drafter", "policy") else "right")
+    """The end-of-sweep table: one line per method/drafter/policy/gamma, best speedup first.
+    Fits 80 columns: the configuration is one unwrapped column."""
+    runs = max((s.runs for s in summaries), default=0)
+    table = Table(title=f"Sweep: geometric means over {runs} prompt run(s), vs plain decoding", title_justify="left")
+    table.add_column("configuration", no_wrap=True)
+    for name in ("γ", "accept", "len", "tok/s", "speedup"):
+        table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
     if greedy:
-        table.add_column("output", justify="left")
+        table.add_column("output", no_wrap=True, min_width=8)
 
     def show(value, fmt):
         return "–" if value is None else format(value, fmt)
 
     for s in summaries:
-        cells = [s.method, s.drafter or "–", s.policy or "–", show(s.gamma, "d"), str(s.runs), show(s.acceptance_rate, ".1%"),
-                 show(s.mean_accepted_length, ".2f"), show(s.tokens_per_second, ".2f"), show(s.speedup, ".2f") + "×"]  # fmt: skip
+        cells = [_configuration(s), show(s.gamma, "d"), show(s.acceptance_rate, ".0%"), show(s.mean_accepted_length, ".2f"),
+                 show(s.tokens_per_second, ".2f"), show(s.speedup, ".2f") + "×"]  # fmt: skip
         if greedy:
             if s.method == sweep_results.BASELINE_METHOD:
                 cells.append("baseline")
             elif s.differs:
-                cells.append(f"[bold red]DIFFERS in {s.differs}/{s.checked}[/]")
+                cells.append(f"[bold red]DIFFERS {s.differs}/{s.checked}[/]")
             else:
                 cells.append("same" if s.checked else "–")
         table.add_row(*cells)
     return table
+
+
+def _configuration(summary) -> str:
+    """e.g. "specbench model cost", "hf-assisted fixed", "hf-assisted defaults", "plain"."""
+    if summary.method == "hf-assisted":  # HF always drafts with the drafter model
+        return "hf-assisted " + ("defaults" if summary.policy == "hf-defaults" else summary.policy)
+    return " ".join(part for part in (summary.method, summary.drafter, summary.policy) if part)
 
 
 def _sweep_progress() -> Progress:

@@ -124,3 +124,25 @@ def test_plot_imports_no_torch():
     """Charts must work where torch is absent or slow to import."""
     code = "import specbench.plot, specbench.results, specbench.prompts, sys; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_sweep_summary_table_fits_80_columns_and_flags_differences():
+    """The end-of-sweep table is read in a terminal: nothing may be cut to "…" at 80 columns."""
+    import io
+
+    from rich.console import Console
+
+    from specbench import cli
+    from specbench.results import Summary
+
+    summaries = [
+        Summary("hf-assisted", "model", "hf-defaults", None, 8, 0.6, 8.28, 4.76, 2.06, 0, 8),
+        Summary("specbench", "prompt-lookup", "confidence-stop", 12, 8, 0.81, 6.35, 4.25, 1.86, 1, 8),
+        Summary("plain", "", "", None, 8, None, 1.0, 2.24, 1.0, 0, 0),
+    ]
+    out = io.StringIO()
+    Console(file=out, width=80, no_color=True).print(cli.summary_table(summaries, greedy=True))
+    text = out.getvalue()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
+    assert "hf-assisted defaults" in text and "specbench prompt-lookup confidence-stop" in text
+    assert "DIFFERS 1/8" in text and "baseline" in text

@@ -389,10 +389,10 @@ def load_sweep_models(target: str, drafter_model: str | None, *, dtype: str | No
 
 def summary_table(summaries: list, greedy: bool) -> Table:
     """The end-of-sweep table: one line per method/drafter/policy/gamma, best speedup first.
-    Fits 80 columns: the configuration is one unwrapped column."""
+    Fits 80 columns: numbers never wrap; a long configuration name wraps instead."""
     runs = max((s.runs for s in summaries), default=0)
-    table = Table(title=f"Sweep: geometric means over {runs} prompt run(s), vs plain decoding", title_justify="left")
-    table.add_column("configuration", no_wrap=True)
+    table = Table(title=f"Sweep summary: geometric means over {runs} prompt run(s), vs plain", title_justify="left")
+    table.add_column("configuration")
     for name in ("γ", "accept", "len", "tok/s", "speedup"):
         table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
     if greedy:

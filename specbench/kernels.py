@@ -13,6 +13,8 @@ This module only swaps modules; it knows nothing about decoding.
 
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 
@@ -33,6 +35,14 @@ class HybridLinear(torch.nn.Module):
         self.bias = linear.bias
         with torch.no_grad():
             self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), None)
+
+    def __deepcopy__(self, memo) -> "HybridLinear":
+        """Copy the dense weights and pack the copy anew (a packed tensor cannot be copied)."""
+        linear = torch.nn.Linear(self.in_features, self.out_features, bias=self.bias is not None)
+        linear.weight = copy.deepcopy(self.weight, memo)
+        if self.bias is not None:
+            linear.bias = copy.deepcopy(self.bias, memo)
+        return HybridLinear(linear)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.numel() == self.in_features:  # one row: GEMV, where MKL is fastest

@@ -3,6 +3,7 @@ HF assisted generation's counts, and the `specbench sweep` command (models patch
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 
@@ -277,8 +278,10 @@ def patched_models(monkeypatch, close_pair, tokenizer):
     calls = []
 
     def load(target, drafter_model, **options):
+        # copies: the command swaps the models' kernels in place, and close_pair is shared
         calls.append((target, drafter_model))
-        return cli.SweepModels(close_pair[0], close_pair[1] if drafter_model else None, tokenizer, (), "tiny-target", "tiny-drafter")
+        target_copy, drafter_copy = copy.deepcopy(close_pair[0]), copy.deepcopy(close_pair[1])
+        return cli.SweepModels(target_copy, drafter_copy if drafter_model else None, tokenizer, (), "tiny-target", "tiny-drafter")
 
     monkeypatch.setattr(cli, "load_sweep_models", load)
     return calls

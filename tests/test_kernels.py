@@ -40,3 +40,13 @@ def test_swap_keeps_greedy_parity_and_baseline():
 def test_unknown_kernels_is_an_error():
     with pytest.raises(ValueError, match="unknown kernels"):
         use_kernels(tiny_model(0), "fast")
+
+
+def test_a_swapped_model_can_be_deep_copied():
+    """A packed oneDNN tensor has no storage to copy; HybridLinear repacks its copy instead."""
+    model = tiny_model(0)
+    use_kernels(model, "onednn")
+    clone = copy.deepcopy(model)
+    x = torch.tensor([PROMPTS[0]])
+    with torch.no_grad():
+        assert torch.equal(clone(x).logits, model(x).logits)

@@ -10,10 +10,9 @@ against plain decoding.
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 
 from specbench import models
-from specbench.costs import measure_costs, timing_context
+from specbench.costs import for_drafter, measure_costs, timing_context
 from specbench.decode import GenerationConfig, plain_generate, speculative_generate
 from specbench.drafters import make_drafter
 from specbench.gamma import make_policy
@@ -36,7 +35,7 @@ def configurations(gamma_max: int, costs) -> list[tuple[str, str, object]]:
         (f"confidence-stop ≤{gamma_max}", lambda: make_policy("confidence-stop", gamma_max)),
         (f"cost ≤{gamma_max}", lambda: make_policy("cost", gamma_max, costs=costs)),
     ]
-    free = replace(costs, c=0.0)  # model-free drafters run no forward pass
+    free = for_drafter(costs, "ngram")
     model_free = [
         ("fixed γ=4", lambda: make_policy("fixed", 4)),
         (f"cost ≤{gamma_max}", lambda: make_policy("cost", gamma_max, costs=free)),

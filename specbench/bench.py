@@ -26,7 +26,7 @@ import os
 import platform
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -38,7 +38,7 @@ from specbench.decode import GenerationConfig, context_limit, model_device, plai
 from specbench.drafters import DRAFTERS, make_drafter
 from specbench.gamma import POLICIES, make_policy
 from specbench.kernels import KERNELS
-from specbench.costs import Costs, measure_costs, timing_context
+from specbench.costs import Costs, for_drafter, measure_costs, timing_context
 from specbench.prompts import Prompt
 from specbench.results import (
     BASELINE_METHOD,
@@ -189,8 +189,8 @@ def measure_specbench(
     target, drafter_model, prompt_ids: list[int], gen: GenerationConfig, drafter: str, policy: str, gamma: int, costs: "Costs | None" = None
 ) -> Measurement:
     """costs feed the "cost" policy; a model-free drafter runs no forward pass, so its c is 0."""
-    if costs is not None and drafter != "model":
-        costs = replace(costs, c=0.0)
+    if costs is not None:
+        costs = for_drafter(costs, drafter)
     result = speculative_generate(target, make_drafter(drafter, drafter_model), prompt_ids, gen, make_policy(policy, gamma, costs=costs))
     return Measurement(result.token_ids, result.stats, steps=result.steps, stop_reason=result.stop_reason)
 

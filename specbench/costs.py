@@ -18,7 +18,7 @@ import os
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -89,6 +89,12 @@ def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k
         verify_cost={k: t / t1 if t1 > 0 else 0.0 for k, t in target_times.items()},
         context_tokens=len(context),
     )
+
+
+def for_drafter(costs: Costs, drafter: str) -> Costs:
+    """The costs a drafter pays: a model-free drafter (ngram, prompt-lookup) runs no forward
+    pass, so its c is 0; the model drafter keeps the measured c."""
+    return costs if drafter == "model" else replace(costs, c=0.0)
 
 
 # ---------------------------------------------------------------------------- the on-disk cache

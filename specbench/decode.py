@@ -107,7 +107,8 @@ class Stopper:
         return max(0, min(by_tokens, by_context))
 
 
-def _check_prompt(prompt_len: int, limit: int) -> None:
+def check_prompt(prompt_len: int, limit: int) -> None:
+    """A prompt must be non-empty and leave room for at least one new token."""
     if prompt_len == 0:
         raise ValueError("the prompt is empty")
     if prompt_len >= limit:
@@ -139,7 +140,7 @@ def speculative_generate(
     decoding token for token; sampled output follows the target's distribution."""
     device = model_device(target)
     limit = limit or context_limit(target)
-    _check_prompt(len(prompt_ids), limit)
+    check_prompt(len(prompt_ids), limit)
     sampling = config.sampling
     generator = torch.Generator(device).manual_seed(config.seed)
     drafter.start(sampling, generator)
@@ -252,7 +253,7 @@ def plain_generate(
     sampling code as the speculative loop. The baseline for parity and for speedups."""
     device = model_device(target)
     limit = limit or context_limit(target)
-    _check_prompt(len(prompt_ids), limit)
+    check_prompt(len(prompt_ids), limit)
     generator = torch.Generator(device).manual_seed(config.seed)
     stopper = Stopper(config, len(prompt_ids), limit, decode)
     stats = RunStats()

@@ -25,7 +25,7 @@ from typing import Callable
 import torch
 
 from specbench import defaults
-from specbench.decode import GenerationConfig, GenerationResult, context_limit, plain_generate, speculative_generate
+from specbench.decode import GenerationConfig, GenerationResult, check_prompt, context_limit, plain_generate, speculative_generate
 from specbench.drafters import DRAFTERS, Drafter, make_drafter
 from specbench.gamma import GammaPolicy
 from specbench.stats import StepRecord
@@ -413,8 +413,11 @@ def encode_prompt(tokenizer, prompt: str, *, raw: bool = False) -> list[int]:
 
 
 def check_prompt_fits(prompt_ids: list[int], limit: int) -> None:
-    if len(prompt_ids) >= limit:
-        raise PromptError(f"the prompt is {len(prompt_ids)} tokens; the model's context holds {limit}, leaving no room to generate")
+    """decode.check_prompt's rule, raised as PromptError for the CLI's one-line errors."""
+    try:
+        check_prompt(len(prompt_ids), limit)
+    except ValueError as exc:
+        raise PromptError(str(exc)) from None
 
 
 class TextStream:

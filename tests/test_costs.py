@@ -1,6 +1,6 @@
 """costs.py: c and v(k) are measured, and cached per key without half-written files."""
 
-from specbench.costs import Costs, load_cached, measure_costs, save_cached
+from specbench.costs import Costs, for_drafter, load_cached, measure_costs, save_cached
 from conftest import tiny_model
 
 
@@ -18,3 +18,9 @@ def test_cached_costs_round_trip_and_key_mismatch(tmp_path):
     assert load_cached(tmp_path, "pair A float32") == costs
     assert load_cached(tmp_path, "pair B float32") is None
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_model_free_drafters_pay_no_drafter_cost():
+    costs = Costs(c=0.21, target_step_seconds=0.3, drafter_step_seconds=0.063, verify_cost={1: 1.0, 2: 1.6}, context_tokens=80)
+    assert for_drafter(costs, "model") == costs
+    assert for_drafter(costs, "ngram").c == 0.0 and for_drafter(costs, "prompt-lookup").verify_cost == costs.verify_cost

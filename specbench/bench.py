@@ -34,7 +34,7 @@ from typing import Callable
 import torch
 
 from specbench import __version__
-from specbench.decode import GenerationConfig, context_limit, model_device, plain_generate, speculative_generate
+from specbench.decode import GenerationConfig, context_limit, model_device, plain_generate, speculative_generate, sync
 from specbench.drafters import DRAFTERS, make_drafter
 from specbench.gamma import POLICIES, make_policy
 from specbench.kernels import KERNELS
@@ -291,8 +291,7 @@ def measure_hf_assisted(target, drafter_model, prompt_ids: list[int], gen: Gener
                 generation_config=_hf_generation_config(gen),
                 streamer=clock,
             )
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
+            sync(device)
             end = time.perf_counter()
     finally:
         drafter_model.generation_config = saved_settings

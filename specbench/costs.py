@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from specbench.cache import crop_cache, new_cache
-from specbench.decode import model_device
+from specbench.decode import model_device, sync
 
 MAX_VERIFY_K = 9  # v(k) is measured for k = 1..MAX_VERIFY_K
 
@@ -64,8 +64,7 @@ def forward_seconds(model, context: list[int], k: int, repeats: int) -> float:
     for _ in range(repeats + 1):  # the first forward is a warm-up
         start = time.perf_counter()
         model(input_ids=new, past_key_values=cache, use_cache=True, logits_to_keep=k)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        sync(device)
         times.append(time.perf_counter() - start)
         crop_cache(cache, len(context))
     return statistics.median(times[1:])

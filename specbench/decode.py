@@ -58,7 +58,7 @@ def model_device(model) -> torch.device:
     return next(model.parameters()).device
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device) -> None:
     """Wait for queued GPU work, so that wall-clock timings mean what they say."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -165,7 +165,7 @@ def speculative_generate(
     start = time.perf_counter()
     logits = _target_forward(target, seq, cache, 1)[0]
     token, probs = choose(logits, sampling, generator)
-    _sync(device)
+    sync(device)
     stats.prefill_seconds = time.perf_counter() - start
     stats.target_forwards = stats.first_pass_tokens = 1
     first = StepRecord(0, 0, 0, [], [], [], [], 0, token, FIRST, float(probs[token]), [], verify_seconds=stats.prefill_seconds)
@@ -192,7 +192,7 @@ def speculative_generate(
         crop_cache(cache, seq.shape[0] + n)
         drafter.commit(n)
         policy.update(n, k)
-        _sync(device)
+        sync(device)
         verify_seconds = time.perf_counter() - t0
 
         stats.rounds += 1
@@ -271,12 +271,12 @@ def plain_generate(
             on_token(token)
         stats.target_forwards += 1
         if stats.target_forwards == 1:
-            _sync(device)
+            sync(device)
             stats.prefill_seconds = time.perf_counter() - start
             stats.first_pass_tokens = 1
             start = time.perf_counter()
         pending = torch.tensor([token], device=device)
-    _sync(device)
+    sync(device)
     stats.decode_seconds = time.perf_counter() - start
     stats.rounds = stats.target_forwards - 1
     stats.new_tokens = len(output)

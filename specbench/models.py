@@ -25,7 +25,7 @@ from typing import Callable
 import torch
 
 from specbench import defaults
-from specbench.decode import GenerationConfig, GenerationResult, check_prompt, context_limit, plain_generate, speculative_generate
+from specbench.decode import GenerationConfig, GenerationResult, check_prompt, context_limit, model_device, plain_generate, speculative_generate
 from specbench.drafters import DRAFTERS, Drafter, make_drafter
 from specbench.gamma import GammaPolicy
 from specbench.stats import StepRecord
@@ -385,7 +385,7 @@ def load_pair(config: PairConfig, progress: Progress = defaults._no_progress) ->
     if kind != "model":
         return LoadedPair(target, None, kind)
     # "auto" spreads the target; the drafter goes where the target's inputs go
-    device = str(next(target.model.parameters()).device) if config.device == "auto" else config.device
+    device = str(model_device(target.model)) if config.device == "auto" else config.device
     drafter = load_model(
         parse_model_spec(config.drafter),
         role="drafter",

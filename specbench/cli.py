@@ -152,7 +152,7 @@ def generate_command(
     gamma_max: Annotated[int | None, typer.Option("--gamma-max", help="Adaptive policies' largest gamma (default: --gamma).", show_default=False)] = None,
     egag_beta: Annotated[float, typer.Option("--egag-beta", help="egag: EMA weight of the previous confidence, in [0, 1).")] = 0.0,
     threshold: Annotated[float | None, typer.Option("--threshold", help="entropy-stop: max normalized entropy; confidence-stop: min top probability.", show_default=False)] = None,
-    kernels: Annotated[str, typer.Option("--kernels", help="auto (onednn when available), onednn (faster multi-token CPU forwards of fp32 layers), or default (PyTorch's).")] = "auto",
+    kernels: Annotated[str, typer.Option("--kernels", help="auto (onednn when available), onednn (faster multi-token CPU forwards of float layers), or default (PyTorch's).")] = "auto",
     trace: Annotated[bool, typer.Option("--trace", help="Show every round: drafts, q, p, accept/reject, the emitted token.")] = False,
     trace_out: Annotated[Path | None, typer.Option("--trace-out", help="Save the rounds as JSONL for `specbench trace FILE`.", show_default=False)] = None,
 ) -> None:
@@ -238,7 +238,7 @@ def _check_kernels(kernels: str) -> None:
 
 
 def _apply_kernels(kernels: str, *models) -> None:
-    """Swap the Linear kernels of the models (fp32 CPU layers only; others are left alone)."""
+    """Swap the Linear kernels of the models (float CPU layers only; others are left alone)."""
     from specbench.kernels import use_kernels
 
     try:
@@ -254,9 +254,10 @@ def _pair_costs(pair, pair_config, kernels: str, prompt_ids: list[int], max_new_
     import torch
 
     from specbench.costs import costs_for, for_drafter, timing_context
+    from specbench.kernels import VERSION
 
     drafter_model = pair.drafter_model.model if pair.drafter_model is not None else None
-    key = f"{pair.target.name}|{pair_config.dtype}|{_drafter_label(pair)}|{pair_config.draft_dtype}|{pair_config.device}|{kernels}|threads={torch.get_num_threads()}"
+    key = f"{pair.target.name}|{pair_config.dtype}|{_drafter_label(pair)}|{pair_config.draft_dtype}|{pair_config.device}|{kernels}.v{VERSION}|threads={torch.get_num_threads()}"
     context = timing_context(prompt_ids, max_new_tokens, pair.context_limit)
     with err_console.status("measuring the drafter and verify costs for the cost policy (once per model pair)"):
         costs, cached = costs_for(pair.target.model, drafter_model, key, context, defaults.cache_root() / "costs")

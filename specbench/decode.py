@@ -161,10 +161,12 @@ def speculative_generate(
             on_step(record)
         return reason
 
-    # 1. first-target pass: prefill the prompt and take the first token from the target
+    # 1. first-target pass: prefill the prompt and take the first token from the target;
+    # the drafter reads the prompt too, so that prefill time is prefill for both
     start = time.perf_counter()
     logits = _target_forward(target, seq, cache, 1)[0]
     token, probs = choose(logits, sampling, generator)
+    drafter.prefill(seq)
     sync(device)
     stats.prefill_seconds = time.perf_counter() - start
     stats.target_forwards = stats.first_pass_tokens = 1

@@ -6,6 +6,9 @@
     start(sampling, generator)
         a new generation begins: drop all state; use the SAME sampling processor as the target
         (rejection sampling is lossless only then) and draw from the given generator.
+    prefill(prompt)
+        read the prompt before the first round (the engine counts this as prefill time,
+        as it does the target's); optional work: propose catches up on anything unread.
     commit(n_accepted)
         the target kept the first n_accepted drafts and then emitted one more token; roll
         any internal state back to match.
@@ -54,6 +57,10 @@ class Drafter(Protocol):
         """Forget the last generation; draw with this processor and generator from now on."""
         ...
 
+    def prefill(self, prompt: torch.Tensor) -> None:
+        """Read the prompt ([n] ids) ahead of the first propose."""
+        ...
+
 
 class ModelDrafter:
     """A small causal LM that drafts autoregressively over its own DynamicCache."""
@@ -72,6 +79,13 @@ class ModelDrafter:
         self.generator = generator
         self.cache = new_cache(self.model)
         self._context_len = 0  # length of the context at the last propose
+
+    @torch.inference_mode()
+    def prefill(self, prompt: torch.Tensor) -> None:
+        """Feed the prompt into the cache; the first propose then feeds only what followed."""
+        unread = prompt[cache_length(self.cache):]
+        if unread.shape[0] > 0:
+            self._forward(unread)
 
     @torch.inference_mode()
     def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
@@ -296,6 +310,9 @@ class TableDrafter:
         deterministic, and the one-hot q they imply needs no processor."""
         self.table = self._make_table()
         self._last = -1  # the last token fed to the table
+
+    def prefill(self, prompt: torch.Tensor) -> None:
+        self._feed(prompt)
 
     def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
         start = time.perf_counter()

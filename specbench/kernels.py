@@ -8,6 +8,15 @@ for 2..16 rows. So each Linear keeps both: the dense weight for one row, the pac
 for more. Results agree with the dense kernel to float32 rounding (tested), and plain
 decoding uses the very same model objects, so the baseline gets the same kernels.
 
+bf16 and fp16 layers (the default drafter is bf16) are worse off: without AVX-512 bf16
+PyTorch's bf16 GEMM costs about the same per row whatever the row count (a 130-token prompt
+took the bf16 drafter 4.6 s, 6x its fp32 oneDNN time), and oneDNN refuses bf16 weights. So
+a half-precision Linear keeps its half weight for one row (a GEMV reads half the bytes of
+fp32, which is what makes the bf16 drafter fast) and a packed fp32 copy for several rows:
+the input is widened to fp32 and the output rounded back. Several-row results agree with
+the half kernel to half rounding, not bit for bit; that is harmless for a drafter, whose q
+is whatever it computed.
+
 This module only swaps modules; it knows nothing about decoding.
 """
 
@@ -19,6 +28,8 @@ import torch
 import torch.nn.functional as F
 
 KERNELS = ("auto", "default", "onednn")  # auto: onednn where this torch has it, else default
+VERSION = 2  # bump when what a kernel choice swaps changes (cached cost measurements key on it)
+SWAPPED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def onednn_available() -> bool:
@@ -26,7 +37,8 @@ def onednn_available() -> bool:
 
 
 class HybridLinear(torch.nn.Module):
-    """A Linear that runs one row through MKL and several rows through prepacked oneDNN."""
+    """A Linear that runs one row with its own weight and several rows through prepacked
+    fp32 oneDNN (the output in the layer's dtype)."""
 
     def __init__(self, linear: torch.nn.Linear):
         super().__init__()
@@ -34,11 +46,12 @@ class HybridLinear(torch.nn.Module):
         self.weight = linear.weight  # [out, in], shared with the original module
         self.bias = linear.bias
         with torch.no_grad():
-            self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), None)
+            self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach().float(), None)
+            self.packed_bias = None if self.bias is None else self.bias.detach().float()
 
     def __deepcopy__(self, memo) -> "HybridLinear":
         """Copy the dense weights and pack the copy anew (a packed tensor cannot be copied)."""
-        linear = torch.nn.Linear(self.in_features, self.out_features, bias=self.bias is not None)
+        linear = torch.nn.Linear(self.in_features, self.out_features, bias=self.bias is not None, dtype=self.weight.dtype)
         linear.weight = copy.deepcopy(self.weight, memo)
         if self.bias is not None:
             linear.bias = copy.deepcopy(self.bias, memo)
@@ -47,14 +60,15 @@ class HybridLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.numel() == self.in_features:  # one row: GEMV, where MKL is fastest
             return F.linear(x, self.weight, self.bias)
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        out = torch.ops.mkldnn._linear_pointwise(x.float(), self.packed, self.packed_bias, "none", [], "")
+        return out.to(x.dtype)
 
 
 def use_kernels(model: torch.nn.Module, kernels: str) -> int:
-    """Swap the model's fp32 CPU Linear layers for the named kernels; returns how many.
+    """Swap the model's float CPU Linear layers for the named kernels; returns how many.
 
-    The packed copy doubles the memory of the swapped layers (an fp32 1.5B target: about
-    7 GB more); `--kernels default` keeps PyTorch's kernels and memory.
+    The packed fp32 copy adds 4 bytes per weight (an fp32 1.5B target: about 7 GB more, a
+    bf16 0.5B drafter about 2 GB); `--kernels default` keeps PyTorch's kernels and memory.
     """
     if kernels == "auto":
         kernels = "onednn" if onednn_available() else "default"
@@ -77,5 +91,5 @@ def _swappable(module: torch.nn.Module) -> bool:
     return (
         type(module) is torch.nn.Linear
         and module.weight.device.type == "cpu"
-        and module.weight.dtype == torch.float32
+        and module.weight.dtype in SWAPPED_DTYPES
     )

@@ -52,7 +52,7 @@ class RunStats:
     accepted: int = 0  # draft tokens accepted
     rounds: int = 0  # target forward passes after the first-target pass
     target_forwards: int = 0  # all target forward passes, the first-target pass included
-    prefill_seconds: float = 0.0  # the first-target pass (prompt prefill + first token)
+    prefill_seconds: float = 0.0  # the first-target pass (both models read the prompt; first token)
     decode_seconds: float = 0.0  # wall time after the first-target pass
     draft_seconds: float = 0.0  # inside drafter.propose
     verify_seconds: float = 0.0  # inside the target's verify forwards

@@ -225,3 +225,40 @@ def test_make_drafter():
 def test_make_drafter_model(tiny_pair):
     _, drafter_model = tiny_pair
     assert isinstance(make_drafter("model", drafter_model), ModelDrafter)
+
+
+# ---------------------------------------------------------------------------- prefill
+
+
+def test_model_drafter_prefill_reads_the_prompt_and_changes_no_draft(tiny_pair):
+    """prefill puts the prompt in the cache, so the first propose feeds one token; the drafts
+    are the ones a lazy first propose gives."""
+    from specbench.cache import cache_length
+
+    _, drafter_model = tiny_pair
+    prompt = torch.tensor([3, 17, 42, 8, 29, 5])
+    context = torch.cat([prompt, torch.tensor([11])])  # the prompt + the target's first token
+    lazy = ModelDrafter(drafter_model)
+    eager = ModelDrafter(drafter_model)
+    eager.prefill(prompt)
+    assert cache_length(eager.cache) == len(prompt)
+    fed = []
+    hook = drafter_model.register_forward_hook(lambda m, args, kwargs, out: fed.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
+    try:
+        drafted = eager.propose(context, 4, always)
+    finally:
+        hook.remove()
+    assert fed[0] == 1
+    expected = lazy.propose(context, 4, always)
+    assert drafted.tokens.tolist() == expected.tokens.tolist() and len(expected.tokens) == 4
+    assert torch.allclose(drafted.probs, expected.probs, atol=1e-5)
+
+
+@pytest.mark.parametrize("make", [NgramDrafter, PromptLookupDrafter])
+def test_table_drafter_prefill_then_propose_equals_lazy_propose(make):
+    prompt = torch.tensor([1, 2, 3, 1, 2, 4, 1])
+    context = torch.cat([prompt, torch.tensor([2])])
+    eager, lazy = make(), make()
+    eager.prefill(prompt)
+    assert eager.table.size == len(prompt)
+    assert eager.propose(context, 3, always).tokens.tolist() == lazy.propose(context, 3, always).tokens.tolist()

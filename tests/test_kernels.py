@@ -24,6 +24,24 @@ def test_hybrid_linear_matches_dense_for_one_and_many_rows():
             assert torch.allclose(hybrid(x), linear(x), atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_hybrid_linear_agrees_to_half_rounding(dtype):
+    """One row runs the half weight itself (bit for bit); several rows the packed fp32 copy."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(48, 80, dtype=dtype)
+    hybrid = HybridLinear(linear)
+    with torch.no_grad():
+        one = torch.randn(1, 1, 48, dtype=dtype)
+        assert torch.equal(hybrid(one), linear(one))
+        for rows in (2, 5, 9):
+            x = torch.randn(1, rows, 48, dtype=dtype)
+            out = hybrid(x)
+            assert out.dtype == dtype
+            exact = torch.nn.functional.linear(x.float(), linear.weight.float(), linear.bias.float())
+            assert torch.allclose(out.float(), exact, rtol=1e-2, atol=1e-2)
+            assert not torch.equal(out, torch.zeros_like(out))
+
+
 def test_swap_keeps_greedy_parity_and_baseline():
     target = tiny_model(0)
     drafter = noisy_copy(target, 0.2, seed=7)
@@ -42,11 +60,24 @@ def test_unknown_kernels_is_an_error():
         use_kernels(tiny_model(0), "fast")
 
 
+def test_a_bf16_drafter_is_swapped_and_still_drafts_losslessly():
+    target = tiny_model(0)
+    drafter = noisy_copy(target, 0.2, seed=7).to(torch.bfloat16)
+    assert use_kernels(drafter, "onednn") == 2 * 7 + 1
+    config = GenerationConfig(max_new_tokens=30)
+    for prompt in PROMPTS:
+        expected = plain_generate(target, prompt, config).token_ids
+        assert speculative_generate(target, ModelDrafter(drafter), prompt, config, FixedGamma(4)).token_ids == expected
+
+
 def test_a_swapped_model_can_be_deep_copied():
     """A packed oneDNN tensor has no storage to copy; HybridLinear repacks its copy instead."""
     model = tiny_model(0)
     use_kernels(model, "onednn")
     clone = copy.deepcopy(model)
+    half = copy.deepcopy(tiny_model(0).to(torch.bfloat16))
+    use_kernels(half, "onednn")
+    assert copy.deepcopy(half).lm_head.weight.dtype == torch.bfloat16
     x = torch.tensor([PROMPTS[0]])
     with torch.no_grad():
         assert torch.equal(clone(x).logits, model(x).logits)

@@ -28,6 +28,7 @@ from specbench import defaults
 from specbench.decode import GenerationConfig, GenerationResult, check_prompt, context_limit, model_device, plain_generate, speculative_generate
 from specbench.drafters import DRAFTERS, Drafter, make_drafter
 from specbench.gamma import GammaPolicy
+from specbench.quantize import INT8, int8_available, quantize_linears
 from specbench.stats import StepRecord
 
 DTYPES = {
@@ -110,7 +111,20 @@ def parse_dtype(name: str) -> torch.dtype:
     try:
         return DTYPES[name.lower()]
     except KeyError:
+        if name.lower() == INT8:
+            raise ModelError("int8 is a drafter dtype (--draft-dtype int8): a target's one- and several-token forwards must round alike") from None
         raise ModelError(f"unknown dtype {name!r}; choose from float32, bfloat16, float16") from None
+
+
+def parse_draft_dtype(name: str, device: str) -> torch.dtype:
+    """The dtype a drafter loads in; int8 (weight-only, quantize.py) loads bf16 first."""
+    if name.lower() != INT8:
+        return parse_dtype(name)
+    if device != "cpu":
+        raise ModelError(f"--draft-dtype int8 runs on the CPU only, not on {device}")
+    if not int8_available():
+        raise ModelError("--draft-dtype int8: this PyTorch build has no int8 weight-only kernel")
+    return torch.bfloat16
 
 
 def check_device(device: str) -> str:
@@ -156,12 +170,14 @@ def load_model(
     the whole model there. share_tokenizer_with: a model whose tokenizer is reused when its
     tokenizer files are byte-identical to this one's (the default pair's are; it saves ~1.5 s).
     """
-    torch_dtype = parse_dtype(dtype)
+    torch_dtype = parse_draft_dtype(dtype, device) if role == "drafter" else parse_dtype(dtype)
     check_device(device)
     folder, kwargs, name = _locate(spec, role, progress)
     task = f"loading {role} {name} ({dtype})"
     progress(task, 0, None)
     model = _load_weights(folder, kwargs, torch_dtype, device, role, name)
+    if dtype.lower() == INT8:
+        quantize_linears(model)
     digest = tokenizer_digest(folder) if "gguf_file" not in kwargs else None
     shared = share_tokenizer_with
     if shared is not None and digest is not None and shared.tokenizer_digest == digest:
@@ -371,8 +387,8 @@ def validate_pair_config(config: PairConfig) -> None:
     """Cheap checks before anything loads: specs parse, dtypes and device exist."""
     parse_model_spec(config.target)
     parse_dtype(config.dtype)
-    parse_dtype(config.draft_dtype)
     check_device(config.device)
+    parse_draft_dtype(config.draft_dtype, config.device)
     if drafter_kind(config.drafter) == "model":
         parse_model_spec(config.drafter)
 

@@ -1,0 +1,82 @@
+"""Weight-only int8 Linear layers for a drafter (`--draft-dtype int8`).
+
+Why: a single-token forward of the bf16 0.5B drafter is bound by reading its weights, and
+int8 weights are half the bytes. Each output row of a weight gets one scale (absmax / 127);
+activations stay bf16, so the drafter loses little: quantizing the activations as well
+(PyTorch's dynamic int8) cut the default drafter's greedy agreement with the target from
+0.90 to 0.77 on code. One row runs `torch._weight_int8pack_mm`, the int8 GEMV PyTorch
+ships for CPUs; several rows (the prompt, a round's catch-up) run an ordinary bf16 Linear
+over the dequantized weight, which `--kernels` may swap like any other.
+
+Only drafters: a target's one-token and several-token forwards would round differently, and
+greedy parity with plain decoding needs them to agree. The drafter's q is whatever it
+computed, so verification stays lossless.
+
+Knows nothing about decoding or loading; models.py calls quantize_linears.
+"""
+
+from __future__ import annotations
+
+import torch
+
+INT8 = "int8"  # the dtype name that asks for this
+
+
+def int8_available() -> bool:
+    return hasattr(torch, "_weight_int8pack_mm")
+
+
+class Int8Linear(torch.nn.Module):
+    """y = x W^T + b with W stored as int8 rows times one bf16 scale per row."""
+
+    def __init__(self, linear: torch.nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        qweight, scales = quantize_rows(linear.weight.detach())
+        self.register_buffer("qweight", qweight)  # [out, in] int8
+        self.register_buffer("scales", scales)  # [out] bf16
+        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().to(torch.bfloat16), requires_grad=False)
+        # several rows: a plain bf16 Linear over the dequantized weight (kernels may swap it)
+        self.dense = torch.nn.Linear(self.in_features, self.out_features, bias=linear.bias is not None, dtype=torch.bfloat16, device=qweight.device)
+        with torch.no_grad():
+            self.dense.weight.copy_(dequantize_rows(qweight, scales))
+            if self.bias is not None:
+                self.dense.bias.copy_(self.bias)
+        self.dense.requires_grad_(False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.numel() != self.in_features or x.dtype != torch.bfloat16:
+            return self.dense(x)
+        out = torch._weight_int8pack_mm(x.reshape(1, self.in_features), self.qweight, self.scales)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+
+def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 per output row: (q [out, in] int8, scale [out] bf16), w ~ q * scale."""
+    w = weight.float()
+    scales = (w.abs().amax(dim=1) / 127).clamp(min=1e-10).to(torch.bfloat16)
+    q = torch.round(w / scales.float()[:, None]).clamp(-127, 127).to(torch.int8)
+    return q, scales
+
+
+def dequantize_rows(qweight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    return (qweight.float() * scales.float()[:, None]).to(torch.bfloat16)
+
+
+def quantize_linears(model: torch.nn.Module) -> int:
+    """Swap every bf16 CPU nn.Linear of the model for an Int8Linear; returns how many.
+
+    Tied weights (an lm_head sharing the embedding) stay tied to nothing: the embedding keeps
+    its bf16 table and the head gets its own int8 copy.
+    """
+    if not int8_available():
+        raise ValueError("this PyTorch build has no int8 weight-only kernel (torch._weight_int8pack_mm)")
+    swapped = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is torch.nn.Linear and child.weight.device.type == "cpu" and child.weight.dtype == torch.bfloat16:
+                setattr(parent, name, Int8Linear(child))
+                swapped += 1
+    return swapped

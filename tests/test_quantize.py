@@ -1,0 +1,58 @@
+"""Weight-only int8 drafter layers: the quantization rule, the one-row int8 kernel against the
+dequantized dense layer, and decoding with an int8 drafter staying lossless."""
+
+import pytest
+import torch
+
+from conftest import PROMPTS, noisy_copy, tiny_model
+from specbench.decode import GenerationConfig, plain_generate, speculative_generate
+from specbench.drafters import ModelDrafter
+from specbench.gamma import FixedGamma
+from specbench.models import ModelError, parse_draft_dtype, parse_dtype
+from specbench.quantize import Int8Linear, dequantize_rows, int8_available, quantize_linears, quantize_rows
+
+needs_int8 = pytest.mark.skipif(not int8_available(), reason="no int8 weight-only kernel in this torch")
+
+
+def test_quantize_rows_rounds_each_row_to_its_own_scale():
+    weight = torch.tensor([[1.0, -0.5, 0.25], [100.0, 50.0, -100.0]])
+    q, scales = quantize_rows(weight)
+    assert q.dtype == torch.int8 and q[0, 0] == 127 and q[1, 2] == -127
+    assert torch.allclose(scales.float(), torch.tensor([1.0, 100.0]) / 127, rtol=1e-2)
+    error = (dequantize_rows(q, scales).float() - weight).abs()
+    assert (error <= scales.float()[:, None] * 0.51 + 1e-2 * weight.abs()).all()
+
+
+@needs_int8
+def test_one_row_int8_kernel_matches_the_dequantized_layer():
+    torch.manual_seed(0)
+    layer = Int8Linear(torch.nn.Linear(64, 96, dtype=torch.bfloat16))
+    with torch.no_grad():
+        one = torch.randn(1, 1, 64, dtype=torch.bfloat16)
+        fast, dense = layer(one), layer.dense(one)
+        assert fast.shape == dense.shape == (1, 1, 96)
+        assert torch.allclose(fast.float(), dense.float(), rtol=2e-2, atol=2e-2)
+        rows = torch.randn(1, 5, 64, dtype=torch.bfloat16)
+        assert torch.equal(layer(rows), layer.dense(rows))
+
+
+@needs_int8
+def test_an_int8_drafter_keeps_greedy_parity():
+    target = tiny_model(0)
+    drafter = noisy_copy(target, 0.2, seed=7).to(torch.bfloat16)
+    assert quantize_linears(drafter) == 2 * 7 + 1
+    config = GenerationConfig(max_new_tokens=30)
+    accepted = 0
+    for prompt in PROMPTS:
+        result = speculative_generate(target, ModelDrafter(drafter), prompt, config, FixedGamma(4))
+        assert result.token_ids == plain_generate(target, prompt, config).token_ids
+        accepted += result.stats.accepted
+    assert accepted > 0
+
+
+def test_int8_is_for_drafters_on_the_cpu():
+    with pytest.raises(ModelError, match="drafter dtype"):
+        parse_dtype("int8")
+    with pytest.raises(ModelError, match="CPU only"):
+        parse_draft_dtype("int8", "cuda")
+    assert parse_draft_dtype("bf16", "cpu") == torch.bfloat16

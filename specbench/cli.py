@@ -136,8 +136,8 @@ def generate_command(
     prompt: Annotated[str, typer.Argument(help="The prompt (a user turn of the chat template unless --raw).", show_default=False)],
     target: Annotated[str, typer.Option("--target", help="Target model: default, a local folder, a .gguf file or a cached hub id.")] = "default",
     drafter: Annotated[str, typer.Option("--drafter", help="default, none (plain decoding), a model-free drafter (ngram, prompt-lookup) or a model spec.")] = "default",
-    gamma: Annotated[int, typer.Option("--gamma", help="Draft tokens per round (the policy's gamma).")] = 4,
-    gamma_policy: Annotated[str, typer.Option("--gamma-policy", help="How gamma is chosen each round: fixed, heuristic, egag, ...")] = "fixed",
+    gamma: Annotated[int | None, typer.Option("--gamma", help="Draft tokens per round: fixed's gamma, the adaptive policies' largest (default: 12 for cost, 4 for the others).", show_default=False)] = None,
+    gamma_policy: Annotated[str, typer.Option("--gamma-policy", help="How gamma is chosen each round: cost (measured costs and confidence), fixed, heuristic, egag, ...")] = "cost",
     temperature: Annotated[float, typer.Option("--temperature", help="0 is greedy; above 0 samples (losslessly).")] = 0.0,
     top_k: Annotated[int, typer.Option("--top-k", help="Sample from the k most likely tokens; 0 keeps all.")] = 0,
     top_p: Annotated[float, typer.Option("--top-p", help="Sample from the smallest set with this much mass, in (0, 1].")] = 1.0,
@@ -146,7 +146,7 @@ def generate_command(
     raw: Annotated[bool, typer.Option("--raw", help="Feed the prompt as is, without the chat template.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (text, token_ids, stats) instead of streaming.")] = False,
     dtype: Annotated[str, typer.Option("--dtype", help="Target weights: float32, bfloat16 or float16.")] = defaults.DEFAULT_DTYPE,
-    draft_dtype: Annotated[str, typer.Option("--draft-dtype", help="Drafter weights: float32, bfloat16 or float16.")] = defaults.DEFAULT_DRAFT_DTYPE,
+    draft_dtype: Annotated[str, typer.Option("--draft-dtype", help="Drafter weights: float32, bfloat16, float16, or int8 (weight-only, CPU).")] = defaults.DEFAULT_DRAFT_DTYPE,
     device: Annotated[str, typer.Option("--device", help="cpu, cuda, mps, or auto (accelerate spreads the target).")] = "cpu",
     gamma_min: Annotated[int, typer.Option("--gamma-min", help="egag: the smallest gamma; heuristic: its floor.")] = 1,
     gamma_max: Annotated[int | None, typer.Option("--gamma-max", help="Adaptive policies' largest gamma (default: --gamma).", show_default=False)] = None,
@@ -159,8 +159,11 @@ def generate_command(
     """Generate text with speculative decoding, streaming it as the target accepts tokens."""
     from specbench import models
     from specbench.decode import GenerationConfig
-    from specbench.gamma import make_policy
+    from specbench.gamma import default_gamma, make_policy
     from specbench.sampling import SamplingConfig
+
+    if gamma is None:
+        gamma = default_gamma(gamma_policy)
 
     def build_policy(costs=None):
         return make_policy(gamma_policy, gamma, gamma_min=gamma_min, gamma_max=gamma_max, egag_beta=egag_beta, threshold=threshold, costs=costs)
@@ -173,7 +176,7 @@ def generate_command(
     try:
         sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
         config = GenerationConfig(max_new_tokens=max_new_tokens, sampling=sampling, seed=seed)
-        policy = build_policy(_STAND_IN_COSTS if gamma_policy == "cost" else None)
+        policy = build_policy(_STAND_IN_COSTS if gamma_policy == "cost" else None)  # checks the options
         pair_config = models.PairConfig(target=target, drafter=drafter, dtype=dtype, draft_dtype=draft_dtype, device=device)
         models.validate_pair_config(pair_config)
         _check_kernels(kernels)
@@ -189,7 +192,7 @@ def generate_command(
     except models.PromptError as exc:
         fail(str(exc))
     config = _replace(config, eos_token_ids=pair.eos_token_ids)
-    if gamma_policy == "cost":
+    if gamma_policy == "cost" and pair.drafter_name != models.NONE:  # plain decoding runs no policy
         try:
             policy = build_policy(_pair_costs(pair, pair_config, kernels, prompt_ids, max_new_tokens))
         except ValueError as exc:

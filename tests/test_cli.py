@@ -60,7 +60,7 @@ def generate_json(tiny, *args: str) -> dict:
 
 
 def test_json_schema(tiny):
-    out = generate_json(tiny, "--drafter", tiny["drafter"], "--max-new-tokens", "20", "--gamma", "3")
+    out = generate_json(tiny, "--drafter", tiny["drafter"], "--gamma-policy", "fixed", "--max-new-tokens", "20", "--gamma", "3")
     assert {"text", "token_ids", "stats"} <= set(out)
     assert STATS_KEYS <= set(out["stats"])
     stats = out["stats"]
@@ -129,6 +129,20 @@ def test_cost_policy_measures_costs_once_then_reads_the_cache(tiny):
     assert json.loads(first.stdout)["token_ids"] == json.loads(second.stdout)["token_ids"]
 
 
+def test_the_default_policy_is_cost_with_gamma_up_to_12(tiny):
+    """The recommended settings are the defaults; a given --gamma still wins, and plain
+    decoding (--drafter none) measures no costs."""
+    out = run("generate", "write a sorting function", "--target", tiny["target"], "--drafter", tiny["drafter"], "--max-new-tokens", "8", "--json")
+    assert out.exit_code == 0, out.output
+    settings = json.loads(out.stdout)
+    assert (settings["gamma_policy"], settings["gamma"]) == ("cost", 12) and "costs: c =" in out.stderr
+    assert generate_json(tiny, "--drafter", tiny["drafter"], "--gamma-policy", "fixed", "--max-new-tokens", "8")["gamma"] == 4
+    assert generate_json(tiny, "--drafter", tiny["drafter"], "--gamma", "6", "--max-new-tokens", "8")["gamma"] == 6
+    plain = run("generate", "write a sorting function", "--target", tiny["target"], "--drafter", "none", "--max-new-tokens", "8", "--json")
+    assert plain.exit_code == 0, plain.output
+    assert "costs" not in plain.stderr and json.loads(plain.stdout)["stats"]["drafted"] == 0
+
+
 def test_onednn_kernels_keep_greedy_output(tiny):
     from specbench.kernels import onednn_available
 
@@ -175,6 +189,12 @@ def test_streaming_happens_during_generation(tiny, monkeypatch):
     assert len([s for s in seen if s]) > 3
 
 
+def test_int8_drafter_keeps_greedy_output(tiny):
+    plain = generate_json(tiny, "--drafter", "none", "--max-new-tokens", "24")
+    out = generate_json(tiny, "--drafter", tiny["drafter"], "--draft-dtype", "int8", "--gamma-policy", "fixed", "--max-new-tokens", "24")
+    assert out["token_ids"] == plain["token_ids"] and out["stats"]["drafted"] > 0
+
+
 def test_device_auto_runs_on_this_machine(tiny):
     out = generate_json(tiny, "--drafter", tiny["drafter"], "--device", "auto", "--max-new-tokens", "8")
     assert out["stats"]["new_tokens"] >= 1
@@ -197,6 +217,7 @@ def test_device_auto_runs_on_this_machine(tiny):
         (["hi", "--target", "missing.gguf"], "no such model file or folder: missing.gguf"),
         (["hi", "--drafter", "./no-such-drafter"], "no such model file or folder: ./no-such-drafter"),
         (["hi", "--dtype", "int3"], "unknown dtype 'int3'"),
+        (["hi", "--dtype", "int8"], "int8 is a drafter dtype (--draft-dtype int8)"),
         (["hi", "--device", "tpu"], "unknown device 'tpu'"),
         (["hi", "--kernels", "fast"], "unknown kernels 'fast'"),
         (["hi", "--gamma-policy", "egag", "--gamma-min", "5", "--gamma-max", "3"], "gamma-min (5) must not exceed gamma-max (3)"),

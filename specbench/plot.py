@@ -107,7 +107,7 @@ def category_speedups(rows: list[dict], summaries: list[Summary]) -> tuple[list[
     bars = {}
     for label, s in list(best.items())[:MAX_CATEGORY_SERIES]:
         mine = [r for r in rows if (r["method"], r["drafter"], r["policy"]) == (s.method, s.drafter, s.policy) and number(r, "gamma") == s.gamma]
-        name = f"{label}, γ={s.gamma}"
+        name = label if s.gamma is None else f"{label}, γ={s.gamma}"
         bars[name] = [geometric_mean([number(r, "speedup") for r in mine if r["category"] == c]) for c in categories]
     return categories, bars
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import math
 
 from specbench import models
 from specbench.bench import encode_prompt
@@ -23,6 +22,7 @@ from specbench.gamma import make_policy
 from specbench.kernels import use_kernels
 from specbench.prompts import load_prompts
 from specbench.quantize import quantize_linears
+from specbench.results import geometric_mean
 
 
 def main() -> None:
@@ -49,7 +49,7 @@ def main() -> None:
         speculative_generate(target, make_drafter("model", model), ids[0], GenerationConfig(max_new_tokens=8), make_policy("fixed", 3))
     print("| category | plain tok/s | bf16 speedup (a) | int8 speedup (a) | same as plain |")
     print("|---|---|---|---|---|")
-    logs = {name: [] for name in drafters}
+    speedups = {name: [] for name in drafters}
     for prompt, prompt_ids in zip(prompts, ids):
         plain = plain_generate(target, prompt_ids, config)
         base = plain.stats.tokens_per_second
@@ -58,11 +58,11 @@ def main() -> None:
             policy = make_policy("cost", args.gamma_max, costs=costs[name])
             result = speculative_generate(target, make_drafter("model", model), prompt_ids, config, policy)
             speedup = result.stats.tokens_per_second / base
-            logs[name].append(math.log(speedup))
+            speedups[name].append(speedup)
             cells.append(f"{speedup:.2f}x ({result.stats.acceptance_rate:.2f})")
             same.append(result.token_ids == plain.token_ids)
         print(f"| {prompt.category} | {base:.2f} | {' | '.join(cells)} | {'yes' if all(same) else 'NO'} |", flush=True)
-    means = " | ".join(f"{math.exp(sum(v) / len(v)):.2f}x" for v in logs.values())
+    means = " | ".join(f"{geometric_mean(v):.2f}x" for v in speedups.values())
     print(f"| geometric mean | | {means} | |")
 
 

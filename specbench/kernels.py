@@ -78,18 +78,16 @@ def use_kernels(model: torch.nn.Module, kernels: str) -> int:
         raise ValueError(f"unknown kernels {kernels!r}; choose from {', '.join(KERNELS)}")
     if not onednn_available():
         raise ValueError("this PyTorch build has no oneDNN (mkldnn) support")
+    return swap_linears(model, SWAPPED_DTYPES, HybridLinear)
+
+
+def swap_linears(model: torch.nn.Module, dtypes: tuple[torch.dtype, ...], make) -> int:
+    """Replace every plain CPU nn.Linear whose weight has one of `dtypes` by make(linear);
+    returns how many. (Subclasses and already swapped layers are left alone.)"""
     swapped = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if _swappable(child):
-                setattr(parent, name, HybridLinear(child))
+            if type(child) is torch.nn.Linear and child.weight.device.type == "cpu" and child.weight.dtype in dtypes:
+                setattr(parent, name, make(child))
                 swapped += 1
     return swapped
-
-
-def _swappable(module: torch.nn.Module) -> bool:
-    return (
-        type(module) is torch.nn.Linear
-        and module.weight.device.type == "cpu"
-        and module.weight.dtype in SWAPPED_DTYPES
-    )

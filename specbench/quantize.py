@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from specbench.kernels import swap_linears
+
 INT8 = "int8"  # the dtype name that asks for this
 
 
@@ -35,21 +37,21 @@ class Int8Linear(torch.nn.Module):
         qweight, scales = quantize_rows(linear.weight.detach())
         self.register_buffer("qweight", qweight)  # [out, in] int8
         self.register_buffer("scales", scales)  # [out] bf16
-        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().to(torch.bfloat16), requires_grad=False)
-        # several rows: a plain bf16 Linear over the dequantized weight (kernels may swap it)
+        # several rows: a plain bf16 Linear over the dequantized weight (kernels may swap it);
+        # its bias serves the one-row path too
         self.dense = torch.nn.Linear(self.in_features, self.out_features, bias=linear.bias is not None, dtype=torch.bfloat16, device=qweight.device)
         with torch.no_grad():
             self.dense.weight.copy_(dequantize_rows(qweight, scales))
-            if self.bias is not None:
-                self.dense.bias.copy_(self.bias)
+            if linear.bias is not None:
+                self.dense.bias.copy_(linear.bias)
         self.dense.requires_grad_(False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.numel() != self.in_features or x.dtype != torch.bfloat16:
             return self.dense(x)
         out = torch._weight_int8pack_mm(x.reshape(1, self.in_features), self.qweight, self.scales)
-        if self.bias is not None:
-            out = out + self.bias
+        if self.dense.bias is not None:
+            out = out + self.dense.bias
         return out.reshape(*x.shape[:-1], self.out_features)
 
 
@@ -73,10 +75,4 @@ def quantize_linears(model: torch.nn.Module) -> int:
     """
     if not int8_available():
         raise ValueError("this PyTorch build has no int8 weight-only kernel (torch._weight_int8pack_mm)")
-    swapped = 0
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is torch.nn.Linear and child.weight.device.type == "cpu" and child.weight.dtype == torch.bfloat16:
-                setattr(parent, name, Int8Linear(child))
-                swapped += 1
-    return swapped
+    return swap_linears(model, (torch.bfloat16,), Int8Linear)

@@ -256,11 +256,11 @@ def _pair_costs(pair, pair_config, kernels: str, prompt_ids: list[int], max_new_
     """c and v(k) for the cost policy: from the cache folder, or measured once (seconds)."""
     import torch
 
-    from specbench.costs import costs_for, for_drafter, timing_context
+    from specbench.costs import METHOD, costs_for, for_drafter, timing_context
     from specbench.kernels import VERSION
 
     drafter_model = pair.drafter_model.model if pair.drafter_model is not None else None
-    key = f"{pair.target.name}|{pair_config.dtype}|{_drafter_label(pair)}|{pair_config.draft_dtype}|{pair_config.device}|{kernels}.v{VERSION}|threads={torch.get_num_threads()}"
+    key = f"{pair.target.name}|{pair_config.dtype}|{_drafter_label(pair)}|{pair_config.draft_dtype}|{pair_config.device}|{kernels}.v{VERSION}|threads={torch.get_num_threads()}|costs.v{METHOD}"
     context = timing_context(prompt_ids, max_new_tokens, pair.context_limit)
     with err_console.status("measuring the drafter and verify costs for the cost policy (once per model pair)"):
         costs, cached = costs_for(pair.target.model, drafter_model, key, context, defaults.cache_root() / "costs")

@@ -5,6 +5,11 @@
     v(k) = target forward time over k new tokens / over 1 token, with a realistic cache
 
 Measured with the models as loaded (dtypes, kernels, device), by medians of timed forwards.
+The forwards are interleaved (each round times k = 1..max_k and a drafter step once), so a
+machine that slows down mid-measurement slows every point alike. v(k) for k >= 2 is a line
+fitted to the medians (t(k) = a + b*k, b >= 0): on a noisy 2-core CPU single points scatter
+by 20% and more (a v(2) of 1.34 one run and 0.97 the next), while the curve itself is close
+to a line. t(1) keeps its own point: one row often runs a different kernel than several.
 The sweep measures them once per sweep and records them in meta.json; `generate` with the
 cost policy measures them once per model pair and settings and keeps them in the cache
 folder (costs/*.json), so later runs start at once. Knows nothing about decoding.
@@ -27,6 +32,7 @@ from specbench.cache import crop_cache, new_cache
 from specbench.decode import model_device, sync
 
 MAX_VERIFY_K = 9  # v(k) is measured for k = 1..MAX_VERIFY_K
+METHOD = 2  # how costs are measured; part of the on-disk cache key (1: one k at a time, no fit)
 
 
 @dataclass(frozen=True)
@@ -34,12 +40,15 @@ class Costs:
     c: float | None  # drafter single-token forward / target single-token forward
     target_step_seconds: float
     drafter_step_seconds: float | None
-    verify_cost: dict[int, float]  # k -> t(k tokens) / t(1 token), the target's
+    verify_cost: dict[int, float]  # k -> t(k tokens) / t(1 token), the target's (fitted for k >= 2)
     context_tokens: int  # cache length the forwards ran over
+    verify_measured: dict[int, float] | None = None  # the medians the fit was made from, / t(1)
 
     def as_meta(self) -> dict:
         meta = asdict(self)
         meta["verify_cost"] = {str(k): v for k, v in self.verify_cost.items()}
+        if self.verify_measured is not None:
+            meta["verify_measured"] = {str(k): v for k, v in self.verify_measured.items()}
         return meta
 
     @classmethod
@@ -50,24 +59,44 @@ class Costs:
             drafter_step_seconds=raw.get("drafter_step_seconds"),
             verify_cost={int(k): float(v) for k, v in (raw.get("verify_cost") or {}).items()},
             context_tokens=raw.get("context_tokens", 0),
+            verify_measured={int(k): float(v) for k, v in raw["verify_measured"].items()} if raw.get("verify_measured") else None,
         )
 
 
-@torch.inference_mode()
-def forward_seconds(model, context: list[int], k: int, repeats: int) -> float:
-    """Median wall seconds of one forward over k new tokens with `context` already cached."""
-    device = model_device(model)
-    cache = new_cache(model)
-    model(input_ids=torch.tensor([context], device=device), past_key_values=cache, use_cache=True, logits_to_keep=1)
-    new = torch.tensor([(context * k)[:k]], device=device)  # [1, k] ordinary token ids
-    times = []
-    for _ in range(repeats + 1):  # the first forward is a warm-up
+class _Timer:
+    """Times forwards over k new tokens on a cache that holds `context`, cropped back after each."""
+
+    def __init__(self, model, context: list[int]):
+        self.model, self.context = model, context
+        self.device = model_device(model)
+        self.cache = new_cache(model)
+        model(input_ids=torch.tensor([context], device=self.device), past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+
+    def seconds(self, k: int) -> float:
+        new = torch.tensor([(self.context * k)[:k]], device=self.device)  # [1, k] ordinary token ids
         start = time.perf_counter()
-        model(input_ids=new, past_key_values=cache, use_cache=True, logits_to_keep=k)
-        sync(device)
-        times.append(time.perf_counter() - start)
-        crop_cache(cache, len(context))
-    return statistics.median(times[1:])
+        self.model(input_ids=new, past_key_values=self.cache, use_cache=True, logits_to_keep=k)
+        sync(self.device)
+        elapsed = time.perf_counter() - start
+        crop_cache(self.cache, len(self.context))
+        return elapsed
+
+
+def fit_verify_curve(seconds: dict[int, float]) -> dict[int, float]:
+    """v(k) = t(k) / t(1): t(1) as measured, t(k >= 2) from the least-squares line through
+    the points k >= 2 (slope clamped at 0: a longer verify never costs less).
+
+    fit_verify_curve({1: 1.0, 2: 1.5, 3: 1.4, 4: 1.9}) == {1: 1.0, 2: 1.4, 3: 1.6, 4: 1.8}
+    """
+    t1 = seconds[1]
+    points = [(k, t) for k, t in sorted(seconds.items()) if k >= 2]
+    if not points:
+        return {1: 1.0}
+    mean_k = sum(k for k, _ in points) / len(points)
+    mean_t = sum(t for _, t in points) / len(points)
+    spread = sum((k - mean_k) ** 2 for k, _ in points)
+    slope = max(0.0, sum((k - mean_k) * (t - mean_t) for k, t in points) / spread) if spread else 0.0
+    return {1: 1.0, **{k: (mean_t + slope * (k - mean_k)) / t1 for k, _ in points}}
 
 
 def timing_context(prompt_ids: list[int], max_new_tokens: int, limit: int) -> list[int]:
@@ -76,17 +105,34 @@ def timing_context(prompt_ids: list[int], max_new_tokens: int, limit: int) -> li
     return (prompt_ids * (length // len(prompt_ids) + 1))[:length]
 
 
+@torch.inference_mode()
 def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k: int = MAX_VERIFY_K) -> Costs:
-    """c from single-token forwards of both models; v(k) for k = 1..max_k from the target."""
-    target_times = {k: forward_seconds(target, context, k, repeats) for k in range(1, max_k + 1)}
-    t1 = target_times[1]
-    drafter_step = forward_seconds(drafter_model, context, 1, repeats) if drafter_model is not None else None
+    """c from single-token forwards of both models; v(k) for k = 1..max_k from the target.
+
+    repeats + 1 interleaved rounds; the first is a warm-up and is not counted."""
+    target_timer = _Timer(target, context)
+    drafter_timer = _Timer(drafter_model, context) if drafter_model is not None else None
+    target_times: dict[int, list[float]] = {k: [] for k in range(1, max_k + 1)}
+    drafter_times: list[float] = []
+    for round_ in range(repeats + 1):
+        for k in target_times:
+            elapsed = target_timer.seconds(k)
+            if round_:
+                target_times[k].append(elapsed)
+        if drafter_timer is not None:
+            elapsed = drafter_timer.seconds(1)
+            if round_:
+                drafter_times.append(elapsed)
+    medians = {k: statistics.median(times) for k, times in target_times.items()}
+    t1 = medians[1]
+    drafter_step = statistics.median(drafter_times) if drafter_times else None
     return Costs(
         c=drafter_step / t1 if drafter_step is not None and t1 > 0 else None,
         target_step_seconds=t1,
         drafter_step_seconds=drafter_step,
-        verify_cost={k: t / t1 if t1 > 0 else 0.0 for k, t in target_times.items()},
+        verify_cost=fit_verify_curve(medians) if t1 > 0 else {k: 0.0 for k in medians},
         context_tokens=len(context),
+        verify_measured={k: t / t1 if t1 > 0 else 0.0 for k, t in medians.items()},
     )
 
 

@@ -2,7 +2,8 @@
 
     propose(context, max_tokens, keep_drafting) -> Draft
         context: [n] every token so far (prompt + output); max_tokens: the policy's gamma;
-        keep_drafting(step, probs): the policy's per-step say (see gamma.py).
+        keep_drafting(step, probs): the policy's per-step say (gamma.Keep or a bool, see
+        gamma.py): drop the token and stop, keep it and go on, or keep it and stop.
     start(sampling, generator)
         a new generation begins: drop all state; use the SAME sampling processor as the target
         (rejection sampling is lossless only then) and draw from the given generator.
@@ -34,9 +35,10 @@ from typing import Callable, Protocol
 import torch
 
 from specbench.cache import cache_length, crop_cache, new_cache
+from specbench.gamma import Keep
 from specbench.sampling import SamplingConfig, choose
 
-KeepDrafting = Callable[[int, "torch.Tensor | None"], bool]
+KeepDrafting = Callable[[int, "torch.Tensor | None"], "Keep | bool"]
 
 
 @dataclass
@@ -100,10 +102,13 @@ class ModelDrafter:
             for step in range(max_tokens):
                 logits = self._forward(pending)
                 token, probs = choose(logits, self.sampling, self.generator)
-                if not keep_drafting(step, probs):
+                say = keep_drafting(step, probs)
+                if not say:
                     break
                 tokens.append(token)
                 rows.append(probs)
+                if say == Keep.LAST:
+                    break
                 pending = torch.tensor([token], device=self.device)
         probs = torch.stack(rows) if rows else None
         ids = torch.tensor(tokens, dtype=torch.long, device=context.device)
@@ -319,9 +324,12 @@ class TableDrafter:
         self._feed(context)
         tokens: list[int] = []
         for step, token in enumerate(self.table.predict(max_tokens)):
-            if not keep_drafting(step, None):
+            say = keep_drafting(step, None)
+            if not say:
                 break
             tokens.append(token)
+            if say == Keep.LAST:
+                break
         ids = torch.tensor(tokens, dtype=torch.long, device=context.device)
         return Draft(ids, None, time.perf_counter() - start)
 

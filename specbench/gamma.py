@@ -3,7 +3,8 @@
 A round asks the policy three things, in this order:
   1. next_gamma()                 the most tokens it may draft this round;
   2. keep_drafting(step, probs)   before each draft token, with the drafter's distribution
-                                  for it (None for drafters without one): draft it or stop;
+                                  for it (None for drafters without one): a Keep (or a bool:
+                                  True is Keep.YES, False is Keep.NO);
   3. update(n_accepted, n_drafted) the outcome, once the target has verified.
 Policies that do not care about a step answer with the do-nothing default, so the decoding
 loop never asks which kind of policy it holds. info() says what decided the round, for the
@@ -28,6 +29,7 @@ caches.
 from __future__ import annotations
 
 import math
+from enum import IntEnum
 from typing import Protocol
 
 import torch
@@ -35,12 +37,25 @@ import torch
 from specbench.sampling import entropy
 
 
+class Keep(IntEnum):
+    """A policy's answer for one draft step; the drafter has already paid for its row.
+
+    NO    drop this token and end the round;
+    YES   keep it and draft the next one (another drafter forward);
+    LAST  keep it and end the round: no forward for a row the policy would refuse anyway.
+    """
+
+    NO = 0
+    YES = 1
+    LAST = 2
+
+
 class GammaPolicy(Protocol):
     name: str
 
     def next_gamma(self) -> int: ...
 
-    def keep_drafting(self, step: int, draft_probs: torch.Tensor | None) -> bool: ...
+    def keep_drafting(self, step: int, draft_probs: torch.Tensor | None) -> Keep | bool: ...
 
     def update(self, n_accepted: int, n_drafted: int) -> None: ...
 
@@ -298,25 +313,33 @@ class CostAwareGamma:
 
     Costs, measured once per model pair and in units of one target single-token forward:
     c = a drafter step, v(k) = a target forward over k tokens (v(1) = 1; on CPUs v(2) is far
-    above 1 while v(3..9) add little). Signals, read from the rows the drafter computes anyway:
-    the confidence m_i = max_x q_i(x) of draft step i, mapped to an acceptance probability
-    a(m) by a calibration table learned online from this generation's verdicts (10 bins of m,
-    each starting from 2 pseudo-verdicts at the bin's midpoint: a calibrated drafter's top
+    above 1 while v(3..9) add little). d_i = v(i + 2) - v(i + 1) is what verifying draft i
+    adds. Signals, read from the rows the drafter computes anyway: the confidence
+    m_i = max_x q_i(x) of draft step i, mapped to an acceptance probability a(m) by a
+    calibration table learned online from this generation's verdicts (10 bins of m, each
+    starting from 2 pseudo-verdicts at the bin's midpoint: a calibrated drafter's top
     probability is its chance of matching). Drafters without q use one bin for all steps.
 
     P_i = a(m_0) * ... * a(m_i) is the chance that drafts 0..i all survive, which is the
-    expected number of tokens draft i adds. The rule, before draft step i:
-        step 0:   draft iff P_0 * (1 + R) >= v(2) - v(1) + c
-                  (R: mean further accepted drafts after an accepted first one, learned
-                  online, so the fixed cost of verifying at all is weighed against the
-                  whole round's expected yield, not the first token's alone)
-        step i>0: draft iff P_i >= v(i+2) - v(i+1) + c
+    expected number of tokens draft i adds. When keep_drafting(i, q_i) is asked, the drafter
+    step that made q_i is paid for, so two separate questions are answered:
+      keep draft i?    step 0:  P_0 * (1 + R) >= d_0
+                                (R: mean further accepted drafts after an accepted first
+                                one, learned online: the fixed cost of verifying at all is
+                                weighed against the round's expected yield)
+                       step i:  P_i >= d_i
+      draft i + 1?     P_i * a(m_i) >= d_(i+1) + c
+                       (the next row's confidence is not known yet; this one's stands in)
+    Keep.NO, Keep.YES or Keep.LAST follow. LAST saves the forward for a row that would be
+    refused: an earlier version asked only "P_i >= d_i + c" after the forward, and so paid c
+    for one refused row in almost every round.
     Back-off: a refused step 0 wasted one drafter step, so the policy then skips the drafter
     for `skip` rounds (plain target steps, no drafter cost: next_gamma() returns 0), doubling
     skip after each consecutive refusal up to 16 and resetting it after a round that drafts.
 
-    info(): {"p_all": P at the last decision, "cost": its threshold, "stopped_at": step or
-    None, "skipped": True on a skipped round}.
+    info(): {"p_all": P at the last decision (for "draft i + 1?": P_i * a(m_i)), "cost":
+    its threshold, "stopped_at": the first step not drafted (None if the round drafted
+    gamma_max), "skipped": True on a skipped round}.
     """
 
     name = "cost"
@@ -345,20 +368,27 @@ class CostAwareGamma:
             return 0
         return self.gamma_max
 
-    def keep_drafting(self, step: int, draft_probs: torch.Tensor | None) -> bool:
+    def keep_drafting(self, step: int, draft_probs: torch.Tensor | None) -> Keep:
         b = self.BINS if draft_probs is None else min(self.BINS - 1, int(top_prob(draft_probs) * self.BINS))
-        p_all = self._p_all * self._accepted[b] / self._checked[b]
-        if step == 0:
-            gain = p_all * (1.0 + self._after_first[0] / self._after_first[1])
-            threshold = self.v[2] - self.v[1] + self.c
-        else:
-            gain, threshold = p_all, self.v[step + 2] - self.v[step + 1] + self.c
-        self._p_all, self._threshold = p_all, threshold
-        if gain < threshold:
+        acceptance = self._accepted[b] / self._checked[b]
+        p_all = self._p_all * acceptance
+        gain = p_all * (1.0 + self._after_first[0] / self._after_first[1]) if step == 0 else p_all
+        self._p_all, self._threshold = p_all, self._added(step)
+        if gain < self._threshold:
             self._stopped_at = step
-            return False
+            return Keep.NO
         self._bins.append(b)
-        return True
+        if step + 1 >= self.gamma_max:
+            return Keep.LAST
+        next_gain, next_cost = p_all * acceptance, self._added(step + 1) + self.c
+        if next_gain < next_cost:
+            self._p_all, self._threshold, self._stopped_at = next_gain, next_cost, step + 1
+            return Keep.LAST
+        return Keep.YES
+
+    def _added(self, step: int) -> float:
+        """d_step: the verify cost that draft `step` adds."""
+        return self.v[step + 2] - self.v[step + 1]
 
     def update(self, n_accepted: int, n_drafted: int) -> None:
         for i, b in enumerate(self._bins[:n_drafted]):

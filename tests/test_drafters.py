@@ -21,6 +21,7 @@ from specbench.drafters import (
     make_drafter,
     ngram_predict,
 )
+from specbench.gamma import Keep
 
 
 def always(step, probs):
@@ -189,6 +190,13 @@ def test_keep_drafting_asked_before_each_token_with_none(make):
 
 
 @pytest.mark.parametrize("make", [NgramDrafter, PromptLookupDrafter])
+def test_keep_last_keeps_the_token_and_ends_the_draft(make):
+    say = lambda step, probs: Keep.LAST if step == 1 else Keep.YES
+    draft = make().propose(torch.tensor([1, 2, 3, 4, 1, 2, 3, 4, 1]), 5, say)
+    assert draft.tokens.tolist() == [2, 3]
+
+
+@pytest.mark.parametrize("make", [NgramDrafter, PromptLookupDrafter])
 def test_no_match_is_an_empty_draft(make):
     calls = []
     draft = make().propose(torch.tensor([1, 2, 3]), 4, lambda s, p: calls.append(s) or True)
@@ -225,6 +233,26 @@ def test_make_drafter():
 def test_make_drafter_model(tiny_pair):
     _, drafter_model = tiny_pair
     assert isinstance(make_drafter("model", drafter_model), ModelDrafter)
+
+
+def test_model_drafter_makes_no_forward_after_keep_last(tiny_pair):
+    """Keep.LAST at step 2 keeps the third token and stops: three forwards, three drafts, the
+    same tokens as a drafter told to go on; commit then keeps the cache in step."""
+    from specbench.cache import cache_length
+
+    _, drafter_model = tiny_pair
+    context = torch.tensor([3, 17, 42, 8, 29, 5])
+    fed = []
+    hook = drafter_model.register_forward_hook(lambda m, args, out: fed.append(1))
+    try:
+        drafter = ModelDrafter(drafter_model)
+        draft = drafter.propose(context, 6, lambda step, probs: Keep.LAST if step == 2 else Keep.YES)
+    finally:
+        hook.remove()
+    assert len(fed) == 3 and draft.tokens.shape == (3,) and draft.probs.shape[0] == 3
+    assert draft.tokens.tolist() == ModelDrafter(drafter_model).propose(context, 6, always).tokens.tolist()[:3]
+    drafter.commit(3)
+    assert cache_length(drafter.cache) == len(context) + 2  # the last draft was never fed
 
 
 # ---------------------------------------------------------------------------- prefill

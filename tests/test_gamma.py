@@ -18,6 +18,7 @@ from specbench.gamma import (
     EntropyGuidedGamma,
     FixedGamma,
     HeuristicGamma,
+    Keep,
     ThresholdStop,
     confidence_to_gamma,
     make_policy,
@@ -58,9 +59,12 @@ def run_round(policy, rows: list[torch.Tensor | None], n_accepted: int | None = 
     gamma = policy.next_gamma()
     drafted = 0
     for step, row in enumerate(rows[:gamma]):
-        if not policy.keep_drafting(step, row):
+        say = policy.keep_drafting(step, row)
+        if not say:
             break
         drafted += 1
+        if say == Keep.LAST:
+            break
     policy.update(drafted if n_accepted is None else min(n_accepted, drafted), drafted)
     return drafted
 
@@ -327,10 +331,29 @@ def peaked(top: float, v: int = V) -> torch.Tensor:
 
 def test_cost_drafts_confident_steps_and_stops_at_an_unsure_one():
     """Confident rows (top q 0.95 -> prior acceptance 0.95) pay for themselves; a row with top
-    q 0.05 cannot: the chance that every draft so far survives falls below its cost."""
+    q 0.05 cannot: the chance that every draft so far survives falls below its verify cost."""
     policy = CostAwareGamma(6, c=0.1, verify_cost=COSTS.verify_cost)
     assert run_round(policy, [peaked(0.95)] * 3 + [peaked(0.05)] * 3) == 3
     assert policy.info()["stopped_at"] == 3
+
+
+def test_cost_keeps_a_paid_row_but_does_not_pay_for_one_it_would_refuse():
+    """Top q 0.65 (prior acceptance 0.65), c = 0.3, d_i = 0.05 after the jump d_0 = 0.35.
+    Step 1: P = 0.4225 beats its verify cost, so the row (already paid for) is kept; the next
+    row would bring at most 0.4225 * 0.65 = 0.27 < 0.05 + 0.3, so the drafter is told to stop
+    (LAST) rather than make a third forward that the policy would refuse."""
+    policy = CostAwareGamma(6, c=0.3, verify_cost=COSTS.verify_cost)
+    policy.next_gamma()
+    assert policy.keep_drafting(0, peaked(0.65)) == Keep.YES
+    assert policy.keep_drafting(1, peaked(0.65)) == Keep.LAST
+    assert policy.info() == {"p_all": pytest.approx(0.275, abs=1e-3), "cost": pytest.approx(0.35), "stopped_at": 2}
+
+
+def test_cost_last_step_of_gamma_max_is_last():
+    policy = CostAwareGamma(2, c=0.0, verify_cost=COSTS.verify_cost)
+    policy.next_gamma()
+    assert [policy.keep_drafting(i, peaked(0.95)) for i in range(2)] == [Keep.YES, Keep.LAST]
+    assert policy.info()["stopped_at"] is None
 
 
 def test_cost_refuses_step_zero_then_skips_the_drafter_with_growing_backoff():

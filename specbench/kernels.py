@@ -1,18 +1,20 @@
 """Faster CPU matrix kernels for the Linear layers of a model (`--kernels`, default auto).
 
-Why: on AVX2 CPUs PyTorch's default fp32 GEMM (MKL) is fast for one row (a single-token
-decode step, a GEMV) but slow for a few rows: verifying 5 tokens cost about 2.7 single steps
-on the default target, which eats most of what speculation saves. oneDNN's prepacked linear
-(`torch.ops.mkldnn._linear_pointwise`, the kernel torch.compile uses on CPU) is much cheaper
-for 2..16 rows. So each Linear keeps both: the dense weight for one row, the packed weight
-for more. Results agree with the dense kernel to float32 rounding (tested), and plain
-decoding uses the very same model objects, so the baseline gets the same kernels.
+Why: on AVX2 CPUs PyTorch's default fp32 GEMM (MKL) is slow for a few rows: verifying 5
+tokens cost about 2.7 single steps on the default target, which eats most of what
+speculation saves. oneDNN's prepacked linear (`torch.ops.mkldnn._linear_pointwise`, the
+kernel torch.compile uses on CPU) is much cheaper for 2..16 rows, and for one row too: a
+single-token step of the default fp32 target took 323 ms through it against 383 ms through
+MKL's GEMV (200 cached tokens; 314 vs 382 ms at 600). So an fp32 Linear runs every row
+through its packed weight. Results agree with the dense kernel to float32 rounding (tested),
+and plain decoding uses the very same model objects, so the baseline gets the same kernels.
 
 bf16 and fp16 layers (the default drafter is bf16) are worse off: without AVX-512 bf16
 PyTorch's bf16 GEMM costs about the same per row whatever the row count (a 130-token prompt
 took the bf16 drafter 4.6 s, 6x its fp32 oneDNN time), and oneDNN refuses bf16 weights. So
 a half-precision Linear keeps its half weight for one row (a GEMV reads half the bytes of
-fp32, which is what makes the bf16 drafter fast) and a packed fp32 copy for several rows:
+fp32, which is what makes the bf16 drafter fast: 75 ms a step for the default drafter, 122
+ms through the packed fp32 copy) and the packed fp32 copy for several rows:
 the input is widened to fp32 and the output rounded back. Several-row results agree with
 the half kernel to half rounding, not bit for bit; that is harmless for a drafter, whose q
 is whatever it computed.
@@ -28,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 KERNELS = ("auto", "default", "onednn")  # auto: onednn where this torch has it, else default
-VERSION = 2  # bump when what a kernel choice swaps changes (cached cost measurements key on it)
+VERSION = 3  # bump when what a kernel choice swaps changes (cached cost measurements key on it)
 SWAPPED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -37,8 +39,8 @@ def onednn_available() -> bool:
 
 
 class HybridLinear(torch.nn.Module):
-    """A Linear that runs one row with its own weight and several rows through prepacked
-    fp32 oneDNN (the output in the layer's dtype)."""
+    """A Linear that runs through prepacked fp32 oneDNN (the output in the layer's dtype),
+    except one row of a half-precision layer, which runs with its own half weight."""
 
     def __init__(self, linear: torch.nn.Linear):
         super().__init__()
@@ -48,6 +50,7 @@ class HybridLinear(torch.nn.Module):
         with torch.no_grad():
             self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach().float(), None)
             self.packed_bias = None if self.bias is None else self.bias.detach().float()
+        self.half_gemv = self.weight.dtype != torch.float32
 
     def __deepcopy__(self, memo) -> "HybridLinear":
         """Copy the dense weights and pack the copy anew (a packed tensor cannot be copied)."""
@@ -58,7 +61,7 @@ class HybridLinear(torch.nn.Module):
         return HybridLinear(linear)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.numel() == self.in_features:  # one row: GEMV, where MKL is fastest
+        if self.half_gemv and x.numel() == self.in_features:  # one row of half weights: GEMV
             return F.linear(x, self.weight, self.bias)
         out = torch.ops.mkldnn._linear_pointwise(x.float(), self.packed, self.packed_bias, "none", [], "")
         return out.to(x.dtype)

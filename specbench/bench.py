@@ -53,10 +53,11 @@ from specbench.results import (
     read_rows,
     row_key,
     run_key,
+    verify_cost_at,
     write_meta,
 )
 from specbench.sampling import SamplingConfig
-from specbench.stats import RunStats, StepRecord
+from specbench.stats import RunStats, StepRecord, walltime_speedup
 
 SPECBENCH, HF_ASSISTED = "specbench", "hf-assisted"
 METHODS = (BASELINE_METHOD, SPECBENCH, HF_ASSISTED)
@@ -361,8 +362,21 @@ def baselines_from_rows(rows: list[dict]) -> dict[tuple[str, str], Baseline]:
     return found
 
 
-def make_row(run: PlannedRun, m: Measurement, baseline: Baseline | None, *, c: float | None, prompt_tokens: int, seed: int) -> dict:
-    """One runs.csv row; metrics come from RunStats, speedup and parity from the baseline."""
+def predicted_speedup(run: PlannedRun, m: Measurement, c: float | None, verify_cost: dict[int, float] | None) -> float | None:
+    """stats.walltime_speedup of a specbench run's rounds with the sweep's c and v(k) (c = 0
+    for the model-free drafters, as the cost policy assumes); None for other methods."""
+    if run.method != SPECBENCH or not m.steps or c is None or not verify_cost:
+        return None
+    rounds = [(len(step.draft_tokens), len(step.tokens)) for step in m.steps if step.round > 0]
+    run_c = c if run.drafter == MODEL_DRAFTER else 0.0
+    return walltime_speedup(rounds, run_c, lambda k: verify_cost_at(verify_cost, k))
+
+
+def make_row(
+    run: PlannedRun, m: Measurement, baseline: Baseline | None, *, c: float | None, prompt_tokens: int, seed: int, verify_cost: dict[int, float] | None = None
+) -> dict:
+    """One runs.csv row; metrics come from RunStats, speedup and parity from the baseline,
+    predicted_speedup from the run's rounds and the measured c and v(k)."""
     stats, greedy = m.stats, run.temperature == 0
     is_baseline = run.method == BASELINE_METHOD
     tps = stats.tokens_per_second
@@ -394,6 +408,7 @@ def make_row(run: PlannedRun, m: Measurement, baseline: Baseline | None, *, c: f
         "speedup": speedup,
         "c": c,
         "identical_to_baseline": identical,
+        "predicted_speedup": predicted_speedup(run, m, c, verify_cost),
         "rounds": stats.rounds,
         "first_pass_tokens": stats.first_pass_tokens,
         "prompt_tokens": prompt_tokens,
@@ -467,6 +482,7 @@ def run_plan(
     c: float | None,
     prompt_tokens: Callable[[Prompt], int],
     seed: int,
+    verify_cost: dict[int, float] | None = None,
     baselines: dict | None = None,
     write_steps: bool = False,
     on_row: Callable[[PlannedRun, dict], None] | None = None,
@@ -478,7 +494,7 @@ def run_plan(
     for run in plan:
         m = measure(run)
         where = (run.prompt.id, str(run.repeat))
-        row = make_row(run, m, baselines.get(where), c=c, prompt_tokens=prompt_tokens(run.prompt), seed=seed + run.repeat)
+        row = make_row(run, m, baselines.get(where), c=c, prompt_tokens=prompt_tokens(run.prompt), seed=seed + run.repeat, verify_cost=verify_cost)
         if run.method == BASELINE_METHOD:
             baselines[where] = Baseline(row["tokens_per_second"], row["output_hash"])
         append_row(out_dir / RUNS_CSV, row)
@@ -621,6 +637,7 @@ def sweep(
         runner.measure,
         out_dir,
         c=costs.c,
+        verify_cost=costs.verify_cost,
         prompt_tokens=lambda p: len(runner.prompt_ids(p)),
         seed=config.seed,
         baselines=baselines_from_rows(done_rows),

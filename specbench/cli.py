@@ -392,11 +392,13 @@ def load_sweep_models(target: str, drafter_model: str | None, *, dtype: str | No
 
 def summary_table(summaries: list, greedy: bool) -> Table:
     """The end-of-sweep table: one line per method/drafter/policy/gamma, best speedup first.
-    Fits 80 columns: numbers never wrap; a long configuration name wraps instead."""
+    "model" is the speedup the walltime model predicts from the runs' own rounds and the
+    measured c and v(k) (stats.walltime_speedup). Fits 80 columns: numbers never wrap; a
+    long configuration name wraps instead."""
     runs = max((s.runs for s in summaries), default=0)
     table = Table(title=f"Sweep summary: geometric means over {runs} prompt run(s), vs plain", title_justify="left")
     table.add_column("configuration")
-    for name in ("γ", "accept", "len", "tok/s", "speedup"):
+    for name in ("γ", "accept", "len", "tok/s", "speedup", "model"):
         table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
     if greedy:
         table.add_column("output", no_wrap=True, min_width=8)
@@ -406,7 +408,8 @@ def summary_table(summaries: list, greedy: bool) -> Table:
 
     for s in summaries:
         cells = [_configuration(s), show(s.gamma, "d"), show(s.acceptance_rate, ".0%"), show(s.mean_accepted_length, ".2f"),
-                 show(s.tokens_per_second, ".2f"), show(s.speedup, ".2f") + "×"]  # fmt: skip
+                 show(s.tokens_per_second, ".2f"), show(s.speedup, ".2f") + "×",
+                 show(s.predicted_speedup, ".2f") + ("×" if s.predicted_speedup else "")]  # fmt: skip
         if greedy:
             if s.method == sweep_results.BASELINE_METHOD:
                 cells.append("baseline")

@@ -32,7 +32,7 @@ REQUIRED_COLUMNS = (
 )  # fmt: skip
 EXTRA_COLUMNS = (
     "rounds", "first_pass_tokens", "prompt_tokens", "prefill_seconds", "decode_seconds",
-    "draft_seconds", "verify_seconds", "stop_reason", "seed", "output_hash",
+    "draft_seconds", "verify_seconds", "stop_reason", "seed", "output_hash", "predicted_speedup",
 )  # fmt: skip
 COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS
 KEY_COLUMNS = ("method", "drafter", "policy", "gamma", "temperature", "prompt_id", "repeat")
@@ -122,15 +122,19 @@ def number(row: dict, column: str) -> float | None:
 
 
 def append_row(path: Path, row: dict) -> None:
-    """Append one row (writing the header first for a new file) and close, so it is on disk."""
+    """Append one row (writing the header first for a new file) and close, so it is on disk.
+    A file started by an older version keeps its own columns (a resume never misaligns)."""
     new = not path.exists() or path.stat().st_size == 0
+    columns = list(COLUMNS)
     if not new:
         _end_with_newline(path)
+        with open(path, newline="", encoding="utf-8") as handle:
+            columns = next(csv.reader(handle), None) or columns
     with open(path, "a", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore")
+        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
         if new:
             writer.writeheader()
-        writer.writerow({c: cell(row.get(c)) for c in COLUMNS})
+        writer.writerow({c: cell(row.get(c)) for c in columns})
 
 
 def _end_with_newline(path: Path) -> None:
@@ -205,6 +209,7 @@ class Summary:
     mean_accepted_length: float | None  # mean over runs
     tokens_per_second: float | None  # mean over runs
     speedup: float | None  # geometric mean over runs of tokens/s over the plain run's
+    predicted_speedup: float | None  # geometric mean of the walltime model's (specbench runs)
     differs: int  # greedy runs whose output is not the baseline's
     checked: int  # greedy runs compared with the baseline
 
@@ -257,6 +262,7 @@ def summarize_group(key: tuple, rows: list[dict]) -> Summary:
         mean_accepted_length=mean([number(r, "mean_accepted_length") for r in rows]),
         tokens_per_second=mean([number(r, "tokens_per_second") for r in rows]),
         speedup=geometric_mean([number(r, "speedup") for r in rows]),
+        predicted_speedup=geometric_mean([number(r, "predicted_speedup") for r in rows if r.get("predicted_speedup")]),
         differs=sum(r["identical_to_baseline"] == "false" for r in checked),
         checked=len(checked),
     )

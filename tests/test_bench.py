@@ -22,11 +22,12 @@ from specbench.results import (
     KEY_COLUMNS,
     REQUIRED_COLUMNS,
     GammaRangeError,
+    append_row,
     parse_gammas,
     read_rows,
     row_key,
 )
-from specbench.stats import RunStats
+from specbench.stats import RunStats, walltime_speedup
 
 SPECIALS = ("<unk>", "<|im_start|>", "<|im_end|>")
 CHARS = "abcdefghijklmnopqrstuvwxyz0123456789Ġ.,:;!?'\"()[]{}=+-*/_#<>|"  # Ġ: byte-level space
@@ -164,6 +165,25 @@ def test_make_row_speedup_and_parity():
 # ---------------------------------------------------------------------------- HF assisted
 
 
+def test_walltime_model_prices_each_round():
+    """Rounds (k drafted, tokens emitted); c = 0.25, v(k) = 1 + 0.1 (k - 1): two rounds of 4
+    drafts cost 1 + 1.4 each and a round with none costs 1, for 5 + 2 + 1 tokens."""
+    v = lambda k: 1 + 0.1 * (k - 1)  # noqa: E731
+    assert walltime_speedup([(4, 5), (4, 2), (0, 1)], 0.25, v) == pytest.approx(8 / 5.8)
+    assert walltime_speedup([(0, 1)] * 5, 0.25, v) == pytest.approx(1.0)  # plain steps predict 1x
+    assert walltime_speedup([], 0.25, v) is None
+
+
+def test_resumed_csv_keeps_its_own_columns(tmp_path):
+    """A runs.csv begun by an older version (fewer extra columns) gets rows in its own layout."""
+    path = tmp_path / "runs.csv"
+    path.write_text(",".join(REQUIRED_COLUMNS) + "\n", encoding="utf-8")
+    append_row(path, {"method": "plain", "prompt_id": "p1", "predicted_speedup": 1.5})
+    rows = read_rows(path)
+    assert rows[0]["method"] == "plain" and rows[0]["prompt_id"] == "p1" and "predicted_speedup" not in rows[0]
+    assert header(path) == list(REQUIRED_COLUMNS)
+
+
 def test_hf_assisted_counts_and_matches_greedy(close_pair):
     """HF's assisted generation is greedy-lossless too; its rounds and drafts are counted
     from forward hooks (one target forward per round, one drafter forward per draft)."""
@@ -206,6 +226,9 @@ def test_sweep_writes_results(close_pair, tokenizer, tmp_path):
         if row["method"] == "specbench":  # greedy speculative decoding is lossless
             assert row["identical_to_baseline"] == "true"
             assert 0 <= float(row["acceptance_rate"]) <= 1
+            assert float(row["predicted_speedup"]) > 0
+        else:
+            assert row["predicted_speedup"] == ""
     meta = json.loads((out / "meta.json").read_text())
     assert meta["finished"] is True and meta["c"] > 0
     assert sorted(meta["verify_cost"], key=int) == [str(k) for k in range(1, 10)] and meta["verify_cost"]["1"] == 1.0

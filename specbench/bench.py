@@ -37,7 +37,7 @@ from specbench import __version__
 from specbench.decode import GenerationConfig, context_limit, model_device, plain_generate, speculative_generate, sync
 from specbench.drafters import DRAFTERS, make_drafter
 from specbench.gamma import POLICIES, make_policy
-from specbench.kernels import KERNELS
+from specbench.kernels import KERNELS, stock_kernels
 from specbench.costs import Costs, for_drafter, measure_costs, timing_context
 from specbench.prompts import Prompt
 from specbench.results import (
@@ -63,6 +63,7 @@ SPECBENCH, HF_ASSISTED = "specbench", "hf-assisted"
 METHODS = (BASELINE_METHOD, SPECBENCH, HF_ASSISTED)
 HF_POLICY = FIXED_POLICY  # HF's constant num_assistant_tokens schedule is a fixed gamma
 HF_DEFAULTS_POLICY = "hf-defaults"  # HF as it comes: 20 drafts, confidence threshold 0.4 (adjusted online)
+HF_STOCK_POLICY = "hf-defaults-stock-kernels"  # the same, on PyTorch's own Linear kernels (HF without specbench)
 # transformers' own defaults (GenerationConfig._get_default_generation_params in 5.x), pinned
 # here so that a drafter's generation_config.json cannot change what "HF's defaults" means
 HF_DEFAULTS = {"num_assistant_tokens": 20, "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.4}
@@ -83,6 +84,7 @@ class SweepConfig:
     seed: int = 0  # repeat r of every method uses seed + r
     hf_assisted: bool = True
     hf_fixed: bool = True  # hf-assisted also at each gamma (constant schedule), beside its defaults
+    hf_stock: bool = False  # hf-assisted defaults once more on PyTorch's stock kernels
     steps: bool = False  # also write every StepRecord to steps.jsonl
     timing_repeats: int = 5  # timed forwards per point of c and v(k); the median counts
     warmup_tokens: int = 16  # length of the untimed warm-up generation
@@ -151,6 +153,8 @@ def plan_runs(config: SweepConfig, prompts: list[Prompt], *, has_drafter_model: 
                     plan.append(PlannedRun(HF_ASSISTED, MODEL_DRAFTER, HF_POLICY, gamma, config.temperature, prompt, repeat))
             if config.hf_assisted and has_drafter_model:  # and once as users get it: no gamma of ours
                 plan.append(PlannedRun(HF_ASSISTED, MODEL_DRAFTER, HF_DEFAULTS_POLICY, None, config.temperature, prompt, repeat))
+                if config.hf_stock:
+                    plan.append(PlannedRun(HF_ASSISTED, MODEL_DRAFTER, HF_STOCK_POLICY, None, config.temperature, prompt, repeat))
     return plan
 
 
@@ -452,6 +456,9 @@ class SweepRunner:
             return measure_plain(self.target, ids, gen)
         if run.method == SPECBENCH:
             return measure_specbench(self.target, self.drafter_model, ids, gen, run.drafter, run.policy, run.gamma, self.measured_costs)
+        if run.method == HF_ASSISTED and run.policy == HF_STOCK_POLICY:
+            with stock_kernels():
+                return measure_hf_assisted(self.target, self.drafter_model, ids, gen, None)
         if run.method == HF_ASSISTED:
             return measure_hf_assisted(self.target, self.drafter_model, ids, gen, run.gamma)
         raise SweepError(f"unknown method {run.method!r}; choose from {', '.join(METHODS)}")

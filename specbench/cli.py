@@ -424,7 +424,8 @@ def summary_table(summaries: list, greedy: bool) -> Table:
 def _configuration(summary) -> str:
     """e.g. "specbench model cost", "hf-assisted fixed", "hf-assisted defaults", "plain"."""
     if summary.method == "hf-assisted":  # HF always drafts with the drafter model
-        return "hf-assisted " + ("defaults" if summary.policy == "hf-defaults" else summary.policy)
+        names = {"hf-defaults": "defaults", "hf-defaults-stock-kernels": "defaults, stock kernels"}
+        return "hf-assisted " + names.get(summary.policy, summary.policy)
     return " ".join(part for part in (summary.method, summary.drafter, summary.policy) if part)
 
 
@@ -462,6 +463,7 @@ def sweep_command(
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted sweep in --out, skipping the rows it has.")] = False,
     hf_assisted: Annotated[bool, typer.Option("--hf-assisted/--no-hf-assisted", help="Also run transformers' assisted generation.")] = True,
     hf_fixed: Annotated[bool, typer.Option("--hf-fixed/--no-hf-fixed", help="Run hf-assisted at every gamma too, not only with its own defaults.")] = True,
+    hf_stock: Annotated[bool, typer.Option("--hf-stock/--no-hf-stock", help="Run hf-assisted's defaults once more on PyTorch's stock Linear kernels, as HF runs without specbench.")] = False,
     steps: Annotated[bool, typer.Option("--steps", help="Also write every speculative round to steps.jsonl.")] = False,
     seed: Annotated[int, typer.Option("--seed", help="Seed of repeat 0 (repeat r uses seed + r).")] = 0,
     timing_repeats: Annotated[int, typer.Option("--timing-repeats", help="Timed forwards per point of c and v(k) (the median counts).")] = 5,
@@ -485,6 +487,7 @@ def sweep_command(
             seed=seed,
             hf_assisted=hf_assisted,
             hf_fixed=hf_fixed,
+            hf_stock=hf_stock,
             steps=steps,
             timing_repeats=timing_repeats,
             kernels=kernels,

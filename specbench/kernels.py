@@ -25,6 +25,7 @@ This module only swaps modules; it knows nothing about decoding.
 from __future__ import annotations
 
 import copy
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +33,21 @@ import torch.nn.functional as F
 KERNELS = ("auto", "default", "onednn")  # auto: onednn where this torch has it, else default
 VERSION = 3  # bump when what a kernel choice swaps changes (cached cost measurements key on it)
 SWAPPED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+_stock = [False]  # set by stock_kernels()
+
+
+@contextmanager
+def stock_kernels():
+    """Within the block, swapped layers run PyTorch's own kernel on their dense weight, as
+    an unswapped model would: how a tool without these kernels (HF's assisted generation as
+    it ships) runs the same model objects."""
+    _stock[0] = True
+    try:
+        yield
+    finally:
+        _stock[0] = False
 
 
 def onednn_available() -> bool:
@@ -61,7 +77,7 @@ class HybridLinear(torch.nn.Module):
         return HybridLinear(linear)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.half_gemv and x.numel() == self.in_features:  # one row of half weights: GEMV
+        if _stock[0] or (self.half_gemv and x.numel() == self.in_features):  # one row of half weights: GEMV
             return F.linear(x, self.weight, self.bias)
         out = torch.ops.mkldnn._linear_pointwise(x.float(), self.packed, self.packed_bias, "none", [], "")
         return out.to(x.dtype)

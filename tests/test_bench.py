@@ -127,6 +127,21 @@ def test_hf_defaults_run_uses_transformers_defaults(close_pair, tokenizer, tmp_p
     assert {k: getattr(settings, k) for k in HF_DEFAULTS} == HF_DEFAULTS
 
 
+def test_hf_stock_runs_hf_defaults_on_stock_kernels(close_pair, tokenizer, tmp_path, monkeypatch):
+    """--hf-stock adds one more HF run per prompt, its defaults inside kernels.stock_kernels();
+    greedy output still equals plain decoding."""
+    from specbench import kernels
+
+    seen = []
+    real = bench.measure_hf_assisted
+    monkeypatch.setattr(bench, "measure_hf_assisted", lambda *a, **k: seen.append(kernels._stock[0]) or real(*a, **k))
+    config = SweepConfig(gammas=(2,), hf_fixed=False, hf_stock=True, **{k: v for k, v in FAST.items() if k != "gammas"})
+    rows = read_rows(run_sweep(close_pair, tokenizer, tmp_path / "hf", config).out_dir / "runs.csv")
+    stock = [r for r in rows if r["policy"] == "hf-defaults-stock-kernels"]
+    assert len(stock) == len(PROMPTS) and all(r["identical_to_baseline"] == "true" for r in stock)
+    assert True in seen and False in seen and kernels._stock[0] is False
+
+
 def test_plan_with_hf_defaults_only():
     config = SweepConfig(gammas=(2, 4), hf_fixed=False)
     hf = [r for r in plan_runs(config, PROMPTS) if r.method == "hf-assisted"]

@@ -9,7 +9,7 @@ from conftest import PROMPTS, noisy_copy, tiny_model
 from specbench.decode import GenerationConfig, plain_generate, speculative_generate
 from specbench.drafters import ModelDrafter
 from specbench.gamma import FixedGamma
-from specbench.kernels import HybridLinear, onednn_available, use_kernels
+from specbench.kernels import HybridLinear, onednn_available, stock_kernels, use_kernels
 
 pytestmark = pytest.mark.skipif(not onednn_available(), reason="no oneDNN in this torch build")
 
@@ -35,6 +35,24 @@ def test_fp32_one_row_runs_the_packed_weight():
         hybrid = HybridLinear(copy.deepcopy(linear))
         hybrid.weight.zero_()
         assert torch.allclose(hybrid(x), want, atol=1e-5)
+
+
+def test_stock_kernels_run_the_dense_weight_for_every_row_count():
+    """Inside stock_kernels() a swapped layer is PyTorch's own Linear again (here seen through a
+    dense weight zeroed after packing); the switch is off again after the block, even on error."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(48, 80)
+    hybrid = HybridLinear(copy.deepcopy(linear))
+    with torch.no_grad():
+        hybrid.weight.zero_()
+        for rows in (1, 5):
+            x = torch.randn(1, rows, 48)
+            with stock_kernels():
+                assert torch.allclose(hybrid(x), hybrid.bias.expand(1, rows, 80))
+            assert torch.allclose(hybrid(x), linear(x), atol=1e-5)
+        with pytest.raises(RuntimeError), stock_kernels():
+            raise RuntimeError("boom")
+        assert torch.allclose(hybrid(x), linear(x), atol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -366,21 +366,27 @@ def baselines_from_rows(rows: list[dict]) -> dict[tuple[str, str], Baseline]:
     return found
 
 
-def predicted_speedup(run: PlannedRun, m: Measurement, c: float | None, verify_cost: dict[int, float] | None) -> float | None:
-    """stats.walltime_speedup of a specbench run's rounds with the sweep's c and v(k) (c = 0
-    for the model-free drafters, as the cost policy assumes); None for other methods."""
-    if run.method != SPECBENCH or not m.steps or c is None or not verify_cost:
+def predicted_speedup(run: PlannedRun, m: Measurement, costs: Costs | None, baseline: Baseline | None) -> float | None:
+    """stats.walltime_speedup of a specbench run's rounds, with the sweep's measured costs in
+    units of the plain run's own step on the same prompt (1 / its tokens per second): c =
+    drafter step seconds / that step (0 for the model-free drafters, as the cost policy
+    assumes), v(k >= 2) = the measured t(k) / that step, v(1) = 1 (a round without drafts is
+    a plain step). The plain run, not the start-of-sweep t(1), sets the unit because the
+    target's step time drifts by +-15% over a sweep on a busy CPU; the interleaved plain run
+    sees the same machine as the run it is compared with. None for other methods."""
+    if run.method != SPECBENCH or not m.steps or costs is None or not costs.verify_cost or baseline is None or not baseline.tokens_per_second:
         return None
+    unit = 1.0 / baseline.tokens_per_second
+    scale = costs.target_step_seconds / unit
+    c = (costs.drafter_step_seconds or 0.0) / unit if run.drafter == MODEL_DRAFTER else 0.0
+    verify = lambda k: 1.0 if k == 1 else (verify_cost_at(costs.verify_cost, k) or 1.0) * scale  # noqa: E731
     rounds = [(len(step.draft_tokens), len(step.tokens)) for step in m.steps if step.round > 0]
-    run_c = c if run.drafter == MODEL_DRAFTER else 0.0
-    return walltime_speedup(rounds, run_c, lambda k: verify_cost_at(verify_cost, k))
+    return walltime_speedup(rounds, c, verify)
 
 
-def make_row(
-    run: PlannedRun, m: Measurement, baseline: Baseline | None, *, c: float | None, prompt_tokens: int, seed: int, verify_cost: dict[int, float] | None = None
-) -> dict:
+def make_row(run: PlannedRun, m: Measurement, baseline: Baseline | None, *, c: float | None, prompt_tokens: int, seed: int, costs: Costs | None = None) -> dict:
     """One runs.csv row; metrics come from RunStats, speedup and parity from the baseline,
-    predicted_speedup from the run's rounds and the measured c and v(k)."""
+    predicted_speedup from the run's rounds, the measured costs and the baseline."""
     stats, greedy = m.stats, run.temperature == 0
     is_baseline = run.method == BASELINE_METHOD
     tps = stats.tokens_per_second
@@ -412,7 +418,7 @@ def make_row(
         "speedup": speedup,
         "c": c,
         "identical_to_baseline": identical,
-        "predicted_speedup": predicted_speedup(run, m, c, verify_cost),
+        "predicted_speedup": predicted_speedup(run, m, costs, baseline),
         "rounds": stats.rounds,
         "first_pass_tokens": stats.first_pass_tokens,
         "prompt_tokens": prompt_tokens,
@@ -489,7 +495,7 @@ def run_plan(
     c: float | None,
     prompt_tokens: Callable[[Prompt], int],
     seed: int,
-    verify_cost: dict[int, float] | None = None,
+    costs: Costs | None = None,
     baselines: dict | None = None,
     write_steps: bool = False,
     on_row: Callable[[PlannedRun, dict], None] | None = None,
@@ -501,7 +507,7 @@ def run_plan(
     for run in plan:
         m = measure(run)
         where = (run.prompt.id, str(run.repeat))
-        row = make_row(run, m, baselines.get(where), c=c, prompt_tokens=prompt_tokens(run.prompt), seed=seed + run.repeat, verify_cost=verify_cost)
+        row = make_row(run, m, baselines.get(where), c=c, prompt_tokens=prompt_tokens(run.prompt), seed=seed + run.repeat, costs=costs)
         if run.method == BASELINE_METHOD:
             baselines[where] = Baseline(row["tokens_per_second"], row["output_hash"])
         append_row(out_dir / RUNS_CSV, row)
@@ -644,7 +650,7 @@ def sweep(
         runner.measure,
         out_dir,
         c=costs.c,
-        verify_cost=costs.verify_cost,
+        costs=costs,
         prompt_tokens=lambda p: len(runner.prompt_ids(p)),
         seed=config.seed,
         baselines=baselines_from_rows(done_rows),

@@ -393,7 +393,7 @@ def load_sweep_models(target: str, drafter_model: str | None, *, dtype: str | No
 def summary_table(summaries: list, greedy: bool) -> Table:
     """The end-of-sweep table: one line per method/drafter/policy/gamma, best speedup first.
     "model" is the speedup the walltime model predicts from the runs' own rounds and the
-    measured c and v(k) (stats.walltime_speedup). Fits 80 columns: numbers never wrap; a
+    measured c and v(k) (bench.predicted_speedup). Fits 80 columns: numbers never wrap; a
     long configuration name wraps instead."""
     runs = max((s.runs for s in summaries), default=0)
     table = Table(title=f"Sweep summary: geometric means over {runs} prompt run(s), vs plain", title_justify="left")

@@ -39,6 +39,7 @@ CHARTS = (
     "accepted_length.png",
     "predicted_speedup.png",
     "speedup_by_category.png",
+    "model_vs_measured.png",
 )
 MAX_CATEGORY_SERIES = 6  # bars per category group before the chart stops being readable
 GAMMA_AXIS = "gamma (draft tokens per round; adaptive policies: their gamma setting)"
@@ -228,7 +229,38 @@ def chart_category_speedup(summaries, rows, meta, path: Path, subtitle: str) -> 
     return _finish(fig, ax, path)
 
 
-DRAWERS = (chart_acceptance, chart_tokens_per_second, chart_speedup, chart_accepted_length, chart_predicted_speedup, chart_category_speedup)
+def model_points(rows: list[dict]) -> dict[str, list[tuple[float, float]]]:
+    """label -> [(modelled, measured speedup)] per run that has both (specbench runs)."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for row in rows:
+        modelled, measured = number(row, "predicted_speedup"), number(row, "speedup")
+        if modelled and measured:
+            gamma = number(row, "gamma")
+            label = " / ".join(p for p in (row["method"], row["drafter"], row["policy"]) if p)
+            out.setdefault(label if gamma is None else f"{label}, γ={int(gamma)}", []).append((modelled, measured))
+    return out
+
+
+def chart_model_vs_measured(summaries, rows, meta, path: Path, subtitle: str) -> Path:
+    """Each run's measured speedup against the walltime model of its own rounds
+    (bench.predicted_speedup: the sweep's c and v(k) in plain steps); the band is +-10%."""
+    fig, ax = _figure("Measured speedup vs the walltime model, per run", subtitle, "modelled: tokens / sum over rounds of (k c + v(k+1)), in plain steps", "measured speedup over plain decoding")
+    points = model_points(rows)
+    for label, pairs in points.items():
+        xs, ys = zip(*pairs)
+        ratio = geometric_mean([y / x for x, y in pairs])
+        ax.scatter(xs, ys, label=f"{label} (measured / modelled {ratio:.2f})", s=22)
+    if points:
+        top = max(max(max(p) for p in pairs) for pairs in points.values()) * 1.05
+        line = [0, top]
+        ax.plot(line, line, color="black", linewidth=1, label="measured = modelled")
+        ax.fill_between(line, [0.9 * v for v in line], [1.1 * v for v in line], color="0.5", alpha=0.15, label="within 10%")
+        ax.set_xlim(0, top)
+        ax.set_ylim(0, top)
+    return _finish(fig, ax, path)
+
+
+DRAWERS = (chart_acceptance, chart_tokens_per_second, chart_speedup, chart_accepted_length, chart_predicted_speedup, chart_category_speedup, chart_model_vs_measured)
 
 
 def describe(meta: dict, rows: list[dict]) -> str:

@@ -189,6 +189,25 @@ def test_walltime_model_prices_each_round():
     assert walltime_speedup([], 0.25, v) is None
 
 
+def test_predicted_speedup_prices_rounds_in_the_plain_runs_step():
+    """The plain run took 0.5 s a token; the sweep measured t(1) = 0.4 s, a drafter step of
+    0.1 s and v(5) = 1.5 (0.6 s). So c = 0.2 and v(5) = 1.2 plain steps, v(1) = 1: two rounds
+    of 4 drafts (5 and 2 tokens) and one plain round cost 2 * (0.8 + 1.2) + 1 = 5 steps for 8
+    tokens."""
+    from types import SimpleNamespace
+
+    from specbench.costs import Costs
+
+    costs = Costs(c=0.25, target_step_seconds=0.4, drafter_step_seconds=0.1, verify_cost={1: 1.0, 2: 1.1, 5: 1.5}, context_tokens=10)
+    steps = [SimpleNamespace(round=r, draft_tokens=[7] * k, tokens=[1] * n) for r, k, n in ((0, 0, 1), (1, 4, 5), (2, 4, 2), (3, 0, 1))]
+    m = bench.Measurement(list(range(9)), RunStats(), steps=steps)
+    run = PlannedRun("specbench", "model", "cost", 4, 0.0, Prompt("a", "code", ("x",)), 0)
+    assert bench.predicted_speedup(run, m, costs, bench.Baseline(2.0, "")) == pytest.approx(8 / 5)
+    ngram = PlannedRun("specbench", "ngram", "cost", 4, 0.0, Prompt("a", "code", ("x",)), 0)
+    assert bench.predicted_speedup(ngram, m, costs, bench.Baseline(2.0, "")) == pytest.approx(8 / 3.4)  # c = 0
+    assert bench.predicted_speedup(run, m, costs, None) is None
+
+
 def test_resumed_csv_keeps_its_own_columns(tmp_path):
     """A runs.csv begun by an older version (fewer extra columns) gets rows in its own layout."""
     path = tmp_path / "runs.csv"

@@ -55,6 +55,22 @@ def test_plot_writes_every_chart_as_png(results_dir):
         assert path.stat().st_size > 10_000  # something was drawn
 
 
+def test_model_chart_pairs_each_run_with_its_walltime_model(results_dir):
+    """Runs with a predicted_speedup (specbench rows of newer sweeps) become points, labelled by
+    configuration and gamma; the others are left out. The chart draws them."""
+    from specbench.plot import model_points
+
+    lines = RUNS.splitlines()
+    rows = [lines[0] + ",predicted_speedup"]
+    for line in lines[1:]:
+        rows.append(line + (",1.5" if line.startswith("specbench,model,fixed,2") else ","))
+    (results_dir / "runs.csv").write_text("\n".join(rows) + "\n")
+    points = model_points(read_rows(results_dir / "runs.csv"))
+    assert points == {"specbench / model / fixed, γ=2": [(1.5, 1.6), (1.5, 1.3)]}
+    chart = [p for p in plot_results(results_dir) if p.name == "model_vs_measured.png"][0]
+    assert chart.stat().st_size > 10_000
+
+
 def test_plot_without_meta_and_into_another_folder(results_dir, tmp_path):
     """meta.json is optional: without v(k) the prediction assumes v = 1."""
     (results_dir / "meta.json").unlink()
@@ -115,7 +131,7 @@ def test_malformed_meta_is_a_clear_error(results_dir):
 
 def test_plot_command(results_dir, tmp_path):
     result = CliRunner().invoke(cli.app, ["plot", str(results_dir)])
-    assert result.exit_code == 0 and "wrote 6 charts" in result.output
+    assert result.exit_code == 0 and f"wrote {len(CHARTS)} charts" in result.output
     missing = CliRunner().invoke(cli.app, ["plot", str(tmp_path / "nope")])
     assert missing.exit_code == 2 and len(missing.output.strip().splitlines()) == 1 and "no results directory" in missing.output
 

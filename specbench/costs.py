@@ -115,10 +115,10 @@ def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k
     target_times: dict[int, list[float]] = {k: [] for k in range(1, max_k + 1)}
     drafter_times: list[float] = []
     for round_ in range(repeats + 1):
-        for k in target_times:
+        for k, times in target_times.items():
             elapsed = target_timer.seconds(k)
             if round_:
-                target_times[k].append(elapsed)
+                times.append(elapsed)
         if drafter_timer is not None:
             elapsed = drafter_timer.seconds(1)
             if round_:

@@ -379,7 +379,7 @@ def predicted_speedup(run: PlannedRun, m: Measurement, costs: Costs | None, base
     unit = 1.0 / baseline.tokens_per_second
     scale = costs.target_step_seconds / unit
     c = (costs.drafter_step_seconds or 0.0) / unit if run.drafter == MODEL_DRAFTER else 0.0
-    verify = lambda k: 1.0 if k == 1 else (verify_cost_at(costs.verify_cost, k) or 1.0) * scale
+    verify = lambda k: 1.0 if k == 1 else verify_cost_at(costs.verify_cost, k) * scale
     rounds = [(len(step.draft_tokens), len(step.tokens)) for step in m.steps if step.round > 0]
     return walltime_speedup(rounds, c, verify)
 

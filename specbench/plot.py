@@ -19,6 +19,7 @@ from specbench.results import (
     RUNS_CSV,
     ResultsError,
     Summary,
+    config_label,
     estimate_alpha,
     geometric_mean,
     group_rows,
@@ -81,8 +82,7 @@ def theory_groups(rows: list[dict]) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     for (method, drafter, policy, gamma), group in group_rows(rows).items():
         if method != BASELINE_METHOD and policy == FIXED_POLICY and gamma is not None:
-            label = " / ".join(p for p in (method, drafter, policy) if p)
-            out.setdefault(label, []).extend(group)
+            out.setdefault(config_label(method, drafter, policy), []).extend(group)
     return out
 
 
@@ -106,10 +106,9 @@ def category_speedups(rows: list[dict], summaries: list[Summary]) -> tuple[list[
         if s.method != BASELINE_METHOD and s.speedup is not None and s.label not in best:
             best[s.label] = s
     bars = {}
-    for label, s in list(best.items())[:MAX_CATEGORY_SERIES]:
+    for s in list(best.values())[:MAX_CATEGORY_SERIES]:
         mine = [r for r in rows if (r["method"], r["drafter"], r["policy"]) == (s.method, s.drafter, s.policy) and number(r, "gamma") == s.gamma]
-        name = label if s.gamma is None else f"{label}, γ={s.gamma}"
-        bars[name] = [geometric_mean([number(r, "speedup") for r in mine if r["category"] == c]) for c in categories]
+        bars[config_label(s.method, s.drafter, s.policy, s.gamma)] = [geometric_mean([number(r, "speedup") for r in mine if r["category"] == c]) for c in categories]
     return categories, bars
 
 
@@ -236,8 +235,8 @@ def model_points(rows: list[dict]) -> dict[str, list[tuple[float, float]]]:
         modelled, measured = number(row, "predicted_speedup"), number(row, "speedup")
         if modelled and measured:
             gamma = number(row, "gamma")
-            label = " / ".join(p for p in (row["method"], row["drafter"], row["policy"]) if p)
-            out.setdefault(label if gamma is None else f"{label}, γ={int(gamma)}", []).append((modelled, measured))
+            label = config_label(row["method"], row["drafter"], row["policy"], None if gamma is None else int(gamma))
+            out.setdefault(label, []).append((modelled, measured))
     return out
 
 

@@ -215,8 +215,13 @@ class Summary:
 
     @property
     def label(self) -> str:
-        parts = [self.method] + [p for p in (self.drafter, self.policy) if p]
-        return " / ".join(parts)
+        return config_label(self.method, self.drafter, self.policy)
+
+
+def config_label(method: str, drafter: str, policy: str, gamma: int | None = None) -> str:
+    """How charts name a configuration: "specbench / model / cost", ", γ=12" when gamma is given."""
+    label = " / ".join(p for p in (method, drafter, policy) if p)
+    return label if gamma is None else f"{label}, γ={gamma}"
 
 
 def geometric_mean(values: list[float]) -> float | None:
@@ -262,7 +267,7 @@ def summarize_group(key: tuple, rows: list[dict]) -> Summary:
         mean_accepted_length=mean([number(r, "mean_accepted_length") for r in rows]),
         tokens_per_second=mean([number(r, "tokens_per_second") for r in rows]),
         speedup=geometric_mean([number(r, "speedup") for r in rows]),
-        predicted_speedup=geometric_mean([number(r, "predicted_speedup") for r in rows if r.get("predicted_speedup")]),
+        predicted_speedup=geometric_mean([number(r, "predicted_speedup") for r in rows]),
         differs=sum(r["identical_to_baseline"] == "false" for r in checked),
         checked=len(checked),
     )

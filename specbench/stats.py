@@ -116,9 +116,10 @@ def walltime_speedup(rounds: list[tuple[int, int]], c: float, verify_cost) -> fl
 
     rounds: (k drafted, tokens emitted) per round after the first-target pass. A round costs
     k * c + v(k + 1) target single steps (verify_cost(k) gives v(k)) and emits its accepted
-    drafts plus one token (fewer when a stop cuts it); plain decoding emits one per step. This is Leviathan et al.'s walltime
-    factor evaluated on the rounds that happened rather than on its expectation under a
-    fixed gamma and i.i.d. acceptance, so it applies to adaptive policies too. What it
+    drafts plus one token (fewer when a stop cuts it); plain decoding emits one per step.
+    This is Leviathan et al.'s walltime factor evaluated on the rounds that happened rather
+    than on its expectation under a fixed gamma and i.i.d. acceptance, so it applies to
+    adaptive policies too. What it
     leaves out (the loop's own overhead, sampling, cache copies, a drafter that catches up
     on several tokens at once) is what a measured speedup below it points to.
     None for a run with no rounds.

@@ -30,6 +30,7 @@ import torch
 
 from specbench.cache import crop_cache, new_cache
 from specbench.decode import model_device, sync
+from specbench.draft_vocab import RestrictedHead, draft_token_ids, output_head
 
 MAX_VERIFY_K = 9  # v(k) is measured for k = 1..MAX_VERIFY_K
 METHOD = 2  # how costs are measured; part of the on-disk cache key (1: one k at a time, no fit)
@@ -52,7 +53,7 @@ class Costs:
         return meta
 
     @classmethod
-    def from_meta(cls, raw: dict) -> "Costs":
+    def from_meta(cls, raw: dict) -> Costs:
         return cls(
             c=raw.get("c"),
             target_step_seconds=raw.get("target_step_seconds", 0.0),
@@ -64,18 +65,30 @@ class Costs:
 
 
 class _Timer:
-    """Times forwards over k new tokens on a cache that holds `context`, cropped back after each."""
+    """Times forwards over k new tokens on a cache that holds `context`, cropped back after each.
 
-    def __init__(self, model, context: list[int]):
+    With vocab_limit > 0 a forward is what a restricted model drafter runs: the model's body,
+    then a RestrictedHead over ids below the limit and the context's ids (draft_vocab.py).
+    """
+
+    def __init__(self, model, context: list[int], vocab_limit: int = 0):
         self.model, self.context = model, context
         self.device = model_device(model)
         self.cache = new_cache(model)
+        self.head = None
+        if vocab_limit:
+            head = output_head(model)
+            self.head = RestrictedHead(head, draft_token_ids(vocab_limit, head.weight.shape[0], context))
         model(input_ids=torch.tensor([context], device=self.device), past_key_values=self.cache, use_cache=True, logits_to_keep=1)
 
     def seconds(self, k: int) -> float:
         new = torch.tensor([(self.context * k)[:k]], device=self.device)  # [1, k] ordinary token ids
         start = time.perf_counter()
-        self.model(input_ids=new, past_key_values=self.cache, use_cache=True, logits_to_keep=k)
+        if self.head is None:
+            self.model(input_ids=new, past_key_values=self.cache, use_cache=True, logits_to_keep=k)
+        else:
+            hidden = self.model.get_decoder()(input_ids=new, past_key_values=self.cache, use_cache=True).last_hidden_state
+            self.head(hidden[0, -k:])
         sync(self.device)
         elapsed = time.perf_counter() - start
         crop_cache(self.cache, len(self.context))
@@ -106,12 +119,13 @@ def timing_context(prompt_ids: list[int], max_new_tokens: int, limit: int) -> li
 
 
 @torch.inference_mode()
-def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k: int = MAX_VERIFY_K) -> Costs:
-    """c from single-token forwards of both models; v(k) for k = 1..max_k from the target.
+def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k: int = MAX_VERIFY_K, draft_vocab: int = 0) -> Costs:
+    """c from single-token forwards of both models (the drafter's over draft_vocab ids when
+    > 0, as the model drafter runs it); v(k) for k = 1..max_k from the target.
 
     repeats + 1 interleaved rounds; the first is a warm-up and is not counted."""
     target_timer = _Timer(target, context)
-    drafter_timer = _Timer(drafter_model, context) if drafter_model is not None else None
+    drafter_timer = _Timer(drafter_model, context, draft_vocab) if drafter_model is not None else None
     target_times: dict[int, list[float]] = {k: [] for k in range(1, max_k + 1)}
     drafter_times: list[float] = []
     for round_ in range(repeats + 1):
@@ -168,11 +182,12 @@ def _slug(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def costs_for(target, drafter_model, key: str, context: list[int], folder: Path, max_k: int = MAX_VERIFY_K, repeats: int = 3) -> tuple[Costs, bool]:
-    """Cached costs for `key`, else measured now and cached; returns (costs, were they cached)."""
+def costs_for(target, drafter_model, key: str, context: list[int], folder: Path, max_k: int = MAX_VERIFY_K, repeats: int = 3, draft_vocab: int = 0) -> tuple[Costs, bool]:
+    """Cached costs for `key` (which must name draft_vocab), else measured now and cached;
+    returns (costs, were they cached)."""
     cached = load_cached(folder, key)
     if cached is not None and max(cached.verify_cost, default=0) >= max_k:
         return cached, True
-    costs = measure_costs(target, drafter_model, context, repeats, max_k)
+    costs = measure_costs(target, drafter_model, context, repeats, max_k, draft_vocab)
     save_cached(folder, key, costs)
     return costs, False

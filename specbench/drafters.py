@@ -29,12 +29,14 @@ keep incremental tables, so a round costs O(new tokens + drafts), not O(context)
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 
 from specbench.cache import cache_length, crop_cache, new_cache
+from specbench.draft_vocab import RestrictedHead, draft_token_ids, output_head
 from specbench.gamma import Keep
 from specbench.sampling import SamplingConfig, choose
 
@@ -65,12 +67,21 @@ class Drafter(Protocol):
 
 
 class ModelDrafter:
-    """A small causal LM that drafts autoregressively over its own DynamicCache."""
+    """A small causal LM that drafts autoregressively over its own DynamicCache.
 
-    def __init__(self, model, name: str = "model"):
+    vocab_limit > 0 scores only ids below it, plus the prompt's ids, keep_ids (the EOS ids)
+    and every id the context gains, through a RestrictedHead built when a generation's
+    prompt arrives (draft_vocab.py). 0 scores the whole vocabulary with the model's own head.
+    """
+
+    def __init__(self, model, name: str = "model", vocab_limit: int = 0, keep_ids: tuple[int, ...] = ()):
         self.model = model
         self.name = name
         self.device = next(model.parameters()).device
+        self.vocab_limit = vocab_limit
+        self.keep_ids = tuple(keep_ids)
+        if vocab_limit:
+            output_head(model)  # refuse a model without a plain head now, not mid-generation
         self.start(SamplingConfig(), None)
 
     def start(self, sampling: SamplingConfig, generator: torch.Generator | None) -> None:
@@ -80,11 +91,27 @@ class ModelDrafter:
             generator = torch.Generator(self.device).manual_seed(generator.initial_seed() + 1)
         self.generator = generator
         self.cache = new_cache(self.model)
-        self._context_len = 0  # length of the context at the last propose
+        self._context_len = 0  # length of the context at the last propose (or the prompt's)
+        self.head: RestrictedHead | None = None  # built from the prompt when one is restricted
+        self._head_chosen = not self.vocab_limit
+
+    def _restrict(self, context: torch.Tensor) -> None:
+        """Build this generation's restricted head from its prompt, on the first call; later,
+        keep the ids that the context ([n] ids) gained since."""
+        if not self._head_chosen:
+            self._head_chosen = True
+            head = output_head(self.model)
+            ids = draft_token_ids(self.vocab_limit, head.weight.shape[0], [*context.tolist(), *self.keep_ids])
+            if ids.shape[0] < head.weight.shape[0]:  # else the model's own head does the same
+                self.head = RestrictedHead(head, ids)
+        elif self.head is not None and context.shape[0] > self._context_len:
+            self.head.add(context[self._context_len :])
+        self._context_len = context.shape[0]
 
     @torch.inference_mode()
     def prefill(self, prompt: torch.Tensor) -> None:
         """Feed the prompt into the cache; the first propose then feeds only what followed."""
+        self._restrict(prompt)
         unread = prompt[cache_length(self.cache):]
         if unread.shape[0] > 0:
             self._forward(unread)
@@ -92,7 +119,7 @@ class ModelDrafter:
     @torch.inference_mode()
     def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
         start = time.perf_counter()
-        self._context_len = context.shape[0]
+        self._restrict(context)  # also moves _context_len on to this context
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
         if max_tokens > 0:
@@ -116,12 +143,11 @@ class ModelDrafter:
 
     def _forward(self, new_tokens: torch.Tensor) -> torch.Tensor:
         """Logits for the next token after feeding new_tokens ([n] ids) -> [vocab]."""
-        out = self.model(
-            input_ids=new_tokens.to(self.device).unsqueeze(0),
-            past_key_values=self.cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        input_ids = new_tokens.to(self.device).unsqueeze(0)
+        if self.head is not None:
+            out = self.model.get_decoder()(input_ids=input_ids, past_key_values=self.cache, use_cache=True)
+            return self.head(out.last_hidden_state[0, -1])
+        out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
         return out.logits[0, -1]
 
     def commit(self, n_accepted: int) -> None:
@@ -305,7 +331,7 @@ class TableDrafter:
     the context's length: a caller that rewrites earlier tokens must call start().
     """
 
-    def __init__(self, name: str, make_table: Callable[[], "NgramTable | LookupIndex"]):
+    def __init__(self, name: str, make_table: Callable[[], NgramTable | LookupIndex]):
         self.name = name
         self._make_table = make_table
         self.start(SamplingConfig(), None)
@@ -369,13 +395,14 @@ class PromptLookupDrafter(TableDrafter):
 DRAFTERS = ("model", "ngram", "prompt-lookup")
 
 
-def make_drafter(name: str, drafter_model=None) -> Drafter:
-    """A drafter by name; "model" drafts with drafter_model, the others need no model (and
-    ignore one if given)."""
+def make_drafter(name: str, drafter_model=None, vocab_limit: int = 0, keep_ids: tuple[int, ...] = ()) -> Drafter:
+    """A drafter by name; "model" drafts with drafter_model (over ids below vocab_limit, the
+    prompt's and keep_ids when vocab_limit > 0), the others need no model (and ignore one
+    and the vocabulary if given)."""
     if name == "model":
         if drafter_model is None:
             raise ValueError("the model drafter needs a drafter model")
-        return ModelDrafter(drafter_model)
+        return ModelDrafter(drafter_model, vocab_limit=vocab_limit, keep_ids=keep_ids)
     if name == "ngram":
         return NgramDrafter()
     if name == "prompt-lookup":

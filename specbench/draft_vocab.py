@@ -1,0 +1,89 @@
+"""A drafter that scores only part of the vocabulary (`--draft-vocab N`).
+
+Why: the default drafter's output head is 151,936 x 896 weights, over a quarter of what a
+drafter step reads, yet nearly every token it drafts comes from a small frequent subset.
+A byte-pair tokenizer numbers its merges in the order it learned them, most frequent first,
+so the first N ids are a good data-free choice of that subset. To them we add every id of
+the prompt (names and words a reply copies), the end-of-sequence ids, and every id the
+output produces as it goes: on the quick set, Qwen's "```" (id 73594) and LaTeX's "\\[" and
+"frac" lie beyond 32768 yet recur within one reply.
+
+Lossless: q is the drafter's distribution over the kept ids and zero elsewhere. Greedy
+verification compares a draft with the target's argmax, whatever the drafter could score;
+rejection sampling accepts x with min(1, p(x)/q(x)) and on a rejection samples from
+max(0, p - q), which holds all of p's mass outside the subset. The target is untouched.
+
+Knows nothing about decoding: the model drafter (drafters.py) builds a RestrictedHead once
+per generation and calls it on its model's last hidden state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+import torch.nn.functional as F
+
+
+def draft_token_ids(limit: int, vocab_size: int, extra: Iterable[int] = ()) -> torch.Tensor:
+    """The ids a restricted drafter scores: 0 .. limit-1 and every extra id below vocab_size,
+    sorted and without repeats ([n] long). draft_token_ids(4, 10, [7, 2, 12]) -> [0, 1, 2, 3, 7]."""
+    if limit < 1:
+        raise ValueError(f"a draft vocabulary needs at least one token, got {limit}")
+    head = torch.arange(min(limit, vocab_size), dtype=torch.long)
+    more = torch.tensor(sorted({int(i) for i in extra if limit <= int(i) < vocab_size}), dtype=torch.long)
+    return torch.cat([head, more])
+
+
+def output_head(model) -> torch.nn.Module:
+    """The model's output head (hidden -> vocab logits), a module with a 2-d weight and
+    maybe a bias; a one-line error if it has none. An int8 head (quantize.py) offers its
+    dequantized bf16 twin."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    head = getattr(head, "dense", head)
+    if head is None or getattr(head, "weight", None) is None or head.weight.dim() != 2:
+        raise ValueError(f"--draft-vocab needs a drafter with a plain linear output head ({type(model).__name__} has none); pass --draft-vocab 0")
+    return head
+
+
+class RestrictedHead:
+    """Logits of the kept ids through the model's own head weights, the lowest finite value
+    (probability exactly 0 after softmax) everywhere else.
+
+    The kept rows are copied (N x hidden); a call reads only them. add(ids) keeps more ids.
+    """
+
+    def __init__(self, head: torch.nn.Module, ids: torch.Tensor):
+        self.full_weight = head.weight.detach()
+        self.full_bias = None if getattr(head, "bias", None) is None else head.bias.detach()
+        self.vocab_size = self.full_weight.shape[0]
+        device = self.full_weight.device
+        self.kept = torch.zeros(self.vocab_size, dtype=torch.bool, device=device)
+        self.ids = torch.empty(0, dtype=torch.long, device=device)
+        self.weight = self.full_weight[:0]
+        self.bias = None if self.full_bias is None else self.full_bias[:0]
+        self.add(ids)
+
+    def add(self, ids: torch.Tensor) -> None:
+        """Keep these ids too (ids already kept, repeats and ids past the vocabulary are skipped)."""
+        ids = ids.to(self.kept.device)
+        ids = torch.unique(ids[(ids >= 0) & (ids < self.vocab_size)])
+        new = ids[~self.kept[ids]]
+        if new.numel() == 0:
+            return
+        self.kept[new] = True
+        self.ids = torch.cat([self.ids, new])
+        self.weight = torch.cat([self.weight, self.full_weight.index_select(0, new)])
+        if self.full_bias is not None:
+            self.bias = torch.cat([self.bias, self.full_bias.index_select(0, new)])
+
+    @property
+    def size(self) -> int:
+        return int(self.ids.shape[0])
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [..., hidden] -> logits [..., vocab]."""
+        kept = F.linear(hidden.to(self.weight.dtype), self.weight, self.bias)
+        logits = kept.new_full((*kept.shape[:-1], self.vocab_size), torch.finfo(kept.dtype).min)
+        logits[..., self.ids] = kept
+        return logits

@@ -9,9 +9,11 @@ nothing: progress and tables go through callbacks to the caller.
 Methods:
   plain        specbench's plain_generate, the baseline of every speedup;
   specbench    speculative_generate with make_drafter(drafter) and make_policy(policy, gamma);
+               the model drafter scores ids below config.draft_vocab (draft_vocab.py);
   hf-assisted  transformers' `target.generate(assistant_model=drafter_model)` on the same
                model objects, with a constant schedule of gamma draft tokens (label policy
-               "fixed", drafter "model").
+               "fixed", drafter "model"), or with HF's own defaults; HF's drafter scores
+               its whole vocabulary (the restricted head is specbench's).
 
 Protocol: for each repeat, for each prompt, the plain run first and then every other
 combination, so machine drift hits all methods alike; one short warm-up generation per
@@ -89,6 +91,7 @@ class SweepConfig:
     timing_repeats: int = 5  # timed forwards per point of c and v(k); the median counts
     warmup_tokens: int = 16  # length of the untimed warm-up generation
     kernels: str = "auto"  # Linear kernels of both models (kernels.KERNELS); all methods share them
+    draft_vocab: int = 0  # specbench's model drafter scores ids below it (+ prompt, EOS); 0: all
 
     def __post_init__(self) -> None:
         if not self.gammas or min(self.gammas) < 1:
@@ -101,6 +104,8 @@ class SweepConfig:
             raise SweepError(f"temperature must be >= 0, got {self.temperature}")
         if self.timing_repeats < 1:
             raise SweepError(f"timing repeats must be >= 1, got {self.timing_repeats}")
+        if self.draft_vocab < 0:
+            raise SweepError(f"draft-vocab must be >= 0 (0 scores every id), got {self.draft_vocab}")
         _check_names(self.drafters, DRAFTERS, "drafter")
         if self.kernels not in KERNELS:
             raise SweepError(f"unknown kernels {self.kernels!r}; choose from {', '.join(KERNELS)}")
@@ -191,12 +196,14 @@ def measure_plain(target, prompt_ids: list[int], gen: GenerationConfig) -> Measu
 
 
 def measure_specbench(
-    target, drafter_model, prompt_ids: list[int], gen: GenerationConfig, drafter: str, policy: str, gamma: int, costs: "Costs | None" = None
+    target, drafter_model, prompt_ids: list[int], gen: GenerationConfig, drafter: str, policy: str, gamma: int, costs: "Costs | None" = None, draft_vocab: int = 0
 ) -> Measurement:
-    """costs feed the "cost" policy; a model-free drafter runs no forward pass, so its c is 0."""
+    """costs feed the "cost" policy; a model-free drafter runs no forward pass, so its c is 0.
+    draft_vocab > 0 restricts the model drafter's head (draft_vocab.py; gen's EOS ids stay in)."""
     if costs is not None:
         costs = for_drafter(costs, drafter)
-    result = speculative_generate(target, make_drafter(drafter, drafter_model), prompt_ids, gen, make_policy(policy, gamma, costs=costs))
+    made = make_drafter(drafter, drafter_model, draft_vocab, gen.eos_token_ids)
+    result = speculative_generate(target, made, prompt_ids, gen, make_policy(policy, gamma, costs=costs))
     return Measurement(result.token_ids, result.stats, steps=result.steps, stop_reason=result.stop_reason)
 
 
@@ -461,7 +468,7 @@ class SweepRunner:
         if run.method == BASELINE_METHOD:
             return measure_plain(self.target, ids, gen)
         if run.method == SPECBENCH:
-            return measure_specbench(self.target, self.drafter_model, ids, gen, run.drafter, run.policy, run.gamma, self.measured_costs)
+            return measure_specbench(self.target, self.drafter_model, ids, gen, run.drafter, run.policy, run.gamma, self.measured_costs, self.config.draft_vocab)
         if run.method == HF_ASSISTED and run.policy == HF_STOCK_POLICY:
             with stock_kernels():
                 return measure_hf_assisted(self.target, self.drafter_model, ids, gen, None)
@@ -484,7 +491,8 @@ class SweepRunner:
             limit = min(limit, context_limit(self.drafter_model))
         context = timing_context(self.prompt_ids(prompt), self.config.max_new_tokens, limit)
         drafter = self.drafter_model if needs_drafter_model(self.config) else None
-        return measure_costs(self.target, drafter, context, self.config.timing_repeats)
+        vocab = self.config.draft_vocab if MODEL_DRAFTER in self.config.drafters else 0
+        return measure_costs(self.target, drafter, context, self.config.timing_repeats, draft_vocab=vocab)
 
 
 def run_plan(
@@ -540,10 +548,14 @@ def prepare_out_dir(out_dir: Path, resume: bool) -> list[dict]:
 
 
 def check_resume_meta(meta: dict, fresh: dict) -> None:
-    """A resumed sweep must measure what the interrupted one measured."""
-    for key in ("target", "drafter_model", "temperature", "max_new_tokens", "seed", "kernels"):
-        if key in meta.get("sweep", {}) and meta["sweep"][key] != fresh["sweep"].get(key):
-            raise SweepError(f"cannot resume: {key} was {meta['sweep'][key]!r} in that sweep, now {fresh['sweep'].get(key)!r}")
+    """A resumed sweep must measure what the interrupted one measured. (A key an older
+    sweep did not record is not checked, except draft_vocab: before it, drafters scored all.)"""
+    old = dict(meta.get("sweep", {}))
+    if old:
+        old.setdefault("draft_vocab", 0)
+    for key in ("target", "drafter_model", "temperature", "max_new_tokens", "seed", "kernels", "draft_vocab"):
+        if key in old and old[key] != fresh["sweep"].get(key):
+            raise SweepError(f"cannot resume: {key} was {old[key]!r} in that sweep, now {fresh['sweep'].get(key)!r}")
 
 
 def _model_meta(model, name: str | None) -> dict | None:

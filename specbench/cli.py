@@ -147,6 +147,7 @@ def generate_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (text, token_ids, stats) instead of streaming.")] = False,
     dtype: Annotated[str, typer.Option("--dtype", help="Target weights: float32, bfloat16 or float16.")] = defaults.DEFAULT_DTYPE,
     draft_dtype: Annotated[str, typer.Option("--draft-dtype", help="Drafter weights: float32, bfloat16, float16, or int8 (weight-only, CPU).")] = defaults.DEFAULT_DRAFT_DTYPE,
+    draft_vocab: Annotated[int, typer.Option("--draft-vocab", help="The model drafter scores only ids below this (plus the prompt's and EOS); 0 scores all. Lossless either way.")] = defaults.DEFAULT_DRAFT_VOCAB,
     device: Annotated[str, typer.Option("--device", help="cpu, cuda, mps, or auto (accelerate spreads the target).")] = "cpu",
     gamma_min: Annotated[int, typer.Option("--gamma-min", help="egag: the smallest gamma; heuristic: its floor.")] = 1,
     gamma_max: Annotated[int | None, typer.Option("--gamma-max", help="Adaptive policies' largest gamma (default: --gamma).", show_default=False)] = None,
@@ -177,7 +178,7 @@ def generate_command(
         sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
         config = GenerationConfig(max_new_tokens=max_new_tokens, sampling=sampling, seed=seed)
         policy = build_policy(_STAND_IN_COSTS if gamma_policy == "cost" else None)  # checks the options
-        pair_config = models.PairConfig(target=target, drafter=drafter, dtype=dtype, draft_dtype=draft_dtype, device=device)
+        pair_config = models.PairConfig(target=target, drafter=drafter, dtype=dtype, draft_dtype=draft_dtype, device=device, draft_vocab=draft_vocab)
         models.validate_pair_config(pair_config)
         _check_kernels(kernels)
     except (ValueError, models.ModelError) as exc:
@@ -260,10 +261,10 @@ def _pair_costs(pair, pair_config, kernels: str, prompt_ids: list[int], max_new_
     from specbench.kernels import VERSION
 
     drafter_model = pair.drafter_model.model if pair.drafter_model is not None else None
-    key = f"{pair.target.name}|{pair_config.dtype}|{_drafter_label(pair)}|{pair_config.draft_dtype}|{pair_config.device}|{kernels}.v{VERSION}|threads={torch.get_num_threads()}|costs.v{METHOD}"
+    key = f"{pair.target.name}|{pair_config.dtype}|{_drafter_label(pair)}|{pair_config.draft_dtype}|vocab={pair.draft_vocab}|{pair_config.device}|{kernels}.v{VERSION}|threads={torch.get_num_threads()}|costs.v{METHOD}"
     context = timing_context(prompt_ids, max_new_tokens, pair.context_limit)
     with err_console.status("measuring the drafter and verify costs for the cost policy (once per model pair)"):
-        costs, cached = costs_for(pair.target.model, drafter_model, key, context, defaults.cache_root() / "costs")
+        costs, cached = costs_for(pair.target.model, drafter_model, key, context, defaults.cache_root() / "costs", draft_vocab=pair.draft_vocab)
     costs = for_drafter(costs, pair.drafter_name)
     err_console.print(f"[dim]costs{' (cached)' if cached else ''}: c = {costs.c:.3f}, v(k) = " + " ".join(f"{v:.2f}" for v in costs.verify_cost.values()) + "[/]", highlight=False, soft_wrap=True)
     return costs
@@ -471,6 +472,7 @@ def sweep_command(
     draft_dtype: Annotated[str | None, typer.Option("--draft-dtype", help="Drafter weights dtype (default: the pair's).", show_default=False)] = None,
     device: Annotated[str, typer.Option("--device", help="cpu, cuda, mps or auto.")] = "cpu",
     kernels: Annotated[str, typer.Option("--kernels", help="auto (onednn when available), onednn or default; every method runs on the same kernels.")] = "auto",
+    draft_vocab: Annotated[int, typer.Option("--draft-vocab", help="specbench's model drafter scores only ids below this (plus the prompt's and EOS); 0 scores all. hf-assisted's drafter scores all.")] = defaults.DEFAULT_DRAFT_VOCAB,
 ) -> None:
     """Benchmark drafters, gamma policies and gammas against plain decoding; write results/NAME."""
     from specbench import bench
@@ -491,6 +493,7 @@ def sweep_command(
             steps=steps,
             timing_repeats=timing_repeats,
             kernels=kernels,
+            draft_vocab=draft_vocab,
         )
         prompt_list = prompt_sets.load_prompts(prompts, category or ())
     except (sweep_results.GammaRangeError, bench.SweepError, prompt_sets.PromptError) as exc:

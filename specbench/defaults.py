@@ -122,6 +122,9 @@ INSTALL_HINT = "pip install 'specbench[default-models]'"
 # A bfloat16 drafter drafted 1.7x faster than float32 with the same acceptance (0.857).
 DEFAULT_DTYPE = "float32"
 DEFAULT_DRAFT_DTYPE = "bfloat16"
+# A model drafter scores ids below this, plus the prompt's and EOS (draft_vocab.py); 0 scores
+# all. Chosen by `python bench/draft_vocab.py` (README, "A smaller drafter head").
+DEFAULT_DRAFT_VOCAB = 65536
 
 
 # ---------------------------------------------------------------------------- locating parts

@@ -26,6 +26,7 @@ import torch
 
 from specbench import defaults
 from specbench.decode import GenerationConfig, GenerationResult, check_prompt, context_limit, model_device, plain_generate, speculative_generate
+from specbench.draft_vocab import output_head
 from specbench.drafters import DRAFTERS, Drafter, make_drafter
 from specbench.gamma import GammaPolicy
 from specbench.quantize import INT8, int8_available, quantize_linears
@@ -355,6 +356,7 @@ class PairConfig:
     dtype: str = defaults.DEFAULT_DTYPE  # target weights
     draft_dtype: str = defaults.DEFAULT_DRAFT_DTYPE  # drafter weights
     device: str = "cpu"  # cpu, cuda, mps or auto
+    draft_vocab: int = defaults.DEFAULT_DRAFT_VOCAB  # a model drafter scores ids below it (+ prompt, EOS); 0: all
 
 
 @dataclass
@@ -362,6 +364,7 @@ class LoadedPair:
     target: LoadedModel
     drafter_model: LoadedModel | None  # set when the drafter is a model
     drafter_name: str  # "none", "model", or a drafter name from DRAFTERS
+    draft_vocab: int = 0  # the model drafter's vocabulary limit (draft_vocab.py); 0: all ids
 
     @property
     def tokenizer(self):
@@ -380,7 +383,7 @@ class LoadedPair:
         if self.drafter_name == NONE:
             return None
         model = self.drafter_model.model if self.drafter_model is not None else None
-        return make_drafter(self.drafter_name, model)
+        return make_drafter(self.drafter_name, model, self.draft_vocab, self.eos_token_ids)
 
 
 def validate_pair_config(config: PairConfig) -> None:
@@ -389,6 +392,8 @@ def validate_pair_config(config: PairConfig) -> None:
     parse_dtype(config.dtype)
     check_device(config.device)
     parse_draft_dtype(config.draft_dtype, config.device)
+    if config.draft_vocab < 0:
+        raise ModelError(f"--draft-vocab must be >= 0 (0 scores every id), got {config.draft_vocab}")
     if drafter_kind(config.drafter) == "model":
         parse_model_spec(config.drafter)
 
@@ -412,7 +417,12 @@ def load_pair(config: PairConfig, progress: Progress = defaults._no_progress) ->
         share_tokenizer_with=target,
     )
     check_vocab(target, drafter)
-    return LoadedPair(target, drafter, "model")
+    if config.draft_vocab:
+        try:
+            output_head(drafter.model)
+        except ValueError as exc:
+            raise ModelError(str(exc)) from None
+    return LoadedPair(target, drafter, "model", config.draft_vocab)
 
 
 # ---------------------------------------------------------------------------- prompts and text

@@ -282,6 +282,29 @@ def test_cost_policy_gets_the_measured_costs(close_pair, tokenizer, tmp_path):
     assert all(r["identical_to_baseline"] == "true" for r in spec)
 
 
+def test_sweep_restricts_the_model_drafter(close_pair, tokenizer, tmp_path, monkeypatch):
+    """--draft-vocab reaches specbench's model drafter (and the cost measurement), stays
+    lossless, is recorded, and a resume must use the same value."""
+    import specbench.drafters
+
+    limits = []
+    real_init = specbench.drafters.ModelDrafter.__init__
+
+    def spy(self, model, *args, **kwargs):
+        real_init(self, model, *args, **kwargs)
+        limits.append(self.vocab_limit)
+
+    monkeypatch.setattr(specbench.drafters.ModelDrafter, "__init__", spy)
+    out = tmp_path / "vocab"
+    config = SweepConfig(hf_assisted=False, draft_vocab=16, **FAST)
+    rows = read_rows(run_sweep(close_pair, tokenizer, out, config).out_dir / "runs.csv")
+    assert limits and set(limits) == {16}
+    assert all(r["identical_to_baseline"] == "true" for r in rows if r["method"] == "specbench")
+    assert json.loads((out / "meta.json").read_text())["sweep"]["draft_vocab"] == 16
+    with pytest.raises(SweepError, match="draft_vocab was 16"):
+        run_sweep(close_pair, tokenizer, out, SweepConfig(hf_assisted=False, **FAST), resume=True)
+
+
 def test_interrupted_sweep_keeps_rows_and_resumes(close_pair, tokenizer, tmp_path):
     """Ctrl-C after three rows keeps those three; --resume runs only the rest, and the rows
     measured after the resume still get their speedup from the plain run measured before."""
@@ -372,6 +395,7 @@ def test_sweep_command_end_to_end(patched_models, tmp_path):
         (["--repeats", "0"], "repeats must be >= 1"),
         (["--temperature", "-1"], "temperature must be >= 0"),
         (["--timing-repeats", "0"], "timing repeats must be >= 1"),
+        (["--draft-vocab", "-1"], "draft-vocab must be >= 0"),
     ],
 )
 def test_sweep_command_rejects_bad_input_in_one_line(patched_models, args, message):

@@ -220,6 +220,7 @@ def test_device_auto_runs_on_this_machine(tiny):
         (["hi", "--dtype", "int8"], "int8 is a drafter dtype (--draft-dtype int8)"),
         (["hi", "--device", "tpu"], "unknown device 'tpu'"),
         (["hi", "--kernels", "fast"], "unknown kernels 'fast'"),
+        (["hi", "--draft-vocab", "-1"], "--draft-vocab must be >= 0"),
         (["hi", "--gamma-policy", "egag", "--gamma-min", "5", "--gamma-max", "3"], "gamma-min (5) must not exceed gamma-max (3)"),
         (["hi", "--gamma-policy", "egag", "--egag-beta", "1.5"], "egag-beta must be in [0, 1)"),
         (["hi", "--gamma-policy", "entropy-stop", "--threshold", "2"], "threshold must be in (0, 1)"),

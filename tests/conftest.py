@@ -18,6 +18,17 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 VOCAB = 64
 
 
+@pytest.fixture(scope="module")
+def single_thread():
+    """Tiny models run fastest on one thread: on a shared 2-core machine two spinning
+    intra-op threads made the tiny-model test files 6-20x slower. Restored after the module;
+    a file opts in with `pytestmark = pytest.mark.usefixtures("single_thread")`."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def tiny_model(seed: int, layers: int = 2, hidden: int = 32, vocab: int = VOCAB, max_positions: int = 256):
     torch.manual_seed(seed)
     config = Qwen2Config(

@@ -8,13 +8,19 @@ import csv
 import json
 
 import pytest
-import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 from typer.testing import CliRunner
 
 from specbench import bench, cli
-from specbench.bench import PlannedRun, SweepConfig, SweepError, make_row, plan_runs, sweep
+from specbench.bench import (
+    PlannedRun,
+    SweepConfig,
+    SweepError,
+    make_row,
+    plan_runs,
+    sweep,
+)
 from specbench.decode import GenerationConfig, plain_generate
 from specbench.prompts import Prompt
 from specbench.results import (
@@ -43,13 +49,7 @@ PROMPTS = [
 FAST = dict(gammas=(1, 2), max_new_tokens=6, timing_repeats=1, warmup_tokens=2)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run 10-20x faster on one thread when the cores are busy; restored after."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 @pytest.fixture(scope="module")

@@ -37,14 +37,7 @@ from specbench.verify import BONUS, Verdict
 
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread, and on a shared 2-core machine two spinning
-    intra-op threads made this file about 6x slower. Restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 # ---------------------------------------------------------------------------- greedy parity

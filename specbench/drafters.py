@@ -36,7 +36,7 @@ from typing import Protocol
 import torch
 
 from specbench.cache import cache_length, crop_cache, new_cache
-from specbench.draft_vocab import RestrictedHead, draft_token_ids, output_head
+from specbench.draft_vocab import RestrictedHead, covers_output, draft_token_ids, output_head
 from specbench.gamma import Keep
 from specbench.sampling import SamplingConfig, choose
 
@@ -71,7 +71,8 @@ class ModelDrafter:
 
     vocab_limit > 0 scores only ids below it, plus the prompt's ids, keep_ids (the EOS ids)
     and every id the context gains, through a RestrictedHead built when a generation's
-    prompt arrives (draft_vocab.py). 0 scores the whole vocabulary with the model's own head.
+    prompt arrives (draft_vocab.py), until the output strays outside that subset too often
+    (draft_vocab.covers_output). 0 scores the whole vocabulary with the model's own head.
     """
 
     def __init__(self, model, name: str = "model", vocab_limit: int = 0, keep_ids: tuple[int, ...] = ()):
@@ -94,6 +95,7 @@ class ModelDrafter:
         self._context_len = 0  # length of the context at the last propose (or the prompt's)
         self.head: RestrictedHead | None = None  # built from the prompt when one is restricted
         self._head_chosen = not self.vocab_limit
+        self._missed = self._output_tokens = 0  # ids the output needed beyond the subset, of how many
 
     def _restrict(self, context: torch.Tensor) -> None:
         """Build this generation's restricted head from its prompt, on the first call; later,
@@ -105,7 +107,11 @@ class ModelDrafter:
             if ids.shape[0] < head.weight.shape[0]:  # else the model's own head does the same
                 self.head = RestrictedHead(head, ids)
         elif self.head is not None and context.shape[0] > self._context_len:
-            self.head.add(context[self._context_len :])
+            new = context[self._context_len :]
+            self._missed += self.head.add(new)
+            self._output_tokens += new.shape[0]
+            if not covers_output(self._missed, self._output_tokens):
+                self.head = None  # the reply lives outside the subset: score every id from now on
         self._context_len = context.shape[0]
 
     @torch.inference_mode()

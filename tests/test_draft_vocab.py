@@ -24,18 +24,12 @@ from mock_lm import random_trigram
 
 from specbench.costs import measure_costs
 from specbench.decode import GenerationConfig, plain_generate, speculative_generate
-from specbench.draft_vocab import RestrictedHead, draft_token_ids, output_head
+from specbench.draft_vocab import RestrictedHead, covers_output, draft_token_ids, output_head
 from specbench.drafters import ModelDrafter, make_drafter
 from specbench.gamma import FixedGamma, make_policy
 from specbench.sampling import SamplingConfig, logits_to_probs
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def test_draft_token_ids():
@@ -64,12 +58,20 @@ def test_a_model_without_an_output_head_is_refused():
         ModelDrafter(random_trigram(6, seed=0), vocab_limit=3)
 
 
-def assert_drafts_kept(result, prompt, limit):
-    """Every draft is an id below the limit, of the prompt, or of the output before its round."""
-    seen = set(prompt)
+def assert_drafts_kept(result, prompt, limit) -> int:
+    """While the drafter is restricted, every draft is an id below the limit, of the prompt,
+    or of the output before its round; returns how many such rounds drafted something. The
+    restriction ends as the drafter ends it: once covers_output fails for the output so far."""
+    seen, missed, tokens, checked = set(prompt) | set(range(limit)), 0, 0, 0
     for step in result.steps:
-        assert all(t < limit or t in seen for t in step.draft_tokens), (step.draft_tokens, seen)
+        assert all(t in seen for t in step.draft_tokens), (step.draft_tokens, seen)
+        checked += bool(step.draft_tokens)
+        missed += len(set(step.tokens) - seen)
+        tokens += len(step.tokens)
         seen |= set(step.tokens)
+        if not covers_output(missed, tokens):
+            break
+    return checked
 
 
 @pytest.mark.parametrize("policy_name", ["fixed", "cost"])
@@ -78,15 +80,16 @@ def test_greedy_parity_with_a_restricted_drafter(request, pair_name, policy_name
     target, drafter_model = request.getfixturevalue(pair_name)
     config = GenerationConfig(max_new_tokens=24)
     costs = SimpleNamespace(c=0.1, verify_cost={k: 1.0 + 0.1 * k for k in range(1, 12)})
-    wanted_left_out = False
+    wanted_left_out, restricted_rounds = False, 0
     for prompt in PROMPTS:
         want = plain_generate(target, prompt, config).token_ids
         drafter = make_drafter("model", drafter_model, vocab_limit=16)
         result = speculative_generate(target, drafter, prompt, config, make_policy(policy_name, 4, costs=costs))
         assert result.token_ids == want, (pair_name, policy_name, prompt)
-        assert_drafts_kept(result, prompt, 16)
+        restricted_rounds += assert_drafts_kept(result, prompt, 16)
         wanted_left_out |= any(t >= 16 and t not in prompt for t in want)
     assert wanted_left_out  # the target wanted ids the drafter could not offer
+    assert restricted_rounds > 0
 
 
 # ---------------------------------------------------------------------------- sampling
@@ -159,3 +162,21 @@ def test_the_head_keeps_ids_the_output_gains(tiny_pair):
     assert head.ids.tolist() == [0, 1, 2, 3, 50] and head.size == 5
     hidden = torch.randn(drafter.config.hidden_size)
     torch.testing.assert_close(head(hidden)[head.ids], drafter.lm_head(hidden)[head.ids])
+
+
+def test_covers_output():
+    assert covers_output(3, 40) and not covers_output(4, 40) and covers_output(4, 100)
+
+
+def test_the_drafter_scores_every_id_once_the_output_strays(tiny_pair):
+    """Three ids from outside the subset are kept; a fourth within 40 tokens gives it up."""
+    _, model = tiny_pair
+    drafter = ModelDrafter(model, vocab_limit=8)
+    prompt = [1, 2, 3]
+    drafter.prefill(torch.tensor(prompt))
+    context = prompt + [50, 51, 52] + [1] * 30  # 3 misses over 33 output tokens
+    drafter.propose(torch.tensor(context), 2, lambda step, q: True)
+    assert drafter.head is not None and {50, 51, 52} <= set(drafter.head.ids.tolist())
+    drafter.commit(0)
+    drafter.propose(torch.tensor(context + [60]), 2, lambda step, q: True)
+    assert drafter.head is None

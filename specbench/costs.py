@@ -30,7 +30,7 @@ import torch
 
 from specbench.cache import crop_cache, new_cache
 from specbench.decode import model_device, sync
-from specbench.draft_vocab import RestrictedHead, draft_token_ids, output_head
+from specbench.draft_vocab import restricted_head, restricted_logits
 
 MAX_VERIFY_K = 9  # v(k) is measured for k = 1..MAX_VERIFY_K
 METHOD = 2  # how costs are measured; part of the on-disk cache key (1: one k at a time, no fit)
@@ -67,18 +67,15 @@ class Costs:
 class _Timer:
     """Times forwards over k new tokens on a cache that holds `context`, cropped back after each.
 
-    With vocab_limit > 0 a forward is what a restricted model drafter runs: the model's body,
-    then a RestrictedHead over ids below the limit and the context's ids (draft_vocab.py).
+    With vocab_limit > 0 a forward is what a restricted model drafter runs (draft_vocab.py):
+    the model's body, then a RestrictedHead over ids below the limit and the context's ids.
     """
 
     def __init__(self, model, context: list[int], vocab_limit: int = 0):
         self.model, self.context = model, context
         self.device = model_device(model)
         self.cache = new_cache(model)
-        self.head = None
-        if vocab_limit:
-            head = output_head(model)
-            self.head = RestrictedHead(head, draft_token_ids(vocab_limit, head.weight.shape[0], context))
+        self.head = restricted_head(model, vocab_limit, context) if vocab_limit else None
         model(input_ids=torch.tensor([context], device=self.device), past_key_values=self.cache, use_cache=True, logits_to_keep=1)
 
     def seconds(self, k: int) -> float:
@@ -87,8 +84,7 @@ class _Timer:
         if self.head is None:
             self.model(input_ids=new, past_key_values=self.cache, use_cache=True, logits_to_keep=k)
         else:
-            hidden = self.model.get_decoder()(input_ids=new, past_key_values=self.cache, use_cache=True).last_hidden_state
-            self.head(hidden[0, -k:])
+            restricted_logits(self.model, self.head, new, self.cache, k)
         sync(self.device)
         elapsed = time.perf_counter() - start
         crop_cache(self.cache, len(self.context))

@@ -22,8 +22,8 @@ the same contexts fell from 0.69 to 0.58; on the other seven prompts it fell by 
 The logits come from the bare head weights: a model that post-processes its logits (Gemma
 2's soft-capping) drafts from a slightly different q, which is still lossless.
 
-Knows nothing about decoding: the model drafter (drafters.py) builds a RestrictedHead once
-per generation, adds the ids its context gains (or drops the head when covers_output says
+Knows nothing about decoding: the model drafter (drafters.py) builds a RestrictedHead
+(restricted_head) once per generation, adds the ids its context gains (or drops the head when covers_output says
 so), and calls it on its model's last hidden state. Measured in `bench/draft_vocab.py` (README, "A smaller drafter head").
 """
 
@@ -66,6 +66,21 @@ def output_head(model) -> torch.nn.Module:
     if head is None or getattr(head, "weight", None) is None or head.weight.dim() != 2:
         raise ValueError(f"--draft-vocab needs a drafter with a plain linear output head ({type(model).__name__} has none); pass --draft-vocab 0")
     return head
+
+
+def restricted_head(model, limit: int, extra: Iterable[int] = ()) -> RestrictedHead | None:
+    """A RestrictedHead over the model's head for draft_token_ids(limit, ..., extra), or None
+    when those ids are the whole vocabulary (the model's own head does the same, cheaper)."""
+    head = output_head(model)
+    ids = draft_token_ids(limit, head.weight.shape[0], extra)
+    return RestrictedHead(head, ids) if ids.shape[0] < head.weight.shape[0] else None
+
+
+def restricted_logits(model, head: RestrictedHead, input_ids: torch.Tensor, cache, last: int = 1) -> torch.Tensor:
+    """Feed input_ids ([1, n]) over the cache through the model's body, then the restricted
+    head: logits of the last `last` positions, [last, vocab]."""
+    hidden = model.get_decoder()(input_ids=input_ids, past_key_values=cache, use_cache=True).last_hidden_state
+    return head(hidden[0, -last:])
 
 
 class RestrictedHead:

@@ -36,7 +36,7 @@ from typing import Protocol
 import torch
 
 from specbench.cache import cache_length, crop_cache, new_cache
-from specbench.draft_vocab import RestrictedHead, covers_output, draft_token_ids, output_head
+from specbench.draft_vocab import RestrictedHead, covers_output, output_head, restricted_head, restricted_logits
 from specbench.gamma import Keep
 from specbench.sampling import SamplingConfig, choose
 
@@ -102,10 +102,7 @@ class ModelDrafter:
         keep the ids that the context ([n] ids) gained since."""
         if not self._head_chosen:
             self._head_chosen = True
-            head = output_head(self.model)
-            ids = draft_token_ids(self.vocab_limit, head.weight.shape[0], [*context.tolist(), *self.keep_ids])
-            if ids.shape[0] < head.weight.shape[0]:  # else the model's own head does the same
-                self.head = RestrictedHead(head, ids)
+            self.head = restricted_head(self.model, self.vocab_limit, [*context.tolist(), *self.keep_ids])
         elif self.head is not None and context.shape[0] > self._context_len:
             new = context[self._context_len :]
             self._missed += self.head.add(new)
@@ -151,8 +148,7 @@ class ModelDrafter:
         """Logits for the next token after feeding new_tokens ([n] ids) -> [vocab]."""
         input_ids = new_tokens.to(self.device).unsqueeze(0)
         if self.head is not None:
-            out = self.model.get_decoder()(input_ids=input_ids, past_key_values=self.cache, use_cache=True)
-            return self.head(out.last_hidden_state[0, -1])
+            return restricted_logits(self.model, self.head, input_ids, self.cache)[0]
         out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
         return out.logits[0, -1]
 

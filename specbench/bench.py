@@ -37,7 +37,7 @@ import torch
 
 from specbench import __version__
 from specbench.decode import GenerationConfig, context_limit, model_device, plain_generate, speculative_generate, sync
-from specbench.drafters import DRAFTERS, make_drafter
+from specbench.drafters import DRAFTERS, make_drafter, uses_model
 from specbench.gamma import POLICIES, make_policy
 from specbench.kernels import KERNELS, stock_kernels
 from specbench.costs import Costs, for_drafter, measure_costs, timing_context
@@ -122,7 +122,7 @@ def _check_names(names: tuple[str, ...], known: tuple[str, ...], what: str) -> N
 
 def needs_drafter_model(config: SweepConfig) -> bool:
     """Whether the sweep drafts with the drafter model (the model drafter or hf-assisted)."""
-    return MODEL_DRAFTER in config.drafters or config.hf_assisted
+    return any(uses_model(d) for d in config.drafters) or config.hf_assisted
 
 
 # ---------------------------------------------------------------------------- planning (pure)
@@ -376,8 +376,8 @@ def baselines_from_rows(rows: list[dict]) -> dict[tuple[str, str], Baseline]:
 def predicted_speedup(run: PlannedRun, m: Measurement, costs: Costs | None, baseline: Baseline | None) -> float | None:
     """stats.walltime_speedup of a specbench run's rounds, with the sweep's measured costs in
     units of the plain run's own step on the same prompt (1 / its tokens per second): c =
-    drafter step seconds / that step (0 for the model-free drafters, as the cost policy
-    assumes), v(k >= 2) = the measured t(k) / that step, v(1) = 1 (a round without drafts is
+    drafter step seconds / that step, paid by each draft with q (model-free drafts
+    cost 0, as the cost policy assumes), v(k >= 2) = the measured t(k) / that step, v(1) = 1 (a round without drafts is
     a plain step). The plain run, not the start-of-sweep t(1), sets the unit because the
     target's step time drifts by +-15% over a sweep on a busy CPU; the interleaved plain run
     sees the same machine as the run it is compared with. None for other methods."""
@@ -385,10 +385,16 @@ def predicted_speedup(run: PlannedRun, m: Measurement, costs: Costs | None, base
         return None
     unit = 1.0 / baseline.tokens_per_second
     scale = costs.target_step_seconds / unit
-    c = (costs.drafter_step_seconds or 0.0) / unit if run.drafter == MODEL_DRAFTER else 0.0
+    c = (costs.drafter_step_seconds or 0.0) / unit if uses_model(run.drafter) else 0.0
     verify = lambda k: 1.0 if k == 1 else verify_cost_at(costs.verify_cost, k) * scale
-    rounds = [(len(step.draft_tokens), len(step.tokens)) for step in m.steps if step.round > 0]
+    rounds = [(len(step.draft_tokens), len(step.tokens), _drafter_steps(step)) for step in m.steps if step.round > 0]
     return walltime_speedup(rounds, c, verify)
+
+
+def _drafter_steps(step: StepRecord) -> int:
+    """Drafter forwards a round paid for: one per draft with q; none for a copy or a table's
+    guess (q is None), nor for a round that drafted nothing."""
+    return sum(q is not None for q in step.draft_probs)
 
 
 def make_row(run: PlannedRun, m: Measurement, baseline: Baseline | None, *, c: float | None, prompt_tokens: int, seed: int, costs: Costs | None = None) -> dict:
@@ -491,7 +497,7 @@ class SweepRunner:
             limit = min(limit, context_limit(self.drafter_model))
         context = timing_context(self.prompt_ids(prompt), self.config.max_new_tokens, limit)
         drafter = self.drafter_model if needs_drafter_model(self.config) else None
-        vocab = self.config.draft_vocab if MODEL_DRAFTER in self.config.drafters else 0
+        vocab = self.config.draft_vocab if any(uses_model(d) for d in self.config.drafters) else 0
         return measure_costs(self.target, drafter, context, self.config.timing_repeats, draft_vocab=vocab)
 
 

@@ -31,6 +31,7 @@ import torch
 from specbench.cache import crop_cache, new_cache
 from specbench.decode import model_device, sync
 from specbench.draft_vocab import restricted_head, restricted_logits
+from specbench.drafters import uses_model
 
 MAX_VERIFY_K = 9  # v(k) is measured for k = 1..MAX_VERIFY_K
 METHOD = 2  # how costs are measured; part of the on-disk cache key (1: one k at a time, no fit)
@@ -148,8 +149,9 @@ def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k
 
 def for_drafter(costs: Costs, drafter: str) -> Costs:
     """The costs a drafter pays: a model-free drafter (ngram, prompt-lookup) runs no forward
-    pass, so its c is 0; the model drafter keeps the measured c."""
-    return costs if drafter == "model" else replace(costs, c=0.0)
+    pass, so its c is 0; the drafters with the model (model, model+lookup) keep the measured
+    c (model+lookup's copies are free: the cost policy reads that from their missing q)."""
+    return costs if uses_model(drafter) else replace(costs, c=0.0)
 
 
 # ---------------------------------------------------------------------------- the on-disk cache

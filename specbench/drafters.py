@@ -19,6 +19,8 @@ propose prefills the prompt). It knows nothing about the target or about verific
 
 Drafters (DRAFTERS, built by make_drafter):
   model          a small causal LM (ModelDrafter), with q rows;
+  model+lookup   a copy from the context when its last 3 tokens occurred before, else the
+                 model (LookupFirstDrafter);
   ngram          2-, 3- and 4-gram counts of the context (NgramDrafter), no q;
   prompt-lookup  copy what followed the latest earlier match of the context's last n tokens
                  (PromptLookupDrafter, HF's prompt lookup decoding), no q.
@@ -349,17 +351,12 @@ class TableDrafter:
 
     def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
         start = time.perf_counter()
+        return table_draft(self.predict(context, max_tokens), keep_drafting, context.device, start)
+
+    def predict(self, context: torch.Tensor, max_tokens: int) -> list[int]:
+        """The table's prediction after context, before the policy has its say."""
         self._feed(context)
-        tokens: list[int] = []
-        for step, token in enumerate(self.table.predict(max_tokens)):
-            say = keep_drafting(step, None)
-            if not say:
-                break
-            tokens.append(token)
-            if say == Keep.LAST:
-                break
-        ids = torch.tensor(tokens, dtype=torch.long, device=context.device)
-        return Draft(ids, None, time.perf_counter() - start)
+        return self.table.predict(max_tokens)
 
     def _feed(self, context: torch.Tensor) -> None:
         """Add the context's tokens the table has not seen (all of them after a mismatch)."""
@@ -374,6 +371,21 @@ class TableDrafter:
 
     def commit(self, n_accepted: int) -> None:
         """No-op: the table holds only context tokens (see the class docstring)."""
+
+
+def table_draft(predicted: list[int], keep_drafting: KeepDrafting, device: torch.device, start: float) -> Draft:
+    """A Draft of the predicted tokens the policy keeps (probs=None: no q to show it), timed
+    from start."""
+    tokens: list[int] = []
+    for step, token in enumerate(predicted):
+        say = keep_drafting(step, None)
+        if not say:
+            break
+        tokens.append(token)
+        if say == Keep.LAST:
+            break
+    ids = torch.tensor(tokens, dtype=torch.long, device=device)
+    return Draft(ids, None, time.perf_counter() - start)
 
 
 class NgramDrafter(TableDrafter):
@@ -392,19 +404,75 @@ class PromptLookupDrafter(TableDrafter):
         super().__init__("prompt-lookup", lambda: LookupIndex(max_n, min_n))
 
 
+# ---------------------------------------------------------------------------- model + lookup
+
+
+class LookupFirstDrafter:
+    """The "model+lookup" drafter: copy from the context when it repeats itself, else ask the
+    model.
+
+    Each round first looks for an earlier occurrence of the context's last 3 tokens
+    (LookupIndex with min_n = max_n = 3: a 1- or 2-token match is too often a coincidence).
+    If there is one, the round drafts what followed it, with probs=None (a one-hot q, as
+    the prompt-lookup drafter), at no forward pass; otherwise the model drafter drafts as
+    usual. Summaries, edits of given code and structured output copy long runs of their
+    prompt, and there the model's drafts cost c each while a copy costs nothing.
+
+    Losslessness is each round's own: a round is wholly a model round or wholly a copy. The
+    model drafter is not told about copy rounds: it neither proposes nor commits in them,
+    so its cache stays a prefix of the context, and its next propose feeds everything it
+    missed in one forward.
+    """
+
+    name = "model+lookup"
+
+    def __init__(self, model: ModelDrafter, match: int = 3):
+        self.model = model
+        self.lookup = PromptLookupDrafter(max_n=match, min_n=match)
+        self._model_round = False
+
+    def start(self, sampling: SamplingConfig, generator: torch.Generator | None) -> None:
+        self.model.start(sampling, generator)
+        self.lookup.start(sampling, generator)
+        self._model_round = False
+
+    def prefill(self, prompt: torch.Tensor) -> None:
+        self.model.prefill(prompt)
+        self.lookup.prefill(prompt)
+
+    def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
+        start = time.perf_counter()
+        copy = self.lookup.predict(context, max_tokens)
+        self._model_round = not copy
+        if self._model_round:
+            return self.model.propose(context, max_tokens, keep_drafting)
+        return table_draft(copy, keep_drafting, context.device, start)
+
+    def commit(self, n_accepted: int) -> None:
+        if self._model_round:
+            self.model.commit(n_accepted)
+
+
 # ---------------------------------------------------------------------------- factory
 
-DRAFTERS = ("model", "ngram", "prompt-lookup")
+DRAFTERS = ("model", "model+lookup", "ngram", "prompt-lookup")
+MODEL_DRAFTERS = ("model", "model+lookup")  # the drafters that draft with the drafter model
+
+
+def uses_model(name: str) -> bool:
+    """Whether the drafter called `name` runs the drafter model."""
+    return name in MODEL_DRAFTERS
 
 
 def make_drafter(name: str, drafter_model=None, vocab_limit: int = 0, keep_ids: tuple[int, ...] = ()) -> Drafter:
     """A drafter by name; "model" drafts with drafter_model (over ids below vocab_limit, the
     prompt's and keep_ids when vocab_limit > 0), the others need no model (and ignore one
     and the vocabulary if given)."""
-    if name == "model":
+    if uses_model(name):
         if drafter_model is None:
-            raise ValueError("the model drafter needs a drafter model")
-        return ModelDrafter(drafter_model, vocab_limit=vocab_limit, keep_ids=keep_ids)
+            raise ValueError(f"the {name} drafter needs a drafter model")
+        model = ModelDrafter(drafter_model, vocab_limit=vocab_limit, keep_ids=keep_ids)
+        return model if name == "model" else LookupFirstDrafter(model)
     if name == "ngram":
         return NgramDrafter()
     if name == "prompt-lookup":

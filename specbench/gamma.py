@@ -329,11 +329,13 @@ class CostAwareGamma:
                                 weighed against the round's expected yield)
                        step i:  P_i >= d_i
       draft i + 1?     P_i * a(m_i) >= d_(i+1) + c
-                       (the next row's confidence is not known yet; this one's stands in)
+                       (the next row's confidence is not known yet; this one's stands in;
+                       c is 0 for a draft without q: it came from a table or a copy, not
+                       from a forward)
     Keep.NO, Keep.YES or Keep.LAST follow. LAST saves the forward for a row that would be
     refused: an earlier version asked only "P_i >= d_i + c" after the forward, and so paid c
     for one refused row in almost every round.
-    Back-off: a refused step 0 wasted one drafter step, so the policy then skips the drafter
+    Back-off: a refused step 0 with q wasted one drafter step, so the policy then skips the drafter
     for `skip` rounds (plain target steps, no drafter cost: next_gamma() returns 0), doubling
     skip after each consecutive refusal up to 16 and resetting it after a round that drafts.
 
@@ -361,7 +363,7 @@ class CostAwareGamma:
 
     def next_gamma(self) -> int:
         self._bins: list[int] = []
-        self._p_all, self._threshold, self._stopped_at = 1.0, 0.0, None
+        self._p_all, self._threshold, self._stopped_at, self._wasted = 1.0, 0.0, None, False
         self._skipped = self._skip_left > 0
         if self._skipped:
             self._skip_left -= 1
@@ -369,18 +371,19 @@ class CostAwareGamma:
         return self.gamma_max
 
     def keep_drafting(self, step: int, draft_probs: torch.Tensor | None) -> Keep:
-        b = self.BINS if draft_probs is None else min(self.BINS - 1, int(top_prob(draft_probs) * self.BINS))
+        free = draft_probs is None  # a model-free draft (a table or a copy): no forward to pay
+        b = self.BINS if free else min(self.BINS - 1, int(top_prob(draft_probs) * self.BINS))
         acceptance = self._accepted[b] / self._checked[b]
         p_all = self._p_all * acceptance
         gain = p_all * (1.0 + self._after_first[0] / self._after_first[1]) if step == 0 else p_all
         self._p_all, self._threshold = p_all, self._added(step)
         if gain < self._threshold:
-            self._stopped_at = step
+            self._stopped_at, self._wasted = step, not free
             return Keep.NO
         self._bins.append(b)
         if step + 1 >= self.gamma_max:
             return Keep.LAST
-        next_gain, next_cost = p_all * acceptance, self._added(step + 1) + self.c
+        next_gain, next_cost = p_all * acceptance, self._added(step + 1) + (0.0 if free else self.c)
         if next_gain < next_cost:
             self._p_all, self._threshold, self._stopped_at = next_gain, next_cost, step + 1
             return Keep.LAST
@@ -401,7 +404,7 @@ class CostAwareGamma:
             self._after_first[1] += 1
         if self._skipped:
             return
-        if n_drafted == 0 and self._stopped_at == 0:
+        if n_drafted == 0 and self._stopped_at == 0 and self._wasted:
             self._skip = min(self.MAX_SKIP, max(1, 2 * self._skip))
             self._skip_left = self._skip
         elif n_drafted > 0:

@@ -111,11 +111,12 @@ def predicted_speedup(alpha: float, gamma: int, c: float, verify_cost: float = 1
     return expected_tokens_per_round(alpha, gamma) / (gamma * c + verify_cost)
 
 
-def walltime_speedup(rounds: list[tuple[int, int]], c: float, verify_cost) -> float | None:
+def walltime_speedup(rounds: list[tuple[int, int, int]], c: float, verify_cost) -> float | None:
     """The speedup over plain decoding that a run's own rounds predict.
 
-    rounds: (k drafted, tokens emitted) per round after the first-target pass. A round costs
-    k * c + v(k + 1) target single steps (verify_cost(k) gives v(k)) and emits its accepted
+    rounds: (k drafted, tokens emitted, s drafter steps) per round after the first-target
+    pass; s = k for a model drafter, 0 for a model-free one or a copy. A round costs
+    s * c + v(k + 1) target single steps (verify_cost(k) gives v(k)) and emits its accepted
     drafts plus one token (fewer when a stop cuts it); plain decoding emits one per step.
     This is Leviathan et al.'s walltime factor evaluated on the rounds that happened rather
     than on its expectation under a fixed gamma and i.i.d. acceptance, so it applies to
@@ -124,6 +125,6 @@ def walltime_speedup(rounds: list[tuple[int, int]], c: float, verify_cost) -> fl
     on several tokens at once) is what a measured speedup below it points to.
     None for a run with no rounds.
     """
-    cost = sum(k * c + verify_cost(k + 1) for k, _ in rounds)
-    return sum(emitted for _, emitted in rounds) / cost if rounds and cost > 0 else None
+    cost = sum(s * c + verify_cost(k + 1) for k, _, s in rounds)
+    return sum(emitted for _, emitted, _ in rounds) / cost if rounds and cost > 0 else None
 

@@ -181,11 +181,13 @@ def test_make_row_speedup_and_parity():
 
 
 def test_walltime_model_prices_each_round():
-    """Rounds (k drafted, tokens emitted); c = 0.25, v(k) = 1 + 0.1 (k - 1): two rounds of 4
+    """Rounds (k drafted, tokens emitted, drafter steps); c = 0.25, v(k) = 1 + 0.1 (k - 1): two rounds of 4
     drafts cost 1 + 1.4 each and a round with none costs 1, for 5 + 2 + 1 tokens."""
     v = lambda k: 1 + 0.1 * (k - 1)  # noqa: E731
-    assert walltime_speedup([(4, 5), (4, 2), (0, 1)], 0.25, v) == pytest.approx(8 / 5.8)
-    assert walltime_speedup([(0, 1)] * 5, 0.25, v) == pytest.approx(1.0)  # plain steps predict 1x
+    assert walltime_speedup([(4, 5, 4), (4, 2, 4), (0, 1, 0)], 0.25, v) == pytest.approx(8 / 5.8)
+    assert walltime_speedup([(0, 1, 0)] * 5, 0.25, v) == pytest.approx(1.0)  # plain steps predict 1x
+    # a copied draft costs no drafter step: 4 drafts verified for v(5) alone
+    assert walltime_speedup([(4, 5, 0), (4, 2, 4), (0, 1, 0)], 0.25, v) == pytest.approx(8 / 4.8)
     assert walltime_speedup([], 0.25, v) is None
 
 
@@ -199,13 +201,18 @@ def test_predicted_speedup_prices_rounds_in_the_plain_runs_step():
     from specbench.costs import Costs
 
     costs = Costs(c=0.25, target_step_seconds=0.4, drafter_step_seconds=0.1, verify_cost={1: 1.0, 2: 1.1, 5: 1.5}, context_tokens=10)
-    steps = [SimpleNamespace(round=r, draft_tokens=[7] * k, tokens=[1] * n) for r, k, n in ((0, 0, 1), (1, 4, 5), (2, 4, 2), (3, 0, 1))]
+    rounds = ((0, 0, 1), (1, 4, 5), (2, 4, 2), (3, 0, 1))
+    steps = [SimpleNamespace(round=r, draft_tokens=[7] * k, draft_probs=[0.5] * k, tokens=[1] * n) for r, k, n in rounds]
     m = bench.Measurement(list(range(9)), RunStats(), steps=steps)
     run = PlannedRun("specbench", "model", "cost", 4, 0.0, Prompt("a", "code", ("x",)), 0)
     assert bench.predicted_speedup(run, m, costs, bench.Baseline(2.0, "")) == pytest.approx(8 / 5)
     ngram = PlannedRun("specbench", "ngram", "cost", 4, 0.0, Prompt("a", "code", ("x",)), 0)
     assert bench.predicted_speedup(ngram, m, costs, bench.Baseline(2.0, "")) == pytest.approx(8 / 3.4)  # c = 0
     assert bench.predicted_speedup(run, m, costs, None) is None
+    # model+lookup: a round of 4 copied drafts (no q) pays no drafter step, 0.8 less
+    steps[1].draft_probs = [None] * 4
+    hybrid = PlannedRun("specbench", "model+lookup", "cost", 4, 0.0, Prompt("a", "code", ("x",)), 0)
+    assert bench.predicted_speedup(hybrid, m, costs, bench.Baseline(2.0, "")) == pytest.approx(8 / 4.2)
 
 
 def test_resumed_csv_keeps_its_own_columns(tmp_path):

@@ -11,6 +11,7 @@ import torch
 
 from specbench.drafters import (
     DRAFTERS,
+    LookupFirstDrafter,
     LookupIndex,
     ModelDrafter,
     NgramDrafter,
@@ -220,7 +221,7 @@ def test_rounds_cost_does_not_grow_with_context(make):
 
 
 def test_make_drafter():
-    assert set(DRAFTERS) == {"model", "ngram", "prompt-lookup"}
+    assert set(DRAFTERS) == {"model", "model+lookup", "ngram", "prompt-lookup"}
     assert isinstance(make_drafter("ngram"), NgramDrafter) and make_drafter("ngram").name == "ngram"
     lookup = make_drafter("prompt-lookup")
     assert isinstance(lookup, PromptLookupDrafter) and lookup.name == "prompt-lookup"
@@ -233,6 +234,35 @@ def test_make_drafter():
 def test_make_drafter_model(tiny_pair):
     _, drafter_model = tiny_pair
     assert isinstance(make_drafter("model", drafter_model), ModelDrafter)
+    assert isinstance(make_drafter("model+lookup", drafter_model), LookupFirstDrafter)
+    with pytest.raises(ValueError, match="needs a drafter model"):
+        make_drafter("model+lookup")
+
+
+def test_model_plus_lookup_copies_without_a_forward_and_catches_up_after(tiny_pair):
+    """A context whose last 3 tokens occurred before is copied (no q, no forward); the next
+    model round feeds everything the drafter's cache missed in one forward, and its drafts
+    are what a fresh model drafter drafts on the same context."""
+    from specbench.cache import cache_length
+
+    _, drafter_model = tiny_pair
+    fed = []
+    hook = drafter_model.register_forward_hook(lambda m, args, kwargs, out: fed.append(kwargs["input_ids"].shape[-1]), with_kwargs=True)
+    try:
+        drafter = LookupFirstDrafter(ModelDrafter(drafter_model))
+        prompt = torch.tensor([3, 17, 42, 8, 29, 5, 3, 17])
+        drafter.prefill(prompt)
+        assert cache_length(drafter.model.cache) == 8 and len(fed) == 1
+        copy = drafter.propose(torch.cat([prompt, torch.tensor([42])]), 4, lambda step, q: True)
+        assert copy.tokens.tolist() == [8, 29, 5, 3] and copy.probs is None and len(fed) == 1
+        drafter.commit(2)  # 8, 29 kept, then the target emitted 11: no 3-token repeat follows
+        context = torch.tensor([3, 17, 42, 8, 29, 5, 3, 17, 42, 8, 29, 11])
+        drafted = drafter.propose(context, 3, lambda step, q: True)
+    finally:
+        hook.remove()
+    assert drafted.probs is not None and fed[1] == 4  # the copy's 42, 8, 29 and 11 in one forward
+    fresh = ModelDrafter(drafter_model).propose(context, 3, lambda step, q: True)
+    assert drafted.tokens.tolist() == fresh.tokens.tolist()
 
 
 def test_model_drafter_makes_no_forward_after_keep_last(tiny_pair):

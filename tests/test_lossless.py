@@ -16,7 +16,7 @@ import specbench.verify
 from chi_square import pvalues
 from mock_lm import noisy_trigram, random_trigram
 from specbench.decode import GenerationConfig, speculative_generate
-from specbench.drafters import ModelDrafter
+from specbench.drafters import LookupFirstDrafter, ModelDrafter
 from specbench.gamma import FixedGamma
 from specbench.sampling import SamplingConfig, logits_to_probs
 
@@ -32,24 +32,27 @@ SETTINGS = {
 }
 
 
-def exact_joint(model, sampling: SamplingConfig) -> dict[tuple[int, int, int], float]:
+def exact_joint(model, sampling: SamplingConfig, prompt=PROMPT) -> dict[tuple[int, int, int], float]:
     """P(x1, x2, x3 | prompt) under the target with the sampling processor applied."""
     def p(prev, cur):
         return logits_to_probs(model.next_logits(prev, cur), sampling)
 
     joint = {}
-    p1 = p(PROMPT[-2], PROMPT[-1])
+    p1 = p(prompt[-2], prompt[-1])
     for x1, x2, x3 in product(range(VOCAB), repeat=3):
-        joint[(x1, x2, x3)] = float(p1[x1] * p(PROMPT[-1], x1)[x2] * p(x1, x2)[x3])
+        joint[(x1, x2, x3)] = float(p1[x1] * p(prompt[-1], x1)[x2] * p(x1, x2)[x3])
     return joint
 
 
-def sample_speculative(target, drafter, sampling, gamma=3, n=SAMPLES):
+def sample_speculative(target, drafter, sampling, gamma=3, n=SAMPLES, prompt=PROMPT, make=ModelDrafter, rounds=None):
+    """n seeded 3-token generations; rounds, if a list, collects every run's StepRecords."""
     outputs = []
     for seed in range(n):
         config = GenerationConfig(max_new_tokens=3, sampling=sampling, seed=seed)
-        result = speculative_generate(target, ModelDrafter(drafter), PROMPT, config, FixedGamma(gamma))
+        result = speculative_generate(target, make(drafter), prompt, config, FixedGamma(gamma))
         outputs.append(tuple(result.token_ids))
+        if rounds is not None:
+            rounds.extend(result.steps[1:])
     return outputs
 
 
@@ -87,3 +90,24 @@ def test_the_check_fails_for_a_wrong_residual(models, monkeypatch):
     outputs = sample_speculative(target, drafter, sampling)
     found = pvalues(outputs, exact_joint(target, sampling), VIEWS)
     assert min(found.values()) < 1e-6, found
+
+
+# round 1's context ends (2, 5, x1), which occurred before for x1 = 4 and x1 = 1 (then the
+# round copies "0 2" or "3 2"; p(x1 in {4, 1}) is about 0.38); other x1 give a model round
+LOOKUP_PROMPT = [2, 5, 4, 0, 2, 5, 1, 3, 2, 5]
+
+
+def test_model_plus_lookup_keeps_the_target_distribution(models):
+    """model+lookup mixes copy rounds (one-hot q) with model rounds (the noisy drafter's q);
+    both kinds must occur, with rejections, and the output must still follow the target."""
+    target, drafter = models
+    sampling = SETTINGS["temperature"]
+    rounds: list = []
+    make = lambda model: LookupFirstDrafter(ModelDrafter(model))  # noqa: E731
+    outputs = sample_speculative(target, drafter, sampling, gamma=2, prompt=LOOKUP_PROMPT, make=make, rounds=rounds)
+    copies = [r for r in rounds if r.draft_tokens and r.draft_probs[0] is None]
+    modelled = [r for r in rounds if r.draft_tokens and r.draft_probs[0] is not None]
+    assert len(copies) > 100 and len(modelled) > 100, (len(copies), len(modelled))
+    assert any(r.accepted < len(r.draft_tokens) for r in copies)
+    found = pvalues(outputs, exact_joint(target, sampling, LOOKUP_PROMPT), VIEWS)
+    assert min(found.values()) > 1e-3, found

@@ -1,7 +1,7 @@
 """Every drafter with every gamma policy stays lossless.
 
 1. Greedy parity: speculative_generate == plain_generate token for token, for each drafter
-   (model, ngram, prompt-lookup) x each policy, on the tiny Qwen2 models of conftest. The
+   (model, model+lookup, ngram, prompt-lookup) x each policy, on the tiny Qwen2 models of conftest. The
    model drafter is the close drafter with a sharpened head (same argmax, lower entropy), so
    egag picks varied gammas and the stop policies both stop and run on: a test guards that.
 2. Sampling: the model-free drafters (one-hot q) draw from the target's exact distribution.
@@ -87,7 +87,7 @@ def run_all_prompts(pairs, pair, drafter_name, policy_name):
 
 
 # the model drafter on both conftest pairs; the model-free drafters need only the target
-CASES = [("model", "close_pair"), ("model", "tiny_pair"), ("ngram", "close_pair"), ("prompt-lookup", "close_pair")]
+CASES = [("model", "close_pair"), ("model", "tiny_pair"), ("model+lookup", "close_pair"), ("ngram", "close_pair"), ("prompt-lookup", "close_pair")]
 assert {d for d, _ in CASES} == set(DRAFTERS)
 
 
@@ -122,6 +122,11 @@ def test_parity_runs_exercise_the_policies(pairs):
         assert any(s.accepted > 0 for s in rounds) and any(s.accepted < len(s.draft_tokens) for s in rounds)
         assert any(not s.draft_tokens for s in rounds)  # no match: a plain step
         assert all(p is None for s in rounds for p in s.draft_probs)
+    for name in POLICIES:  # model+lookup: both copy rounds (no q) and model rounds, accepted and not
+        rounds = [s for s in steps("model+lookup", name) if s.draft_tokens]
+        copies = [s for s in rounds if s.draft_probs[0] is None]
+        assert copies and len(copies) < len(rounds), name
+        assert any(s.accepted > 0 for s in copies) and any(s.accepted < len(s.draft_tokens) for s in copies), name
 
 
 # ---------------------------------------------------------------------------- sampling

@@ -148,6 +148,7 @@ def generate_command(
     dtype: Annotated[str, typer.Option("--dtype", help="Target weights: float32, bfloat16 or float16.")] = defaults.DEFAULT_DTYPE,
     draft_dtype: Annotated[str, typer.Option("--draft-dtype", help="Drafter weights: float32, bfloat16, float16, or int8 (weight-only, CPU).")] = defaults.DEFAULT_DRAFT_DTYPE,
     draft_vocab: Annotated[int, typer.Option("--draft-vocab", help="The model drafter scores only ids below this (plus the prompt's and EOS); 0 scores all. Lossless either way.")] = defaults.DEFAULT_DRAFT_VOCAB,
+    lookup: Annotated[bool, typer.Option("--lookup/--no-lookup", help="With a model drafter: copy from the context instead when its last 3 tokens occurred before (free drafts).")] = defaults.DEFAULT_LOOKUP,
     device: Annotated[str, typer.Option("--device", help="cpu, cuda, mps, or auto (accelerate spreads the target).")] = "cpu",
     gamma_min: Annotated[int, typer.Option("--gamma-min", help="egag: the smallest gamma; heuristic: its floor.")] = 1,
     gamma_max: Annotated[int | None, typer.Option("--gamma-max", help="Adaptive policies' largest gamma (default: --gamma).", show_default=False)] = None,
@@ -178,7 +179,7 @@ def generate_command(
         sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
         config = GenerationConfig(max_new_tokens=max_new_tokens, sampling=sampling, seed=seed)
         policy = build_policy(_STAND_IN_COSTS if gamma_policy == "cost" else None)  # checks the options
-        pair_config = models.PairConfig(target=target, drafter=drafter, dtype=dtype, draft_dtype=draft_dtype, device=device, draft_vocab=draft_vocab)
+        pair_config = models.PairConfig(target=target, drafter=drafter, dtype=dtype, draft_dtype=draft_dtype, device=device, draft_vocab=draft_vocab, lookup=lookup)
         models.validate_pair_config(pair_config)
         _check_kernels(kernels)
     except (ValueError, models.ModelError) as exc:
@@ -202,7 +203,7 @@ def generate_command(
     # 3. generate, streaming unless --json or --trace
     stream = models.TextStream(pair.tokenizer)
     on_tokens = None if (as_json or trace) else (lambda tokens: console.out(stream.push(tokens), end="", highlight=False))
-    tracer, writer = _tracers(trace, trace_out, pair, prompt, settings=dict(gamma=gamma, policy=gamma_policy, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens))
+    tracer, writer = _tracers(trace, trace_out, pair, prompt, settings=dict(gamma=gamma, policy=gamma_policy, lookup=pair.lookup, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens))
     on_step = tracing.tee(tracer and tracer.on_step, writer and writer.on_step)
     try:
         result = models.run_generation(pair, prompt_ids, config, policy, on_tokens=on_tokens, on_step=on_step)
@@ -222,7 +223,7 @@ def generate_command(
 
     # 4. the ending
     if as_json:
-        settings = {"gamma": gamma, "gamma_policy": gamma_policy, "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed, "raw": raw}
+        settings = {"gamma": gamma, "gamma_policy": gamma_policy, "lookup": pair.lookup, "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed, "raw": raw}
         typer.echo(_json.dumps(generation_json(result, pair, prompt_ids, settings), ensure_ascii=False))
         return
     console.out(stream.finish(), highlight=False)  # whatever was held back, then a newline

@@ -125,6 +125,9 @@ DEFAULT_DRAFT_DTYPE = "bfloat16"
 # A model drafter scores ids below this, plus the prompt's and EOS (draft_vocab.py); 0 scores
 # all. Chosen by `python bench/draft_vocab.py` (README, "A smaller drafter head").
 DEFAULT_DRAFT_VOCAB = 65536
+# A model drafter copies from the context instead when its last 3 tokens occurred before
+# (drafters.LookupFirstDrafter, "model+lookup"). Chosen by the greedy sweep in results/greedy.
+DEFAULT_LOOKUP = True
 
 
 # ---------------------------------------------------------------------------- locating parts

@@ -27,7 +27,7 @@ import torch
 from specbench import defaults
 from specbench.decode import GenerationConfig, GenerationResult, check_prompt, context_limit, model_device, plain_generate, speculative_generate
 from specbench.draft_vocab import output_head
-from specbench.drafters import DRAFTERS, Drafter, make_drafter
+from specbench.drafters import DRAFTERS, Drafter, make_drafter, uses_model
 from specbench.gamma import GammaPolicy
 from specbench.quantize import INT8, int8_available, quantize_linears
 from specbench.stats import StepRecord
@@ -99,11 +99,11 @@ def _looks_like_path(spec: str) -> bool:
 
 
 def drafter_kind(spec: str) -> str:
-    """"none", a drafter name from DRAFTERS (other than "model"), or "model" for a model spec."""
+    """"none", a model-free drafter name from DRAFTERS, or "model" for a model spec."""
     spec = spec.strip()
     if spec == NONE:
         return NONE
-    if spec in DRAFTERS and spec != "model":
+    if spec in DRAFTERS and not uses_model(spec):
         return spec
     return "model"
 
@@ -357,6 +357,7 @@ class PairConfig:
     draft_dtype: str = defaults.DEFAULT_DRAFT_DTYPE  # drafter weights
     device: str = "cpu"  # cpu, cuda, mps or auto
     draft_vocab: int = defaults.DEFAULT_DRAFT_VOCAB  # a model drafter scores ids below it (+ prompt, EOS); 0: all
+    lookup: bool = defaults.DEFAULT_LOOKUP  # a model drafter copies from the context when it can ("model+lookup")
 
 
 @dataclass
@@ -365,6 +366,7 @@ class LoadedPair:
     drafter_model: LoadedModel | None  # set when the drafter is a model
     drafter_name: str  # "none", "model", or a drafter name from DRAFTERS
     draft_vocab: int = 0  # the model drafter's vocabulary limit (draft_vocab.py); 0: all ids
+    lookup: bool = False  # the model drafter copies from the context when it can ("model+lookup")
 
     @property
     def tokenizer(self):
@@ -383,7 +385,8 @@ class LoadedPair:
         if self.drafter_name == NONE:
             return None
         model = self.drafter_model.model if self.drafter_model is not None else None
-        return make_drafter(self.drafter_name, model, self.draft_vocab, self.eos_token_ids)
+        name = "model+lookup" if self.lookup and self.drafter_name == "model" else self.drafter_name
+        return make_drafter(name, model, self.draft_vocab, self.eos_token_ids)
 
 
 def validate_pair_config(config: PairConfig) -> None:
@@ -422,7 +425,7 @@ def load_pair(config: PairConfig, progress: Progress = defaults._no_progress) ->
             output_head(drafter.model)
         except ValueError as exc:
             raise ModelError(str(exc)) from None
-    return LoadedPair(target, drafter, "model", config.draft_vocab)
+    return LoadedPair(target, drafter, "model", config.draft_vocab, config.lookup)
 
 
 # ---------------------------------------------------------------------------- prompts and text

@@ -103,7 +103,7 @@ def test_model_plus_lookup_keeps_the_target_distribution(models):
     target, drafter = models
     sampling = SETTINGS["temperature"]
     rounds: list = []
-    make = lambda model: LookupFirstDrafter(ModelDrafter(model))  # noqa: E731
+    make = lambda model: LookupFirstDrafter(ModelDrafter(model))
     outputs = sample_speculative(target, drafter, sampling, gamma=2, prompt=LOOKUP_PROMPT, make=make, rounds=rounds)
     copies = [r for r in rounds if r.draft_tokens and r.draft_probs[0] is None]
     modelled = [r for r in rounds if r.draft_tokens and r.draft_probs[0] is not None]

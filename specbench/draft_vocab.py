@@ -87,7 +87,9 @@ class RestrictedHead:
     """Logits of the kept ids through the model's own head weights, the lowest finite value
     (probability exactly 0 after softmax) everywhere else.
 
-    The kept rows are copied (N x hidden); a call reads only them. add(ids) keeps more ids.
+    The ids it starts with are copied once into one weight (N x hidden); add(ids) keeps
+    more in a second, small weight, so an id the output gains costs a copy of the added
+    rows only, not of the N rows. A call reads only kept rows.
     """
 
     def __init__(self, head: torch.nn.Module, ids: torch.Tensor):
@@ -96,33 +98,46 @@ class RestrictedHead:
         self.vocab_size = self.full_weight.shape[0]
         device = self.full_weight.device
         self.kept = torch.zeros(self.vocab_size, dtype=torch.bool, device=device)
-        self.ids = torch.empty(0, dtype=torch.long, device=device)
-        self.weight = self.full_weight[:0]
-        self.bias = None if self.full_bias is None else self.full_bias[:0]
-        self.add(ids)
+        # (ids, weight rows, bias) of the ids it started with, and of the ids added since
+        self.first = self._part(self._new(ids))
+        self.added = self._part(torch.empty(0, dtype=torch.long, device=device))
+
+    def _new(self, ids: torch.Tensor) -> torch.Tensor:
+        """The ids not kept yet (repeats and ids past the vocabulary skipped), now kept."""
+        ids = ids.to(self.kept.device)
+        ids = torch.unique(ids[(ids >= 0) & (ids < self.vocab_size)])
+        new = ids[~self.kept[ids]]
+        self.kept[new] = True
+        return new
+
+    def _part(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        bias = None if self.full_bias is None else self.full_bias.index_select(0, ids)
+        return ids, self.full_weight.index_select(0, ids), bias
 
     def add(self, ids: torch.Tensor) -> int:
         """Keep these ids too (ids already kept, repeats and ids past the vocabulary are
         skipped); returns how many were new."""
-        ids = ids.to(self.kept.device)
-        ids = torch.unique(ids[(ids >= 0) & (ids < self.vocab_size)])
-        new = ids[~self.kept[ids]]
-        if new.numel() == 0:
-            return 0
-        self.kept[new] = True
-        self.ids = torch.cat([self.ids, new])
-        self.weight = torch.cat([self.weight, self.full_weight.index_select(0, new)])
-        if self.full_bias is not None:
-            self.bias = torch.cat([self.bias, self.full_bias.index_select(0, new)])
+        new = self._new(ids)
+        if new.numel():
+            self.added = self._part(torch.cat([self.added[0], new]))
         return int(new.numel())
 
     @property
+    def ids(self) -> torch.Tensor:
+        return torch.cat([self.first[0], self.added[0]])
+
+    @property
     def size(self) -> int:
-        return int(self.ids.shape[0])
+        return int(self.first[0].shape[0] + self.added[0].shape[0])
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [..., hidden] -> logits [..., vocab]."""
-        kept = F.linear(hidden.to(self.weight.dtype), self.weight, self.bias)
+        hidden = hidden.to(self.full_weight.dtype)
+        ids, weight, bias = self.first
+        kept = F.linear(hidden, weight, bias)
         logits = kept.new_full((*kept.shape[:-1], self.vocab_size), torch.finfo(kept.dtype).min)
-        logits[..., self.ids] = kept
+        logits[..., ids] = kept
+        ids, weight, bias = self.added
+        if ids.numel():
+            logits[..., ids] = F.linear(hidden, weight, bias)
         return logits

@@ -189,6 +189,17 @@ def test_load_pair_with_a_model_free_drafter_loads_no_drafter(folders):
     assert models.load_pair(models.PairConfig(target=str(folders["target"]), drafter="none")).new_drafter() is None
 
 
+def test_a_model_drafter_copies_from_the_context_unless_told_not_to(folders):
+    config = models.PairConfig(target=str(folders["target"]), drafter=str(folders["drafter"]))
+    assert models.load_pair(config).new_drafter().name == "model+lookup"  # --lookup, the default
+    no_lookup = models.load_pair(models.PairConfig(target=config.target, drafter=config.drafter, lookup=False))
+    assert no_lookup.new_drafter().name == "model"
+    # in generate, --drafter names the model; the sweep's drafter names get a pointer
+    for name in ("model", "model+lookup"):
+        with pytest.raises(models.ModelError, match="give the drafter model instead"):
+            models.validate_pair_config(models.PairConfig(drafter=name))
+
+
 def test_identical_tokenizer_files_share_one_tokenizer(folders):
     """The default pair's tokenizers are byte-identical: load (and compare) one, not two."""
     pair = models.load_pair(models.PairConfig(target=str(folders["target"]), drafter=str(folders["drafter"])))

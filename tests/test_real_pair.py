@@ -29,6 +29,7 @@ def pair():
 def test_default_pair_is_cached_and_matched(pair):
     assert all(defaults.is_cached(model) for model in defaults.PAIR)
     assert pair.drafter_model is not None and pair.drafter_name == "model"
+    assert pair.new_drafter().name == "model+lookup"  # the parity test below runs the default drafter
     assert pair.target.name == defaults.TARGET.name and pair.drafter_model.name == defaults.DRAFTER.name
     assert models.output_vocab_size(pair.target.model) == models.output_vocab_size(pair.drafter_model.model) == 151936
     assert {151645, 151643} <= set(pair.eos_token_ids)  # <|im_end|> and <|endoftext|>

@@ -376,16 +376,16 @@ def baselines_from_rows(rows: list[dict]) -> dict[tuple[str, str], Baseline]:
 def predicted_speedup(run: PlannedRun, m: Measurement, costs: Costs | None, baseline: Baseline | None) -> float | None:
     """stats.walltime_speedup of a specbench run's rounds, with the sweep's measured costs in
     units of the plain run's own step on the same prompt (1 / its tokens per second): c =
-    drafter step seconds / that step, paid by each draft with q (model-free drafts
-    cost 0, as the cost policy assumes), v(k >= 2) = the measured t(k) / that step, v(1) = 1 (a round without drafts is
-    a plain step). The plain run, not the start-of-sweep t(1), sets the unit because the
+    drafter step seconds / that step, paid by each draft with q (a draft without q, from a
+    table or a copy, costs 0, as the cost policy assumes), v(k >= 2) = the measured t(k) /
+    that step, v(1) = 1 (a round without drafts is a plain step). The plain run, not the start-of-sweep t(1), sets the unit because the
     target's step time drifts by +-15% over a sweep on a busy CPU; the interleaved plain run
     sees the same machine as the run it is compared with. None for other methods."""
     if run.method != SPECBENCH or not m.steps or costs is None or not costs.verify_cost or baseline is None or not baseline.tokens_per_second:
         return None
     unit = 1.0 / baseline.tokens_per_second
     scale = costs.target_step_seconds / unit
-    c = (costs.drafter_step_seconds or 0.0) / unit if uses_model(run.drafter) else 0.0
+    c = (costs.drafter_step_seconds or 0.0) / unit
     verify = lambda k: 1.0 if k == 1 else verify_cost_at(costs.verify_cost, k) * scale
     rounds = [(len(step.draft_tokens), len(step.tokens), _drafter_steps(step)) for step in m.steps if step.round > 0]
     return walltime_speedup(rounds, c, verify)

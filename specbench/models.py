@@ -27,7 +27,7 @@ import torch
 from specbench import defaults
 from specbench.decode import GenerationConfig, GenerationResult, check_prompt, context_limit, model_device, plain_generate, speculative_generate
 from specbench.draft_vocab import output_head
-from specbench.drafters import DRAFTERS, MODEL_DRAFTERS, Drafter, make_drafter, uses_model
+from specbench.drafters import DRAFTERS, Drafter, make_drafter, uses_model
 from specbench.gamma import GammaPolicy
 from specbench.quantize import INT8, int8_available, quantize_linears
 from specbench.stats import StepRecord
@@ -397,7 +397,7 @@ def validate_pair_config(config: PairConfig) -> None:
     parse_draft_dtype(config.draft_dtype, config.device)
     if config.draft_vocab < 0:
         raise ModelError(f"--draft-vocab must be >= 0 (0 scores every id), got {config.draft_vocab}")
-    if config.drafter.strip() in MODEL_DRAFTERS:
+    if uses_model(config.drafter.strip()):
         raise ModelError(f"--drafter {config.drafter.strip()}: give the drafter model instead (default, a folder, a .gguf file or a hub id); --lookup/--no-lookup says whether it copies from the context")
     if drafter_kind(config.drafter) == "model":
         parse_model_spec(config.drafter)

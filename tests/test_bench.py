@@ -202,15 +202,18 @@ def test_predicted_speedup_prices_rounds_in_the_plain_runs_step():
 
     costs = Costs(c=0.25, target_step_seconds=0.4, drafter_step_seconds=0.1, verify_cost={1: 1.0, 2: 1.1, 5: 1.5}, context_tokens=10)
     rounds = ((0, 0, 1), (1, 4, 5), (2, 4, 2), (3, 0, 1))
-    steps = [SimpleNamespace(round=r, draft_tokens=[7] * k, draft_probs=[0.5] * k, tokens=[1] * n) for r, k, n in rounds]
-    m = bench.Measurement(list(range(9)), RunStats(), steps=steps)
+    def measured(q):  # the rounds, each draft with this q of its token (None: no q)
+        steps = [SimpleNamespace(round=r, draft_tokens=[7] * k, draft_probs=[q] * k, tokens=[1] * n) for r, k, n in rounds]
+        return bench.Measurement(list(range(9)), RunStats(), steps=steps)
+
+    m = measured(0.5)
     run = PlannedRun("specbench", "model", "cost", 4, 0.0, Prompt("a", "code", ("x",)), 0)
     assert bench.predicted_speedup(run, m, costs, bench.Baseline(2.0, "")) == pytest.approx(8 / 5)
     ngram = PlannedRun("specbench", "ngram", "cost", 4, 0.0, Prompt("a", "code", ("x",)), 0)
-    assert bench.predicted_speedup(ngram, m, costs, bench.Baseline(2.0, "")) == pytest.approx(8 / 3.4)  # c = 0
+    assert bench.predicted_speedup(ngram, measured(None), costs, bench.Baseline(2.0, "")) == pytest.approx(8 / 3.4)  # no q: c = 0
     assert bench.predicted_speedup(run, m, costs, None) is None
     # model+lookup: a round of 4 copied drafts (no q) pays no drafter step, 0.8 less
-    steps[1].draft_probs = [None] * 4
+    m.steps[1].draft_probs = [None] * 4
     hybrid = PlannedRun("specbench", "model+lookup", "cost", 4, 0.0, Prompt("a", "code", ("x",)), 0)
     assert bench.predicted_speedup(hybrid, m, costs, bench.Baseline(2.0, "")) == pytest.approx(8 / 4.2)
 

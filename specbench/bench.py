@@ -17,7 +17,9 @@ Methods:
 
 Protocol: for each repeat, for each prompt, the plain run first and then every other
 combination, so machine drift hits all methods alike; one short warm-up generation per
-method before timing; c and v(k) measured once per sweep (a resumed sweep reuses them).
+method before timing; odd repeats run the methods after plain in reverse; c and v(k)
+measured as each prompt's block starts, on that prompt's context (or once per sweep with
+costs_per_prompt=False; a resumed sweep reuses what its blocks measured).
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ class SweepConfig:
     warmup_tokens: int = 16  # length of the untimed warm-up generation
     kernels: str = "auto"  # Linear kernels of both models (kernels.KERNELS); all methods share them
     draft_vocab: int = 0  # specbench's model drafter scores ids below it (+ prompt, EOS); 0: all
+    costs_per_prompt: bool = True  # measure c and v(k) before each prompt's runs (else once per sweep)
 
     def __post_init__(self) -> None:
         if not self.gammas or min(self.gammas) < 1:
@@ -144,23 +147,33 @@ class PlannedRun:
 
 
 def plan_runs(config: SweepConfig, prompts: list[Prompt], *, has_drafter_model: bool = True) -> list[PlannedRun]:
-    """Every run of the sweep in order: per repeat and prompt, plain first, then for each gamma
-    every drafter x policy and HF's assisted generation, so methods interleave."""
+    """Every run of the sweep in order: per repeat and prompt, plain first (the other rows
+    of the prompt need its speed and output), then for each gamma every drafter x policy and
+    HF's assisted generation, so methods interleave. Odd repeats run the methods after plain
+    in reverse, so that over two repeats each sits as often early in a prompt's block as
+    late, and a machine that slows down within a block favours none of them."""
     plan = []
     for repeat in range(config.repeats):
         for prompt in prompts:
-            plan.append(PlannedRun(BASELINE_METHOD, "", "", None, config.temperature, prompt, repeat))
-            for gamma in config.gammas:
-                for drafter in config.drafters:
-                    for policy in config.policies:
-                        plan.append(PlannedRun(SPECBENCH, drafter, policy, gamma, config.temperature, prompt, repeat))
-                if config.hf_assisted and config.hf_fixed and has_drafter_model:
-                    plan.append(PlannedRun(HF_ASSISTED, MODEL_DRAFTER, HF_POLICY, gamma, config.temperature, prompt, repeat))
-            if config.hf_assisted and has_drafter_model:  # and once as users get it: no gamma of ours
-                plan.append(PlannedRun(HF_ASSISTED, MODEL_DRAFTER, HF_DEFAULTS_POLICY, None, config.temperature, prompt, repeat))
-                if config.hf_stock:
-                    plan.append(PlannedRun(HF_ASSISTED, MODEL_DRAFTER, HF_STOCK_POLICY, None, config.temperature, prompt, repeat))
+            plain, *others = _prompt_block(config, prompt, repeat, has_drafter_model)
+            plan.extend([plain, *(reversed(others) if repeat % 2 else others)])
     return plan
+
+
+def _prompt_block(config: SweepConfig, prompt: Prompt, repeat: int, has_drafter_model: bool) -> list[PlannedRun]:
+    """One prompt's runs of one repeat, in the forward order."""
+    block = [PlannedRun(BASELINE_METHOD, "", "", None, config.temperature, prompt, repeat)]
+    for gamma in config.gammas:
+        for drafter in config.drafters:
+            for policy in config.policies:
+                block.append(PlannedRun(SPECBENCH, drafter, policy, gamma, config.temperature, prompt, repeat))
+        if config.hf_assisted and config.hf_fixed and has_drafter_model:
+            block.append(PlannedRun(HF_ASSISTED, MODEL_DRAFTER, HF_POLICY, gamma, config.temperature, prompt, repeat))
+    if config.hf_assisted and has_drafter_model:  # and once as users get it: no gamma of ours
+        block.append(PlannedRun(HF_ASSISTED, MODEL_DRAFTER, HF_DEFAULTS_POLICY, None, config.temperature, prompt, repeat))
+        if config.hf_stock:
+            block.append(PlannedRun(HF_ASSISTED, MODEL_DRAFTER, HF_STOCK_POLICY, None, config.temperature, prompt, repeat))
+    return block
 
 
 def pending_runs(plan: list[PlannedRun], done_rows: list[dict]) -> list[PlannedRun]:
@@ -374,7 +387,7 @@ def baselines_from_rows(rows: list[dict]) -> dict[tuple[str, str], Baseline]:
 
 
 def predicted_speedup(run: PlannedRun, m: Measurement, costs: Costs | None, baseline: Baseline | None) -> float | None:
-    """stats.walltime_speedup of a specbench run's rounds, with the sweep's measured costs in
+    """stats.walltime_speedup of a specbench run's rounds, with its block's measured costs in
     units of the plain run's own step on the same prompt (1 / its tokens per second): c =
     drafter step seconds / that step, paid by each draft with q (a draft without q, from a
     table or a copy, costs 0, as the cost policy assumes), v(k >= 2) = the measured t(k) /
@@ -460,7 +473,8 @@ class SweepRunner:
     def __init__(self, target, drafter_model, tokenizer, config: SweepConfig, eos_ids: tuple[int, ...]):
         self.target, self.drafter_model, self.tokenizer, self.config = target, drafter_model, tokenizer, config
         self.eos_ids = tuple(eos_ids)
-        self.measured_costs: Costs | None = None  # set once the sweep has measured c and v(k)
+        self.on_costs: Callable[[str, Costs], None] | None = None  # told of each new measurement
+        self.block_costs: dict[str, Costs] = {}  # c and v(k) by costs_key, measured as blocks start
         self._ids: dict[str, list[int]] = {}
 
     def prompt_ids(self, prompt: Prompt) -> list[int]:
@@ -474,7 +488,7 @@ class SweepRunner:
         if run.method == BASELINE_METHOD:
             return measure_plain(self.target, ids, gen)
         if run.method == SPECBENCH:
-            return measure_specbench(self.target, self.drafter_model, ids, gen, run.drafter, run.policy, run.gamma, self.measured_costs, self.config.draft_vocab)
+            return measure_specbench(self.target, self.drafter_model, ids, gen, run.drafter, run.policy, run.gamma, self.costs_for(run), self.config.draft_vocab)
         if run.method == HF_ASSISTED and run.policy == HF_STOCK_POLICY:
             with stock_kernels():
                 return measure_hf_assisted(self.target, self.drafter_model, ids, gen, None)
@@ -491,6 +505,23 @@ class SweepRunner:
                 seen.add((run.method, run.drafter))
                 self.measure(run, max_new_tokens=min(self.config.warmup_tokens, self.config.max_new_tokens))
 
+    def costs_key(self, run: PlannedRun) -> str:
+        """Which measurement of c and v(k) a run uses: its prompt's block (prompt id/repeat),
+        or the sweep's one measurement ("sweep")."""
+        return f"{run.prompt.id}/{run.repeat}" if self.config.costs_per_prompt else "sweep"
+
+    def costs_for(self, run: PlannedRun) -> Costs:
+        """The costs of run's block, measured when the block first asks (just before its first
+        run, on its prompt's context), so that the cost policy and the predicted speedup use
+        forward times taken minutes before the runs rather than at the start of an hour-long
+        sweep, on a machine whose speed drifts by 10% and more."""
+        key = self.costs_key(run)
+        if key not in self.block_costs:
+            self.block_costs[key] = self.costs(run.prompt)
+            if self.on_costs is not None:
+                self.on_costs(key, self.block_costs[key])
+        return self.block_costs[key]
+
     def costs(self, prompt: Prompt) -> Costs:
         limit = context_limit(self.target)
         if self.drafter_model is not None:
@@ -506,22 +537,23 @@ def run_plan(
     measure: Callable[[PlannedRun], Measurement],
     out_dir: Path,
     *,
-    c: float | None,
+    costs_of: Callable[[PlannedRun], Costs | None],
     prompt_tokens: Callable[[Prompt], int],
     seed: int,
-    costs: Costs | None = None,
     baselines: dict | None = None,
     write_steps: bool = False,
     on_row: Callable[[PlannedRun, dict], None] | None = None,
 ) -> int:
     """Measure each run in order and append its row to runs.csv as soon as it finishes.
-    An interruption (Ctrl-C) loses only the run in progress. Returns rows written."""
+    costs_of(run) gives the costs of run's block (measured there when first asked, before
+    the run). An interruption (Ctrl-C) loses only the run in progress. Returns rows written."""
     baselines = dict(baselines or {})
     written = 0
     for run in plan:
+        costs = costs_of(run)
         m = measure(run)
         where = (run.prompt.id, str(run.repeat))
-        row = make_row(run, m, baselines.get(where), c=c, prompt_tokens=prompt_tokens(run.prompt), seed=seed + run.repeat, costs=costs)
+        row = make_row(run, m, baselines.get(where), c=costs.c if costs else None, prompt_tokens=prompt_tokens(run.prompt), seed=seed + run.repeat, costs=costs)
         if run.method == BASELINE_METHOD:
             baselines[where] = Baseline(row["tokens_per_second"], row["output_hash"])
         append_row(out_dir / RUNS_CSV, row)
@@ -539,7 +571,7 @@ class SweepResult:
     out_dir: Path
     written: int
     skipped: int
-    costs: Costs
+    costs: dict[str, Costs]  # every measurement of c and v(k), by SweepRunner.costs_key
 
 
 def prepare_out_dir(out_dir: Path, resume: bool) -> list[dict]:
@@ -642,20 +674,28 @@ def sweep(
     old_meta = read_meta(out_dir) if done_rows else {}
     check_resume_meta(old_meta, meta)
 
-    # 2. the plan, and the costs c and v(k), measured once per sweep (a resume reuses them)
+    # 2. the plan; the costs c and v(k) of each prompt's block are measured as it starts
+    # (a resume reuses the blocks' recorded costs), and meta.json records every measurement
     plan = plan_runs(config, prompts, has_drafter_model=drafter_model is not None)
     todo = pending_runs(plan, done_rows)
     runner = SweepRunner(target, drafter_model, tokenizer, config, eos_ids)
-    if old_meta.get("costs"):
-        costs = Costs.from_meta(old_meta["costs"])
-    else:
-        status("measuring c and the verify cost curve v(k)")
-        costs = runner.costs(prompts[0])
-    runner.measured_costs = costs
-    meta.update(costs=costs.as_meta(), c=costs.c, verify_cost=costs.as_meta()["verify_cost"], finished=False)
+    runner.block_costs = {key: Costs.from_meta(raw) for key, raw in old_meta.get("costs_by_block", {}).items()}
+    meta["finished"] = False
+    for key in ("costs", "c", "verify_cost", "costs_by_block"):
+        if key in old_meta:
+            meta[key] = old_meta[key]
     if old_meta:
         meta["created"], meta["resumed"] = old_meta.get("created"), meta["created"]
     write_meta(out_dir, meta)
+
+    def record_costs(key: str, costs: Costs) -> None:
+        status(f"measured c and v(k) for {key}: c = {costs.c:.3f}" if costs.c is not None else f"measured v(k) for {key}")
+        if "costs" not in meta:  # the first measurement also stands for the sweep (charts, tables)
+            meta.update(costs=costs.as_meta(), c=costs.c, verify_cost=costs.as_meta()["verify_cost"])
+        meta.setdefault("costs_by_block", {})[key] = costs.as_meta()
+        write_meta(out_dir, meta)
+
+    runner.on_costs = record_costs
     if on_start is not None:
         on_start(len(plan), len(plan) - len(todo))
     # 3. warm up, then measure every pending run, appending rows as they finish
@@ -667,8 +707,7 @@ def sweep(
         todo,
         runner.measure,
         out_dir,
-        c=costs.c,
-        costs=costs,
+        costs_of=runner.costs_for,
         prompt_tokens=lambda p: len(runner.prompt_ids(p)),
         seed=config.seed,
         baselines=baselines_from_rows(done_rows),
@@ -677,4 +716,4 @@ def sweep(
     )
     meta["finished"] = True
     write_meta(out_dir, meta)
-    return SweepResult(out_dir, written, len(plan) - len(todo), costs)
+    return SweepResult(out_dir, written, len(plan) - len(todo), runner.block_costs)

@@ -469,6 +469,7 @@ def sweep_command(
     steps: Annotated[bool, typer.Option("--steps", help="Also write every speculative round to steps.jsonl.")] = False,
     seed: Annotated[int, typer.Option("--seed", help="Seed of repeat 0 (repeat r uses seed + r).")] = 0,
     timing_repeats: Annotated[int, typer.Option("--timing-repeats", help="Timed forwards per point of c and v(k) (the median counts).")] = 5,
+    costs_per_prompt: Annotated[bool, typer.Option("--costs-per-prompt/--costs-once", help="Measure c and v(k) before each prompt's runs, on its context (about 20 s each on the default CPU pair), or once at the start.")] = True,
     dtype: Annotated[str | None, typer.Option("--dtype", help="Target weights dtype (default: the pair's).", show_default=False)] = None,
     draft_dtype: Annotated[str | None, typer.Option("--draft-dtype", help="Drafter weights dtype (default: the pair's).", show_default=False)] = None,
     device: Annotated[str, typer.Option("--device", help="cpu, cuda, mps or auto.")] = "cpu",
@@ -493,6 +494,7 @@ def sweep_command(
             hf_stock=hf_stock,
             steps=steps,
             timing_repeats=timing_repeats,
+            costs_per_prompt=costs_per_prompt,
             kernels=kernels,
             draft_vocab=draft_vocab,
         )
@@ -546,15 +548,28 @@ def render_sweep_end(out_dir: Path, result, config) -> None:
     summaries = sweep_results.summarize(rows)
     greedy = config.temperature == 0
     console.print(summary_table(summaries, greedy))
-    costs = result.costs
-    if costs.c is not None:
-        console.print(f"c = {costs.c:.3f} (drafter step {costs.drafter_step_seconds * 1000:.1f} ms / target step {costs.target_step_seconds * 1000:.1f} ms)", highlight=False)
-    curve = ", ".join(f"v({k})={v:.2f}" for k, v in sorted(costs.verify_cost.items()))
-    console.print(f"verify cost t(k)/t(1): {curve}", highlight=False, soft_wrap=True)
+    for line in _costs_lines(list(result.costs.values())):
+        console.print(line, highlight=False, soft_wrap=True)
     differing = [s.label + (f" γ={s.gamma}" if s.gamma else "") for s in summaries if s.differs]
     if greedy and differing:
         err_console.print(f"[bold yellow]warning:[/] greedy output differs from plain decoding for: {', '.join(differing)}", highlight=False, soft_wrap=True)
     console.print(f"{result.written} row(s) written, {result.skipped} already there: {out_dir}  (charts: specbench plot {out_dir})", highlight=False, soft_wrap=True)
+
+
+def _costs_lines(measured: list) -> list[str]:
+    """c and v(k) of a sweep: the one measurement, or the range over its prompts' blocks."""
+    if not measured:
+        return []
+    first, lines = measured[0], []
+    cs = [m.c for m in measured if m.c is not None]
+    if len(measured) == 1 and cs:
+        lines.append(f"c = {first.c:.3f} (drafter step {first.drafter_step_seconds * 1000:.1f} ms / target step {first.target_step_seconds * 1000:.1f} ms)")
+    elif cs:
+        steps = sorted(m.target_step_seconds * 1000 for m in measured)
+        lines.append(f"c = {min(cs):.3f} to {max(cs):.3f} over {len(measured)} measurements, one per prompt (target step {steps[0]:.0f} to {steps[-1]:.0f} ms)")
+    curve = ", ".join(f"v({k})={v:.2f}" for k, v in sorted(first.verify_cost.items()))
+    lines.append(f"verify cost t(k)/t(1){' (first prompt)' if len(measured) > 1 else ''}: {curve}")
+    return lines
 
 
 @app.command("plot")

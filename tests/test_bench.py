@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import csv
 import json
+from dataclasses import replace
 
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -107,6 +108,19 @@ def test_plan_interleaves_methods_per_prompt():
         assert block[0].method == "plain"
         assert {(r.prompt.id, r.repeat) for r in block} == {(block[0].prompt.id, block[0].repeat)}
     assert len({r.key for r in plan}) == len(plan)
+
+
+def test_odd_repeats_reverse_the_methods_after_plain():
+    """Over two repeats each method runs as often early in a prompt's block as late; plain
+    stays first, since every other row needs its speed."""
+    config = SweepConfig(gammas=(1, 3), drafters=("model",), policies=("fixed", "heuristic"), repeats=3)
+    plan = plan_runs(config, PROMPTS[:1])
+    blocks = [[r for r in plan if r.repeat == repeat] for repeat in range(3)]
+    label = lambda r: (r.method, r.drafter, r.policy, r.gamma)
+    first, second, third = ([label(r) for r in block] for block in blocks)
+    assert first[0] == second[0] == third[0] == ("plain", "", "", None)
+    assert second[1:] == first[1:][::-1] and third == first
+    assert len(first) > 3
 
 
 def test_hf_defaults_run_uses_transformers_defaults(close_pair, tokenizer, tmp_path):
@@ -290,6 +304,63 @@ def test_cost_policy_gets_the_measured_costs(close_pair, tokenizer, tmp_path):
     spec = [r for r in rows if r["method"] == "specbench"]
     assert {r["drafter"] for r in spec} == {"model", "ngram"} and all(r["policy"] == "cost" for r in spec)
     assert all(r["identical_to_baseline"] == "true" for r in spec)
+
+
+def test_costs_are_measured_per_prompt_block(close_pair, tokenizer, tmp_path, monkeypatch):
+    """c and v(k) are measured once as each prompt's block starts, on that prompt's context,
+    before any of its rows; each row carries its block's c; meta.json records every
+    measurement; --costs-once measures once for the whole sweep."""
+    import specbench.bench as bench_module
+
+    calls, order = [], []
+    real = bench_module.measure_costs
+
+    def spy(target, drafter, context, *args, **kwargs):
+        costs = real(target, drafter, context, *args, **kwargs)
+        calls.append(len(context))
+        order.append("costs")
+        return replace(costs, c=0.1 * len(calls))  # a distinct c per measurement, to follow it
+
+    monkeypatch.setattr(bench_module, "measure_costs", spy)
+    config = SweepConfig(policies=("cost",), hf_assisted=False, repeats=2, **FAST)
+    result = run_sweep(close_pair, tokenizer, tmp_path / "per", config, on_row=lambda run, row: order.append(row["prompt_id"]))
+    blocks = [(p.id, r) for r in range(2) for p in PROMPTS]
+    assert len(calls) == len(blocks) and set(result.costs) == {f"{p}/{r}" for p, r in blocks}
+    segments = " ".join(order).split("costs")  # a measurement, then its block's rows
+    assert segments[0] == "" and [set(seg.split()) for seg in segments[1:]] == [{p} for p, _ in blocks]
+    rows = read_rows(tmp_path / "per" / "runs.csv")
+    for p, r in blocks:
+        block_c = [float(row["c"]) for row in rows if (row["prompt_id"], row["repeat"]) == (p, str(r))]
+        assert block_c and block_c == pytest.approx([result.costs[f"{p}/{r}"].c] * len(block_c))
+    meta = json.loads((tmp_path / "per" / "meta.json").read_text())
+    assert set(meta["costs_by_block"]) == set(result.costs) and meta["c"] == result.costs[f"{PROMPTS[0].id}/0"].c
+    lengths = {p.id: len(bench.encode_prompt(tokenizer, p)) for p in PROMPTS}
+    assert len(set(lengths.values())) > 1 and len(set(calls)) > 1  # each block's own prompt context
+
+    calls.clear()
+    once = run_sweep(close_pair, tokenizer, tmp_path / "once", replace(config, costs_per_prompt=False))
+    assert len(calls) == 1 and set(once.costs) == {"sweep"}
+
+
+def test_resumed_sweep_reuses_the_blocks_costs(close_pair, tokenizer, tmp_path, monkeypatch):
+    """A resume measures costs only for blocks that never measured them."""
+    import specbench.bench as bench_module
+
+    out, config = tmp_path / "sweep", SweepConfig(policies=("cost",), hf_assisted=False, **FAST)
+
+    def stop(run, row, seen=[]):
+        seen.append(row)
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(close_pair, tokenizer, out, config, on_row=stop)
+    measured = set(json.loads((out / "meta.json").read_text())["costs_by_block"])
+    calls = []
+    real = bench_module.measure_costs
+    monkeypatch.setattr(bench_module, "measure_costs", lambda *a, **k: calls.append(1) or real(*a, **k))
+    result = run_sweep(close_pair, tokenizer, out, config, resume=True)
+    assert len(calls) == len(PROMPTS) - len(measured) and set(result.costs) == {f"{p.id}/0" for p in PROMPTS}
 
 
 def test_sweep_restricts_the_model_drafter(close_pair, tokenizer, tmp_path, monkeypatch):

@@ -274,7 +274,10 @@ def describe(meta: dict, rows: list[dict]) -> str:
         parts.append(f"drafter {names[1]}")
     parts.append(f"temperature {', '.join(temps)}")
     parts.append(f"{len({r['prompt_id'] for r in rows})} prompts")
-    if meta.get("c") is not None:
+    measured = [m["c"] for m in (meta.get("costs_by_block") or {}).values() if m.get("c") is not None]
+    if len(measured) > 1:
+        parts.append(f"c = {min(measured):.3f} to {max(measured):.3f} (per prompt)")
+    elif meta.get("c") is not None:
         parts.append(f"c = {meta['c']:.3f}")
     return " · ".join(parts)
 

@@ -347,8 +347,9 @@ def test_resumed_sweep_reuses_the_blocks_costs(close_pair, tokenizer, tmp_path, 
     import specbench.bench as bench_module
 
     out, config = tmp_path / "sweep", SweepConfig(policies=("cost",), hf_assisted=False, **FAST)
+    seen = []
 
-    def stop(run, row, seen=[]):
+    def stop(run, row):
         seen.append(row)
         if len(seen) == 2:
             raise KeyboardInterrupt

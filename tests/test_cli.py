@@ -294,3 +294,19 @@ def test_clear_cache_removes_only_the_models_folder():
     result = run("clear-cache")
     assert result.exit_code == 0 and result.stdout.startswith("removed 1.0 kB from")
     assert not entry.exists() and (defaults.cache_root() / "mine.txt").exists()
+
+
+def test_sweep_end_reports_one_or_many_cost_measurements():
+    """The sweep's closing lines give c of its one measurement, or the range over its
+    prompts' measurements, and the verify curve of the first."""
+    from specbench.costs import Costs
+
+    def costs(c, target_ms):
+        return Costs(c=c, target_step_seconds=target_ms / 1000, drafter_step_seconds=c * target_ms / 1000, verify_cost={1: 1.0, 2: 1.1}, context_tokens=9)
+
+    one = cli._costs_lines([costs(0.25, 300)])
+    assert one == ["c = 0.250 (drafter step 75.0 ms / target step 300.0 ms)", "verify cost t(k)/t(1): v(1)=1.00, v(2)=1.10"]
+    many = cli._costs_lines([costs(0.25, 300), costs(0.2, 280), costs(0.3, 320)])
+    assert many[0] == "c = 0.200 to 0.300 over 3 measurements, one per prompt (target step 280 to 320 ms)"
+    assert many[1].startswith("verify cost t(k)/t(1) (first prompt): v(1)=1.00")
+    assert cli._costs_lines([]) == []

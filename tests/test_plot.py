@@ -163,3 +163,13 @@ def test_sweep_summary_table_fits_80_columns_and_flags_differences():
     assert all(word in text for word in ("hf-assisted", "defaults", "prompt-lookup", "confidence-stop"))  # may wrap
     assert "8.28" in text and "6.35" in text and "2.06×" in text and "1.93×" in text  # numbers are never cut
     assert "DIFFERS 1/8" in text and "baseline" in text
+
+
+def test_chart_footer_gives_the_range_of_per_prompt_costs():
+    """A sweep that measured c per prompt names the range, not just the first prompt's."""
+    from specbench.plot import describe
+
+    rows = [{"temperature": "0.0", "prompt_id": "a"}, {"temperature": "0.0", "prompt_id": "b"}]
+    one = describe({"c": 0.22}, rows)
+    many = describe({"c": 0.22, "costs_by_block": {"a/0": {"c": 0.22}, "b/0": {"c": 0.26}, "a/1": {"c": 0.19}}}, rows)
+    assert one.endswith("c = 0.220") and many.endswith("c = 0.190 to 0.260 (per prompt)")

@@ -123,9 +123,14 @@ def _check_names(names: tuple[str, ...], known: tuple[str, ...], what: str) -> N
         raise SweepError(f"unknown {what} {', '.join(map(repr, unknown))}; choose from {', '.join(known)}")
 
 
+def drafts_with_model(config: SweepConfig) -> bool:
+    """Whether one of specbench's drafters in the sweep runs the drafter model."""
+    return any(uses_model(d) for d in config.drafters)
+
+
 def needs_drafter_model(config: SweepConfig) -> bool:
     """Whether the sweep drafts with the drafter model (the model drafter or hf-assisted)."""
-    return any(uses_model(d) for d in config.drafters) or config.hf_assisted
+    return drafts_with_model(config) or config.hf_assisted
 
 
 # ---------------------------------------------------------------------------- planning (pure)
@@ -528,7 +533,7 @@ class SweepRunner:
             limit = min(limit, context_limit(self.drafter_model))
         context = timing_context(self.prompt_ids(prompt), self.config.max_new_tokens, limit)
         drafter = self.drafter_model if needs_drafter_model(self.config) else None
-        vocab = self.config.draft_vocab if any(uses_model(d) for d in self.config.drafters) else 0
+        vocab = self.config.draft_vocab if drafts_with_model(self.config) else 0
         return measure_costs(self.target, drafter, context, self.config.timing_repeats, draft_vocab=vocab)
 
 
@@ -690,9 +695,10 @@ def sweep(
 
     def record_costs(key: str, costs: Costs) -> None:
         status(f"measured c and v(k) for {key}: c = {costs.c:.3f}" if costs.c is not None else f"measured v(k) for {key}")
+        recorded = costs.as_meta()
         if "costs" not in meta:  # the first measurement also stands for the sweep (charts, tables)
-            meta.update(costs=costs.as_meta(), c=costs.c, verify_cost=costs.as_meta()["verify_cost"])
-        meta.setdefault("costs_by_block", {})[key] = costs.as_meta()
+            meta.update(costs=recorded, c=costs.c, verify_cost=recorded["verify_cost"])
+        meta.setdefault("costs_by_block", {})[key] = recorded
         write_meta(out_dir, meta)
 
     runner.on_costs = record_costs

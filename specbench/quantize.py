@@ -4,9 +4,13 @@ Why: a single-token forward of the bf16 0.5B drafter is bound by reading its wei
 int8 weights are half the bytes. Each output row of a weight gets one scale (absmax / 127);
 activations stay bf16, so the drafter loses little: quantizing the activations as well
 (PyTorch's dynamic int8) cut the default drafter's greedy agreement with the target from
-0.90 to 0.77 on code. One row runs `torch._weight_int8pack_mm`, the int8 GEMV PyTorch
-ships for CPUs; several rows (the prompt, a round's catch-up) run an ordinary bf16 Linear
-over the dequantized weight, which `--kernels` may swap like any other.
+0.90 to 0.77 on code. Up to MAX_INT8_ROWS rows (a draft step, a round's catch-up) run
+`torch._weight_int8pack_mm`, the int8 kernel PyTorch ships for CPUs; more rows (a prompt)
+run an ordinary bf16 Linear over the dequantized weight, which `--kernels` may swap like any
+other. Where the two meet (scratch microbenchmark, this 2-core AVX2 machine, the default
+drafter's 4864x896 MLP weight): int8 0.22/0.29/0.42/0.79 ms for 1/2/4/6 rows against
+0.39/0.37/0.57/0.60 ms through the packed fp32 oneDNN copy that `--kernels` gives the dense
+layer; the 65536-row head is the same story (4.4/5.0/7.1/11.5 against 8.0/8.6/10.1/11.1).
 
 Only drafters: a target's one-token and several-token forwards would round differently, and
 greedy parity with plain decoding needs them to agree. The drafter's q is whatever it
@@ -22,6 +26,7 @@ import torch
 from specbench.kernels import swap_linears
 
 INT8 = "int8"  # the dtype name that asks for this
+MAX_INT8_ROWS = 4  # more rows than this run the dense layer
 
 
 def int8_available() -> bool:
@@ -47,9 +52,10 @@ class Int8Linear(torch.nn.Module):
         self.dense.requires_grad_(False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.numel() != self.in_features or x.dtype != torch.bfloat16:
+        rows = x.numel() // self.in_features
+        if rows > MAX_INT8_ROWS or x.dtype != torch.bfloat16:
             return self.dense(x)
-        out = torch._weight_int8pack_mm(x.reshape(1, self.in_features), self.qweight, self.scales)
+        out = torch._weight_int8pack_mm(x.reshape(rows, self.in_features), self.qweight, self.scales)
         if self.dense.bias is not None:
             out = out + self.dense.bias
         return out.reshape(*x.shape[:-1], self.out_features)

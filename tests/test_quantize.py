@@ -9,7 +9,7 @@ from specbench.decode import GenerationConfig, plain_generate, speculative_gener
 from specbench.drafters import ModelDrafter
 from specbench.gamma import FixedGamma
 from specbench.models import ModelError, parse_draft_dtype, parse_dtype
-from specbench.quantize import Int8Linear, dequantize_rows, int8_available, quantize_linears, quantize_rows
+from specbench.quantize import MAX_INT8_ROWS, Int8Linear, dequantize_rows, int8_available, quantize_linears, quantize_rows
 
 needs_int8 = pytest.mark.skipif(not int8_available(), reason="no int8 weight-only kernel in this torch")
 
@@ -24,16 +24,19 @@ def test_quantize_rows_rounds_each_row_to_its_own_scale():
 
 
 @needs_int8
-def test_one_row_int8_kernel_matches_the_dequantized_layer():
+def test_few_rows_run_the_int8_kernel_and_match_the_dequantized_layer():
     torch.manual_seed(0)
     layer = Int8Linear(torch.nn.Linear(64, 96, dtype=torch.bfloat16))
     with torch.no_grad():
-        one = torch.randn(1, 1, 64, dtype=torch.bfloat16)
-        fast, dense = layer(one), layer.dense(one)
-        assert fast.shape == dense.shape == (1, 1, 96)
-        assert torch.allclose(fast.float(), dense.float(), rtol=2e-2, atol=2e-2)
-        rows = torch.randn(1, 5, 64, dtype=torch.bfloat16)
-        assert torch.equal(layer(rows), layer.dense(rows))
+        for n in range(1, MAX_INT8_ROWS + 1):
+            few = torch.randn(1, n, 64, dtype=torch.bfloat16)
+            fast, dense = layer(few), layer.dense(few)
+            assert fast.shape == dense.shape == (1, n, 96)
+            assert torch.allclose(fast.float(), dense.float(), rtol=2e-2, atol=2e-2)
+            expected = torch._weight_int8pack_mm(few.reshape(n, 64), layer.qweight, layer.scales) + layer.dense.bias
+            assert torch.equal(fast.reshape(n, 96), expected)
+        many = torch.randn(1, MAX_INT8_ROWS + 1, 64, dtype=torch.bfloat16)
+        assert torch.equal(layer(many), layer.dense(many))
 
 
 @needs_int8

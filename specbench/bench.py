@@ -605,10 +605,11 @@ def _model_meta(model, name: str | None) -> dict | None:
     if model is None:
         return None
     first = next(model.parameters())
+    int8 = any(buffer.dtype == torch.int8 for buffer in model.buffers())  # quantize.Int8Linear
     return {
         "name": name,
         "class": type(model).__name__,
-        "dtype": str(first.dtype).removeprefix("torch."),
+        "dtype": "int8" if int8 else str(first.dtype).removeprefix("torch."),
         "device": str(first.device),
         "parameters": sum(p.numel() for p in model.parameters()),
     }

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from conftest import PROMPTS, noisy_copy, tiny_model
+from specbench.bench import _model_meta
 from specbench.decode import GenerationConfig, plain_generate, speculative_generate
 from specbench.drafters import ModelDrafter
 from specbench.gamma import FixedGamma
@@ -59,3 +60,11 @@ def test_int8_is_for_drafters_on_the_cpu():
     with pytest.raises(ModelError, match="CPU only"):
         parse_draft_dtype("int8", "cuda")
     assert parse_draft_dtype("bf16", "cpu") == torch.bfloat16
+
+
+@needs_int8
+def test_a_sweep_records_an_int8_drafter_as_int8():
+    drafter = tiny_model(0).to(torch.bfloat16)
+    assert _model_meta(drafter, "d")["dtype"] == "bfloat16"
+    quantize_linears(drafter)
+    assert _model_meta(drafter, "d")["dtype"] == "int8"

@@ -315,23 +315,33 @@ class CostAwareGamma:
     c = a drafter step, v(k) = a target forward over k tokens (v(1) = 1; on CPUs v(2) is far
     above 1 while v(3..9) add little). d_i = v(i + 2) - v(i + 1) is what verifying draft i
     adds. Signals, read from the rows the drafter computes anyway: the confidence
-    m_i = max_x q_i(x) of draft step i, mapped to an acceptance probability a(m) by a
-    calibration table learned online from this generation's verdicts (10 bins of m, each
+    m_i = max_x q_i(x) of draft step i, mapped to an acceptance probability a(m) by
+    calibration tables learned online from this generation's verdicts (10 bins of m, each
     starting from 2 pseudo-verdicts at the bin's midpoint: a calibrated drafter's top
     probability is its chance of matching). Drafters without q use one bin for all steps.
+    There are two tables, one for step 0 and one for the steps after it: a round starts
+    right after a rejection, where text is harder to guess, and a draft that follows
+    accepted drafts is in an easier stretch, so pooling them made deep drafts look worse
+    than they were.
 
     P_i = a(m_0) * ... * a(m_i) is the chance that drafts 0..i all survive, which is the
-    expected number of tokens draft i adds. When keep_drafting(i, q_i) is asked, the drafter
+    expected number of tokens draft i adds. A token is worth what it costs at the rate this
+    generation is running: lambda = tokens / cost over its rounds so far (a round's cost is
+    its paid drafter steps times c plus v(drafts + 1); a plain round costs 1), with a prior
+    of 2 rounds at 1 token each, and never below 1. Adding a draft pays when its tokens beat
+    lambda times its cost (Dinkelbach's rule for the best ratio of tokens to time; with
+    lambda = 1, as before, a draft that merely breaks even against plain decoding was
+    drafted, which lowers a rate above 1). When keep_drafting(i, q_i) is asked, the drafter
     step that made q_i is paid for, so two separate questions are answered:
-      keep draft i?    step 0:  P_0 * (1 + R) >= d_0
+      keep draft i?    step 0:  P_0 * (1 + R) >= lambda * d_0
                                 (R: mean further accepted drafts after an accepted first
                                 one, learned online: the fixed cost of verifying at all is
                                 weighed against the round's expected yield)
-                       step i:  P_i >= d_i
-      draft i + 1?     P_i * a(m_i) >= d_(i+1) + c
-                       (the next row's confidence is not known yet; this one's stands in;
-                       c is 0 for a draft without q: it came from a table or a copy, not
-                       from a forward)
+                       step i:  P_i >= lambda * d_i
+      draft i + 1?     P_i * a'(m_i) >= lambda * (d_(i+1) + c)
+                       (the next row's confidence is not known yet; this one's stands in,
+                       read from the table for steps after 0; c is 0 for a draft without q:
+                       it came from a table or a copy, not from a forward)
     Keep.NO, Keep.YES or Keep.LAST follow. LAST saves the forward for a row that would be
     refused: an earlier version asked only "P_i >= d_i + c" after the forward, and so paid c
     for one refused row in almost every round.
@@ -340,13 +350,14 @@ class CostAwareGamma:
     skip after each consecutive refusal up to 16 and resetting it after a round that drafts.
 
     info(): {"p_all": P at the last decision (for "draft i + 1?": P_i * a(m_i)), "cost":
-    its threshold, "stopped_at": the first step not drafted (None if the round drafted
-    gamma_max), "skipped": True on a skipped round}.
+    its threshold (lambda included), "stopped_at": the first step not drafted (None if the
+    round drafted gamma_max), "rate": lambda}, or {"skipped": True} on a skipped round.
     """
 
     name = "cost"
     BINS = 10
     PRIOR_WEIGHT = 2.0
+    RATE_PRIOR = 2.0  # lambda starts as this many rounds of 1 token for 1 target step
     MAX_SKIP = 16
 
     def __init__(self, gamma_max: int, c: float, verify_cost: dict[int, float]):
@@ -355,14 +366,19 @@ class CostAwareGamma:
             raise ValueError(f"the drafter cost ratio c must be >= 0, got {c}")
         self.gamma_max, self.c = gamma_max, c
         self.v = _verify_curve(verify_cost, gamma_max + 1)
-        self._accepted = [self.PRIOR_WEIGHT * (b + 0.5) / self.BINS for b in range(self.BINS + 1)]
-        self._checked = [self.PRIOR_WEIGHT] * (self.BINS + 1)  # the last bin: drafts without q
+        prior = [self.PRIOR_WEIGHT * (b + 0.5) / self.BINS for b in range(self.BINS + 1)]
+        # [depth][bin]: depth 0 is step 0, depth 1 every later step; the last bin: drafts without q
+        self._accepted = [list(prior), list(prior)]
+        self._checked = [[self.PRIOR_WEIGHT] * (self.BINS + 1) for _ in range(2)]
         self._after_first = [1.0, 1.0]  # further accepted drafts, rounds with the first accepted
+        self._tokens, self._cost = self.RATE_PRIOR, self.RATE_PRIOR  # lambda = tokens / cost
         self._skip, self._skip_left = 0, 0
         self.next_gamma()
 
     def next_gamma(self) -> int:
         self._bins: list[int] = []
+        self._paid = 0  # drafter forwards this round
+        self._rate = max(1.0, self._tokens / self._cost)
         self._p_all, self._threshold, self._stopped_at, self._wasted = 1.0, 0.0, None, False
         self._skipped = self._skip_left > 0
         if self._skipped:
@@ -372,22 +388,27 @@ class CostAwareGamma:
 
     def keep_drafting(self, step: int, draft_probs: torch.Tensor | None) -> Keep:
         free = draft_probs is None  # a model-free draft (a table or a copy): no forward to pay
+        self._paid += 0 if free else 1
         b = self.BINS if free else min(self.BINS - 1, int(top_prob(draft_probs) * self.BINS))
-        acceptance = self._accepted[b] / self._checked[b]
+        acceptance = self._acceptance(min(step, 1), b)
         p_all = self._p_all * acceptance
         gain = p_all * (1.0 + self._after_first[0] / self._after_first[1]) if step == 0 else p_all
-        self._p_all, self._threshold = p_all, self._added(step)
+        self._p_all, self._threshold = p_all, self._rate * self._added(step)
         if gain < self._threshold:
             self._stopped_at, self._wasted = step, not free
             return Keep.NO
         self._bins.append(b)
         if step + 1 >= self.gamma_max:
             return Keep.LAST
-        next_gain, next_cost = p_all * acceptance, self._added(step + 1) + (0.0 if free else self.c)
+        next_gain = p_all * self._acceptance(1, b)
+        next_cost = self._rate * (self._added(step + 1) + (0.0 if free else self.c))
         if next_gain < next_cost:
             self._p_all, self._threshold, self._stopped_at = next_gain, next_cost, step + 1
             return Keep.LAST
         return Keep.YES
+
+    def _acceptance(self, depth: int, b: int) -> float:
+        return self._accepted[depth][b] / self._checked[depth][b]
 
     def _added(self, step: int) -> float:
         """d_step: the verify cost that draft `step` adds."""
@@ -397,11 +418,14 @@ class CostAwareGamma:
         for i, b in enumerate(self._bins[:n_drafted]):
             if i > n_accepted:
                 break  # never checked: an earlier draft was rejected
-            self._checked[b] += 1
-            self._accepted[b] += 1 if i < n_accepted else 0
+            depth = min(i, 1)
+            self._checked[depth][b] += 1
+            self._accepted[depth][b] += 1 if i < n_accepted else 0
         if n_accepted >= 1:
             self._after_first[0] += n_accepted - 1
             self._after_first[1] += 1
+        self._tokens += n_accepted + 1
+        self._cost += 1.0 if self._skipped else self._paid * self.c + self.v[n_drafted + 1]
         if self._skipped:
             return
         if n_drafted == 0 and self._stopped_at == 0 and self._wasted:
@@ -413,7 +437,7 @@ class CostAwareGamma:
     def info(self) -> dict:
         if self._skipped:
             return {"skipped": True}
-        return {"p_all": round(self._p_all, 3), "cost": round(self._threshold, 3), "stopped_at": self._stopped_at}
+        return {"p_all": round(self._p_all, 3), "cost": round(self._threshold, 3), "stopped_at": self._stopped_at, "rate": round(self._rate, 3)}
 
 
 def _verify_curve(verify_cost: dict[int, float], up_to: int) -> dict[int, float]:

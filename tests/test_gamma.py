@@ -346,7 +346,7 @@ def test_cost_keeps_a_paid_row_but_does_not_pay_for_one_it_would_refuse():
     policy.next_gamma()
     assert policy.keep_drafting(0, peaked(0.65)) == Keep.YES
     assert policy.keep_drafting(1, peaked(0.65)) == Keep.LAST
-    assert policy.info() == {"p_all": pytest.approx(0.275, abs=1e-3), "cost": pytest.approx(0.35), "stopped_at": 2}
+    assert policy.info() == {"p_all": pytest.approx(0.275, abs=1e-3), "cost": pytest.approx(0.35), "stopped_at": 2, "rate": 1.0}
 
 
 def test_cost_last_step_of_gamma_max_is_last():
@@ -381,6 +381,36 @@ def test_cost_learns_that_a_confidence_level_is_rejected():
         run_round(policy, [peaked(0.75)] * 4, n_accepted=0)
     policy._skip_left = 0  # look at the decision itself, not the back-off
     assert run_round(policy, [peaked(0.75)] * 4) == 0
+
+
+def test_cost_prices_drafts_at_the_rate_the_generation_runs():
+    """lambda = tokens / cost so far (prior: 2 rounds of 1 token at cost 1). A round of 4
+    accepted drafts yields 5 tokens for 4 * 0.1 + v(5) = 1.9, so lambda = 7 / 3.9; a second
+    draft that breaks even against plain decoding (0.19 expected tokens for 0.15) is then
+    not worth its cost at the faster rate."""
+    fresh = CostAwareGamma(4, c=0.1, verify_cost=COSTS.verify_cost)
+    warmed = CostAwareGamma(4, c=0.1, verify_cost=COSTS.verify_cost)
+    assert run_round(warmed, [peaked(0.95)] * 4) == 4
+    answers = {}
+    for name, policy in (("fresh", fresh), ("warmed", warmed)):
+        policy.next_gamma()
+        answers[name] = [policy.keep_drafting(0, peaked(0.95)), policy.keep_drafting(1, peaked(0.45))]
+    assert answers == {"fresh": [Keep.YES, Keep.YES], "warmed": [Keep.YES, Keep.LAST]}
+    assert fresh.info()["rate"] == 1.0
+    assert warmed.info()["rate"] == pytest.approx(7 / 3.9, abs=1e-3)
+
+
+def test_cost_rejections_at_step_zero_do_not_condemn_later_steps():
+    """Step 0 and later steps have their own calibration: after rows of top q 0.75 failed
+    again and again as the first draft, the same confidence after an accepted-looking first
+    draft still counts as 0.75."""
+    policy = CostAwareGamma(4, c=0.1, verify_cost=COSTS.verify_cost)
+    for _ in range(30):
+        run_round(policy, [peaked(0.75)] * 4, n_accepted=0)
+    policy._skip_left = 0  # look at the decisions themselves, not the back-off
+    assert run_round(policy, [peaked(0.75)] * 4) == 0
+    policy._skip_left = 0
+    assert run_round(policy, [peaked(0.95)] + [peaked(0.75)] * 3) == 4  # pooled verdicts: 2
 
 
 def test_cost_without_q_uses_running_acceptance():

@@ -360,11 +360,15 @@ class CostAwareGamma:
     RATE_PRIOR = 2.0  # lambda starts as this many rounds of 1 token for 1 target step
     MAX_SKIP = 16
 
-    def __init__(self, gamma_max: int, c: float, verify_cost: dict[int, float]):
+    def __init__(self, gamma_max: int, c: float, verify_cost: dict[int, float], *, at_rate: bool = True, split_first: bool = True):
+        """at_rate=False prices every token at 1 (lambda = 1); split_first=False pools step 0's
+        verdicts with the later steps'. Both are the policy before the change, kept for
+        bench/replay_policies.py."""
         _check_gamma("gamma-max", gamma_max)
         if not c >= 0:
             raise ValueError(f"the drafter cost ratio c must be >= 0, got {c}")
         self.gamma_max, self.c = gamma_max, c
+        self.at_rate, self.split_first = at_rate, split_first
         self.v = _verify_curve(verify_cost, gamma_max + 1)
         prior = [self.PRIOR_WEIGHT * (b + 0.5) / self.BINS for b in range(self.BINS + 1)]
         # [depth][bin]: depth 0 is step 0, depth 1 every later step; the last bin: drafts without q
@@ -378,7 +382,7 @@ class CostAwareGamma:
     def next_gamma(self) -> int:
         self._bins: list[int] = []
         self._paid = 0  # drafter forwards this round
-        self._rate = max(1.0, self._tokens / self._cost)
+        self._rate = max(1.0, self._tokens / self._cost) if self.at_rate else 1.0
         self._p_all, self._threshold, self._stopped_at, self._wasted = 1.0, 0.0, None, False
         self._skipped = self._skip_left > 0
         if self._skipped:
@@ -390,7 +394,7 @@ class CostAwareGamma:
         free = draft_probs is None  # a model-free draft (a table or a copy): no forward to pay
         self._paid += 0 if free else 1
         b = self.BINS if free else min(self.BINS - 1, int(top_prob(draft_probs) * self.BINS))
-        acceptance = self._acceptance(min(step, 1), b)
+        acceptance = self._acceptance(self._depth(step), b)
         p_all = self._p_all * acceptance
         gain = p_all * (1.0 + self._after_first[0] / self._after_first[1]) if step == 0 else p_all
         self._p_all, self._threshold = p_all, self._rate * self._added(step)
@@ -400,12 +404,15 @@ class CostAwareGamma:
         self._bins.append(b)
         if step + 1 >= self.gamma_max:
             return Keep.LAST
-        next_gain = p_all * self._acceptance(1, b)
+        next_gain = p_all * self._acceptance(self._depth(step + 1), b)
         next_cost = self._rate * (self._added(step + 1) + (0.0 if free else self.c))
         if next_gain < next_cost:
             self._p_all, self._threshold, self._stopped_at = next_gain, next_cost, step + 1
             return Keep.LAST
         return Keep.YES
+
+    def _depth(self, step: int) -> int:
+        return min(step, 1) if self.split_first else 0
 
     def _acceptance(self, depth: int, b: int) -> float:
         return self._accepted[depth][b] / self._checked[depth][b]
@@ -418,7 +425,7 @@ class CostAwareGamma:
         for i, b in enumerate(self._bins[:n_drafted]):
             if i > n_accepted:
                 break  # never checked: an earlier draft was rejected
-            depth = min(i, 1)
+            depth = self._depth(i)
             self._checked[depth][b] += 1
             self._accepted[depth][b] += 1 if i < n_accepted else 0
         if n_accepted >= 1:

@@ -398,19 +398,27 @@ def test_cost_prices_drafts_at_the_rate_the_generation_runs():
     assert answers == {"fresh": [Keep.YES, Keep.YES], "warmed": [Keep.YES, Keep.LAST]}
     assert fresh.info()["rate"] == 1.0
     assert warmed.info()["rate"] == pytest.approx(7 / 3.9, abs=1e-3)
+    flat = CostAwareGamma(4, c=0.1, verify_cost=COSTS.verify_cost, at_rate=False)  # lambda stays 1
+    run_round(flat, [peaked(0.95)] * 4)
+    flat.next_gamma()
+    assert [flat.keep_drafting(0, peaked(0.95)), flat.keep_drafting(1, peaked(0.45))] == [Keep.YES, Keep.YES]
+    assert flat.info()["rate"] == 1.0
 
 
 def test_cost_rejections_at_step_zero_do_not_condemn_later_steps():
     """Step 0 and later steps have their own calibration: after rows of top q 0.75 failed
     again and again as the first draft, the same confidence after an accepted-looking first
     draft still counts as 0.75."""
-    policy = CostAwareGamma(4, c=0.1, verify_cost=COSTS.verify_cost)
-    for _ in range(30):
-        run_round(policy, [peaked(0.75)] * 4, n_accepted=0)
-    policy._skip_left = 0  # look at the decisions themselves, not the back-off
-    assert run_round(policy, [peaked(0.75)] * 4) == 0
-    policy._skip_left = 0
-    assert run_round(policy, [peaked(0.95)] + [peaked(0.75)] * 3) == 4  # pooled verdicts: 2
+    drafted = {}
+    for split in (True, False):
+        policy = CostAwareGamma(4, c=0.1, verify_cost=COSTS.verify_cost, split_first=split)
+        for _ in range(30):
+            run_round(policy, [peaked(0.75)] * 4, n_accepted=0)
+        policy._skip_left = 0  # look at the decisions themselves, not the back-off
+        assert run_round(policy, [peaked(0.75)] * 4) == 0
+        policy._skip_left = 0
+        drafted[split] = run_round(policy, [peaked(0.95)] + [peaked(0.75)] * 3)
+    assert drafted == {True: 4, False: 2}  # pooled, the failures at step 0 stop step 1
 
 
 def test_cost_without_q_uses_running_acceptance():

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 
 from specbench.gamma import CostAwareGamma, Keep, make_policy
+from specbench.results import geometric_mean
 
 DEFAULT_IDS = "cw-02,cw-03,ce-02,ce-03,su-02,su-03,qa-02,qa-03,ma-02,ma-03,tr-02,tr-03,mt-01,mt-02,so-02,so-03"  # none in `quick`
 
@@ -101,11 +101,6 @@ def policies(costs) -> dict:
     }
 
 
-def geomean(values) -> float:
-    values = list(values)
-    return math.exp(sum(math.log(x) for x in values) / len(values))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--costs", required=True, help="a sweep's meta.json")
@@ -132,9 +127,10 @@ def main() -> None:
     print(f"| policy | geometric mean | {' | '.join(categories)} |")
     print(f"|---|---|{'---|' * len(categories)}")
     for name, make in policies(costs).items():
-        speedups = {p["id"]: replay(p, make(), costs.c, v) for p in paths}
-        by_category = [geomean(s for pid, s in speedups.items() if next(p for p in paths if p["id"] == pid)["category"] == cat) for cat in categories]
-        print(f"| {name} | {geomean(speedups.values()):.3f}x | {' | '.join(f'{x:.2f}x' for x in by_category)} |")
+        speedups = [(p["category"], replay(p, make(), costs.c, v)) for p in paths]
+        by_category = [geometric_mean([s for category, s in speedups if category == wanted]) for wanted in categories]
+        overall = geometric_mean([s for _, s in speedups])
+        print(f"| {name} | {overall:.3f}x | {' | '.join(f'{x:.2f}x' for x in by_category)} |")
 
 
 if __name__ == "__main__":

@@ -363,7 +363,7 @@ class CostAwareGamma:
     def __init__(self, gamma_max: int, c: float, verify_cost: dict[int, float], *, at_rate: bool = True, split_first: bool = True):
         """at_rate=False prices every token at 1 (lambda = 1); split_first=False pools step 0's
         verdicts with the later steps'. Both are the policy before the change, kept for
-        bench/replay_policies.py."""
+        bench/replay_policies.py and bench/rate_policy_ab.py."""
         _check_gamma("gamma-max", gamma_max)
         if not c >= 0:
             raise ValueError(f"the drafter cost ratio c must be >= 0, got {c}")
@@ -432,7 +432,7 @@ class CostAwareGamma:
             self._after_first[0] += n_accepted - 1
             self._after_first[1] += 1
         self._tokens += n_accepted + 1
-        self._cost += 1.0 if self._skipped else self._paid * self.c + self.v[n_drafted + 1]
+        self._cost += self._paid * self.c + self.v[n_drafted + 1]  # a skipped round: v(1) = 1
         if self._skipped:
             return
         if n_drafted == 0 and self._stopped_at == 0 and self._wasted:

@@ -45,15 +45,15 @@ def draft_token_ids(limit: int, vocab_size: int, extra: Iterable[int] = ()) -> t
     return torch.cat([head, more])
 
 
-MISSES_TO_WIDEN = 4  # ids the output needed that the subset lacked, before giving up on it
+MISSES_TO_WIDEN = 3  # ids the output needed that the subset lacked, before giving up on it
 MISS_SHARE_TO_WIDEN = 0.05  # ... and as a share of the output's tokens
 
 
 def covers_output(missed: int, tokens: int) -> bool:
     """Whether a subset that lacked `missed` distinct ids over `tokens` output tokens still
     serves: a few misses (a code fence, a LaTeX bracket) are kept and cost one round each;
-    a steady stream means the reply lives outside the subset. covers_output(3, 40) is True,
-    covers_output(4, 40) False, covers_output(4, 100) True."""
+    a steady stream means the reply lives outside the subset. covers_output(2, 20) is True,
+    covers_output(3, 40) False, covers_output(3, 60) True."""
     return missed < MISSES_TO_WIDEN or missed <= MISS_SHARE_TO_WIDEN * tokens
 
 

@@ -2,8 +2,9 @@
 
     propose(context, max_tokens, keep_drafting) -> Draft
         context: [n] every token so far (prompt + output); max_tokens: the policy's gamma;
-        keep_drafting(step, probs): the policy's per-step say (gamma.Keep or a bool, see
-        gamma.py): drop the token and stop, keep it and go on, or keep it and stop.
+        keep_drafting(step, probs, token): the policy's per-step say (gamma.Keep or a bool,
+        see gamma.py): drop the token and stop, keep it and go on, or keep it and stop.
+        Model drafters pass the token they drew from probs; table drafters pass neither.
     start(sampling, generator)
         a new generation begins: drop all state; use the SAME sampling processor as the target
         (rejection sampling is lossless only then) and draw from the given generator.
@@ -42,7 +43,7 @@ from specbench.draft_vocab import RestrictedHead, covers_output, output_head, re
 from specbench.gamma import Keep
 from specbench.sampling import SamplingConfig, choose
 
-KeepDrafting = Callable[[int, "torch.Tensor | None"], "Keep | bool"]
+KeepDrafting = Callable[..., "Keep | bool"]  # (step, probs, token=None)
 
 
 @dataclass
@@ -134,7 +135,7 @@ class ModelDrafter:
             for step in range(max_tokens):
                 logits = self._forward(pending)
                 token, probs = choose(logits, self.sampling, self.generator)
-                say = keep_drafting(step, probs)
+                say = keep_drafting(step, probs, token)
                 if not say:
                     break
                 tokens.append(token)

@@ -2,15 +2,26 @@
 
 A round asks the policy three things, in this order:
   1. next_gamma()                 the most tokens it may draft this round;
-  2. keep_drafting(step, probs)   before each draft token, with the drafter's distribution
-                                  for it (None for drafters without one): a Keep (or a bool:
-                                  True is Keep.YES, False is Keep.NO);
+  2. keep_drafting(step, probs, token)
+                                  for each draft token, with the drafter's distribution for
+                                  it (None for drafters without one) and the token drawn
+                                  from it: a Keep (or a bool: True is Keep.YES, False is
+                                  Keep.NO);
   3. update(n_accepted, n_drafted) the outcome, once the target has verified.
 Policies that do not care about a step answer with the do-nothing default, so the decoding
 loop never asks which kind of policy it holds. info() says what decided the round, for the
 StepRecord and the trace; the loop calls it after update(), so a policy keeps the round's
 decision apart from its state for the next round. next_gamma() starts a round: a policy
 forgets the last round's decision there.
+
+Losslessness rule: whether a draft is kept (NO against YES or LAST) may depend on its row q
+and on everything before it, never on the token itself. Keeping a sampled draft only when
+it came out a certain way would skew the drafts that reach verification away from q, and
+rejection sampling, which assumes the draft was drawn from q, would no longer give the
+target's distribution (tests/test_lossless.py shows such a policy failing). The
+token may decide what happens after it (YES against LAST: whether to draft the next one),
+since the kept draft is the same either way. Under greedy the token is q's argmax and
+carries no news.
 
 Policies (POLICIES, built by make_policy):
   fixed            always gamma;
@@ -55,7 +66,7 @@ class GammaPolicy(Protocol):
 
     def next_gamma(self) -> int: ...
 
-    def keep_drafting(self, step: int, draft_probs: torch.Tensor | None) -> Keep | bool: ...
+    def keep_drafting(self, step: int, draft_probs: torch.Tensor | None, token: int | None = None) -> Keep | bool: ...
 
     def update(self, n_accepted: int, n_drafted: int) -> None: ...
 
@@ -114,7 +125,7 @@ class FixedGamma:
     def next_gamma(self) -> int:
         return self.gamma
 
-    def keep_drafting(self, step: int, draft_probs: torch.Tensor | None) -> bool:
+    def keep_drafting(self, step: int, draft_probs: torch.Tensor | None, token: int | None = None) -> bool:
         return True
 
     def update(self, n_accepted: int, n_drafted: int) -> None:
@@ -156,7 +167,7 @@ class HeuristicGamma:
         self._round_gamma = self.gamma
         return self.gamma
 
-    def keep_drafting(self, step: int, draft_probs: torch.Tensor | None) -> bool:
+    def keep_drafting(self, step: int, draft_probs: torch.Tensor | None, token: int | None = None) -> bool:
         return True
 
     def update(self, n_accepted: int, n_drafted: int) -> None:
@@ -216,7 +227,7 @@ class EntropyGuidedGamma:
         self._round_gamma = self.gamma_max
         return self.gamma_max
 
-    def keep_drafting(self, step: int, draft_probs: torch.Tensor | None) -> bool:
+    def keep_drafting(self, step: int, draft_probs: torch.Tensor | None, token: int | None = None) -> bool:
         if step == 0:
             self._decide(draft_probs)
         return step < self._round_gamma
@@ -279,7 +290,7 @@ class ThresholdStop:
         self._value: float | None = None
         return self.gamma_max
 
-    def keep_drafting(self, step: int, draft_probs: torch.Tensor | None) -> bool:
+    def keep_drafting(self, step: int, draft_probs: torch.Tensor | None, token: int | None = None) -> bool:
         if draft_probs is None:
             return True
         value = self._measure(draft_probs)
@@ -345,6 +356,14 @@ class CostAwareGamma:
     Keep.NO, Keep.YES or Keep.LAST follow. LAST saves the forward for a row that would be
     refused: an earlier version asked only "P_i >= d_i + c" after the forward, and so paid c
     for one refused row in almost every round.
+    Sampled drafts: once draft i is kept, its token is known, and a token drawn from the
+    tail of q_i (q_i(token) well below m_i) survives far less often than m_i promises (a
+    scratch check on the default pair, two translation prompts at T=0.7: 1 of 17 drafts
+    drawn with q(token) < 0.3 survived). So P_i is re-read from tables binned by
+    q_i(token) (per depth, fed the same verdicts), and that P_i answers "draft i + 1?" and
+    carries into the next steps. The keep answer never sees the token
+    (the losslessness rule above). Under greedy q_i(token) = m_i: the same bin, the same
+    counts, the same decisions as without the table.
     Back-off: a refused step 0 with q wasted one drafter step, so the policy then skips the drafter
     for `skip` rounds (plain target steps, no drafter cost: next_gamma() returns 0), doubling
     skip after each consecutive refusal up to 16 and resetting it after a round that drafts.
@@ -374,13 +393,17 @@ class CostAwareGamma:
         # [depth][bin]: depth 0 is step 0, depth 1 every later step; the last bin: drafts without q
         self._accepted = [list(prior), list(prior)]
         self._checked = [[self.PRIOR_WEIGHT] * (self.BINS + 1) for _ in range(2)]
+        # the same, binned by the drawn token's q instead of the row's top q
+        self._accepted_drawn = [list(prior), list(prior)]
+        self._checked_drawn = [[self.PRIOR_WEIGHT] * (self.BINS + 1) for _ in range(2)]
         self._after_first = [1.0, 1.0]  # further accepted drafts, rounds with the first accepted
         self._tokens, self._cost = self.RATE_PRIOR, self.RATE_PRIOR  # lambda = tokens / cost
         self._skip, self._skip_left = 0, 0
         self.next_gamma()
 
     def next_gamma(self) -> int:
-        self._bins: list[int] = []
+        self._bins: list[int] = []  # per kept draft: the bin of its row's top q
+        self._drawn_bins: list[int] = []  # per kept draft: the bin of its own token's q
         self._paid = 0  # drafter forwards this round
         self._rate = max(1.0, self._tokens / self._cost) if self.at_rate else 1.0
         self._p_all, self._threshold, self._stopped_at, self._wasted = 1.0, 0.0, None, False
@@ -390,18 +413,25 @@ class CostAwareGamma:
             return 0
         return self.gamma_max
 
-    def keep_drafting(self, step: int, draft_probs: torch.Tensor | None) -> Keep:
+    def keep_drafting(self, step: int, draft_probs: torch.Tensor | None, token: int | None = None) -> Keep:
         free = draft_probs is None  # a model-free draft (a table or a copy): no forward to pay
         self._paid += 0 if free else 1
-        b = self.BINS if free else min(self.BINS - 1, int(top_prob(draft_probs) * self.BINS))
-        acceptance = self._acceptance(self._depth(step), b)
-        p_all = self._p_all * acceptance
+        b = self.BINS if free else _bin(top_prob(draft_probs), self.BINS)
+        depth = self._depth(step)
+        p_before = self._p_all
+        p_all = p_before * self._acceptance(depth, b)
         gain = p_all * (1.0 + self._after_first[0] / self._after_first[1]) if step == 0 else p_all
         self._p_all, self._threshold = p_all, self._rate * self._added(step)
-        if gain < self._threshold:
+        if gain < self._threshold:  # the row alone decides: the token is not looked at
             self._stopped_at, self._wasted = step, not free
             return Keep.NO
+        # kept whatever follows; from here on the token may inform what comes next
+        drawn = b if free or token is None else _bin(float(draft_probs[token]), self.BINS)
         self._bins.append(b)
+        self._drawn_bins.append(drawn)
+        if drawn != b:
+            p_all = p_before * self._drawn_acceptance(depth, drawn)
+            self._p_all = p_all
         if step + 1 >= self.gamma_max:
             return Keep.LAST
         next_gain = p_all * self._acceptance(self._depth(step + 1), b)
@@ -417,17 +447,22 @@ class CostAwareGamma:
     def _acceptance(self, depth: int, b: int) -> float:
         return self._accepted[depth][b] / self._checked[depth][b]
 
+    def _drawn_acceptance(self, depth: int, b: int) -> float:
+        return self._accepted_drawn[depth][b] / self._checked_drawn[depth][b]
+
     def _added(self, step: int) -> float:
         """d_step: the verify cost that draft `step` adds."""
         return self.v[step + 2] - self.v[step + 1]
 
     def update(self, n_accepted: int, n_drafted: int) -> None:
-        for i, b in enumerate(self._bins[:n_drafted]):
+        for i, (b, drawn) in enumerate(zip(self._bins[:n_drafted], self._drawn_bins)):
             if i > n_accepted:
                 break  # never checked: an earlier draft was rejected
-            depth = self._depth(i)
+            depth, survived = self._depth(i), 1 if i < n_accepted else 0
             self._checked[depth][b] += 1
-            self._accepted[depth][b] += 1 if i < n_accepted else 0
+            self._accepted[depth][b] += survived
+            self._checked_drawn[depth][drawn] += 1
+            self._accepted_drawn[depth][drawn] += survived
         if n_accepted >= 1:
             self._after_first[0] += n_accepted - 1
             self._after_first[1] += 1
@@ -445,6 +480,11 @@ class CostAwareGamma:
         if self._skipped:
             return {"skipped": True}
         return {"p_all": round(self._p_all, 3), "cost": round(self._threshold, 3), "stopped_at": self._stopped_at, "rate": round(self._rate, 3)}
+
+
+def _bin(probability: float, bins: int) -> int:
+    """The calibration bin of a probability: [0, 1/bins) -> 0, ..., [1 - 1/bins, 1] -> bins - 1."""
+    return min(bins - 1, int(probability * bins))
 
 
 def _verify_curve(verify_cost: dict[int, float], up_to: int) -> dict[int, float]:

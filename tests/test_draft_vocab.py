@@ -182,8 +182,8 @@ def test_the_drafter_scores_every_id_once_the_output_strays(tiny_pair):
     prompt = [1, 2, 3]
     drafter.prefill(torch.tensor(prompt))
     context = prompt + [50, 51] + [1] * 30  # 2 misses over 32 output tokens
-    drafter.propose(torch.tensor(context), 2, lambda step, q: True)
+    drafter.propose(torch.tensor(context), 2, lambda step, q, token=None: True)
     assert drafter.head is not None and {50, 51} <= set(drafter.head.ids.tolist())
     drafter.commit(0)
-    drafter.propose(torch.tensor(context + [60]), 2, lambda step, q: True)
+    drafter.propose(torch.tensor(context + [60]), 2, lambda step, q, token=None: True)
     assert drafter.head is None

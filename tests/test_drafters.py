@@ -25,7 +25,7 @@ from specbench.drafters import (
 from specbench.gamma import Keep
 
 
-def always(step, probs):
+def always(step, probs, token=None):
     return True
 
 
@@ -181,7 +181,7 @@ def test_start_forgets_the_last_generation(make):
 def test_keep_drafting_asked_before_each_token_with_none(make):
     calls = []
 
-    def stop_at_two(step, probs):
+    def stop_at_two(step, probs, token=None):
         calls.append((step, probs))
         return step < 2
 
@@ -192,7 +192,7 @@ def test_keep_drafting_asked_before_each_token_with_none(make):
 
 @pytest.mark.parametrize("make", [NgramDrafter, PromptLookupDrafter])
 def test_keep_last_keeps_the_token_and_ends_the_draft(make):
-    say = lambda step, probs: Keep.LAST if step == 1 else Keep.YES
+    say = lambda step, probs, token=None: Keep.LAST if step == 1 else Keep.YES
     draft = make().propose(torch.tensor([1, 2, 3, 4, 1, 2, 3, 4, 1]), 5, say)
     assert draft.tokens.tolist() == [2, 3]
 
@@ -200,7 +200,7 @@ def test_keep_last_keeps_the_token_and_ends_the_draft(make):
 @pytest.mark.parametrize("make", [NgramDrafter, PromptLookupDrafter])
 def test_no_match_is_an_empty_draft(make):
     calls = []
-    draft = make().propose(torch.tensor([1, 2, 3]), 4, lambda s, p: calls.append(s) or True)
+    draft = make().propose(torch.tensor([1, 2, 3]), 4, lambda s, p, token=None: calls.append(s) or True)
     assert draft.tokens.shape == (0,) and draft.tokens.dtype == torch.long
     assert draft.probs is None and calls == []
 
@@ -253,15 +253,15 @@ def test_model_plus_lookup_copies_without_a_forward_and_catches_up_after(tiny_pa
         prompt = torch.tensor([3, 17, 42, 8, 29, 5, 3, 17])
         drafter.prefill(prompt)
         assert cache_length(drafter.model.cache) == 8 and len(fed) == 1
-        copy = drafter.propose(torch.cat([prompt, torch.tensor([42])]), 4, lambda step, q: True)
+        copy = drafter.propose(torch.cat([prompt, torch.tensor([42])]), 4, lambda step, q, token=None: True)
         assert copy.tokens.tolist() == [8, 29, 5, 3] and copy.probs is None and len(fed) == 1
         drafter.commit(2)  # 8, 29 kept, then the target emitted 11: no 3-token repeat follows
         context = torch.tensor([3, 17, 42, 8, 29, 5, 3, 17, 42, 8, 29, 11])
-        drafted = drafter.propose(context, 3, lambda step, q: True)
+        drafted = drafter.propose(context, 3, lambda step, q, token=None: True)
     finally:
         hook.remove()
     assert drafted.probs is not None and fed[1] == 4  # the copy's 42, 8, 29 and 11 in one forward
-    fresh = ModelDrafter(drafter_model).propose(context, 3, lambda step, q: True)
+    fresh = ModelDrafter(drafter_model).propose(context, 3, lambda step, q, token=None: True)
     assert drafted.tokens.tolist() == fresh.tokens.tolist()
 
 
@@ -276,7 +276,7 @@ def test_model_drafter_makes_no_forward_after_keep_last(tiny_pair):
     hook = drafter_model.register_forward_hook(lambda m, args, out: fed.append(1))
     try:
         drafter = ModelDrafter(drafter_model)
-        draft = drafter.propose(context, 6, lambda step, probs: Keep.LAST if step == 2 else Keep.YES)
+        draft = drafter.propose(context, 6, lambda step, probs, token=None: Keep.LAST if step == 2 else Keep.YES)
     finally:
         hook.remove()
     assert len(fed) == 3 and draft.tokens.shape == (3,) and draft.probs.shape[0] == 3

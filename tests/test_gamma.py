@@ -6,6 +6,7 @@ draft step until it says stop or the drafter runs out, update(n_accepted, n_draf
 
 from __future__ import annotations
 
+import copy
 from types import SimpleNamespace
 
 import pytest
@@ -441,3 +442,93 @@ def test_cost_extends_a_short_verify_curve_linearly():
     assert policy.v[13] == pytest.approx(2.0 + 9 * 0.2)
     noisy = CostAwareGamma(12, c=0.1, verify_cost={1: 1.0, 2: 1.2, 3: 1.1, 4: 1.0})
     assert noisy.v[13] == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------------------- cost: the drawn token
+
+
+def test_cost_stops_after_a_draft_drawn_from_the_tail_of_q():
+    """Row top q 0.95 (prior acceptance 0.95): drawing that token goes on; drawing a token of
+    q 0.003 (bin 0, prior 0.05) keeps it (the row decided that) but drafts no more, since the
+    round's drafts now all survive with chance 0.05, not 0.95."""
+    answers = {}
+    for token in (0, 5):
+        policy = CostAwareGamma(6, c=0.1, verify_cost=COSTS.verify_cost)
+        policy.next_gamma()
+        answers[token] = policy.keep_drafting(0, peaked(0.95), token)
+    assert answers == {0: Keep.YES, 5: Keep.LAST}
+
+
+def test_cost_learns_how_tail_draws_fare():
+    """The drawn-token table learns from verdicts: tail draws that keep surviving stop
+    stopping the round."""
+    policy = CostAwareGamma(6, c=0.1, verify_cost=COSTS.verify_cost)
+    answers = []
+    for _ in range(3):  # drafts drawn from the tail, accepted anyway
+        policy.next_gamma()
+        answers.append(policy.keep_drafting(0, peaked(0.95), 5))
+        policy.update(1, 1)
+    # prior 0.05 (2 pseudo-verdicts), then (0.1 + 1) / 3 = 0.37: 0.37 * 0.95 beats 0.1 + 0.05
+    assert answers == [Keep.LAST, Keep.YES, Keep.YES]
+
+
+def random_rows(generator: torch.Generator, n: int) -> list[torch.Tensor]:
+    """Rows from sharp to flat: softmax of scaled random logits."""
+    return [torch.softmax(torch.randn(V, generator=generator) * float(torch.rand(1, generator=generator)) * 8, 0) for _ in range(n)]
+
+
+def drive(policy, rows: list[torch.Tensor], tokens: list[int | None], accepted: int) -> list[Keep]:
+    """One round of the cost policy with the given rows and drawn tokens; the answers."""
+    answers = []
+    policy.next_gamma()
+    for step, (row, token) in enumerate(zip(rows, tokens)):
+        answers.append(Keep(int(policy.keep_drafting(step, row, token))))
+        if answers[-1] != Keep.YES:
+            break
+    drafted = sum(a != Keep.NO for a in answers)
+    policy.update(min(accepted, drafted), drafted)
+    return answers
+
+
+def test_cost_under_greedy_the_drawn_token_changes_nothing():
+    """The greedy draft is the row's argmax, whose q is the row's top q: the same bin and the
+    same decisions as a policy that is never told the token."""
+    generator = torch.Generator().manual_seed(0)
+    told = CostAwareGamma(8, c=0.2, verify_cost=COSTS.verify_cost)
+    blind = CostAwareGamma(8, c=0.2, verify_cost=COSTS.verify_cost)
+    kinds = set()
+    for _ in range(60):
+        rows = random_rows(generator, 8)
+        accepted = int(torch.randint(0, 9, (1,), generator=generator))
+        a = drive(told, rows, [int(r.argmax()) for r in rows], accepted)
+        b = drive(blind, rows, [None] * len(rows), accepted)
+        assert a == b
+        kinds.update(a)
+    assert kinds == {Keep.NO, Keep.YES, Keep.LAST}  # the rounds exercised every answer
+
+
+def test_cost_keep_answer_never_depends_on_the_drawn_token():
+    """Losslessness rule: for any state and row, every token gets the same keep-or-drop
+    answer (only YES against LAST may differ), and the drawn token does change some."""
+    generator = torch.Generator().manual_seed(1)
+    policy = CostAwareGamma(8, c=0.2, verify_cost=COSTS.verify_cost)
+    differed = 0
+    for _ in range(40):
+        rows = random_rows(generator, 8)
+        policy.next_gamma()
+        drafted = 0
+        for step, row in enumerate(rows):
+            answers = []
+            for token in range(V):
+                probe = copy.deepcopy(policy)
+                answers.append(Keep(int(probe.keep_drafting(step, row, token))))
+            assert len({a == Keep.NO for a in answers}) == 1, answers
+            differed += len(set(answers)) > 1
+            token = int(torch.multinomial(row, 1, generator=generator))
+            answer = policy.keep_drafting(step, row, token)
+            drafted += answer != Keep.NO
+            if answer != Keep.YES:
+                break
+        policy.update(min(drafted, int(torch.randint(0, 3, (1,), generator=generator))), drafted)
+        policy._skip_left = 0
+    assert differed > 0

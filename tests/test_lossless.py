@@ -17,7 +17,7 @@ from chi_square import pvalues
 from mock_lm import noisy_trigram, random_trigram
 from specbench.decode import GenerationConfig, speculative_generate
 from specbench.drafters import LookupFirstDrafter, ModelDrafter
-from specbench.gamma import FixedGamma
+from specbench.gamma import CostAwareGamma, FixedGamma, Keep
 from specbench.sampling import SamplingConfig, logits_to_probs
 
 VOCAB = 6
@@ -44,12 +44,14 @@ def exact_joint(model, sampling: SamplingConfig, prompt=PROMPT) -> dict[tuple[in
     return joint
 
 
-def sample_speculative(target, drafter, sampling, gamma=3, n=SAMPLES, prompt=PROMPT, make=ModelDrafter, rounds=None):
-    """n seeded 3-token generations; rounds, if a list, collects every run's StepRecords."""
+def sample_speculative(target, drafter, sampling, gamma=3, n=SAMPLES, prompt=PROMPT, make=ModelDrafter, rounds=None, policy=None):
+    """n seeded 3-token generations; rounds, if a list, collects every run's StepRecords;
+    policy() makes each run's gamma policy (default: FixedGamma(gamma))."""
     outputs = []
     for seed in range(n):
         config = GenerationConfig(max_new_tokens=3, sampling=sampling, seed=seed)
-        result = speculative_generate(target, make(drafter), prompt, config, FixedGamma(gamma))
+        made = policy() if policy is not None else FixedGamma(gamma)
+        result = speculative_generate(target, make(drafter), prompt, config, made)
         outputs.append(tuple(result.token_ids))
         if rounds is not None:
             rounds.extend(result.steps[1:])
@@ -111,3 +113,54 @@ def test_model_plus_lookup_keeps_the_target_distribution(models):
     assert any(r.accepted < len(r.draft_tokens) for r in copies)
     found = pvalues(outputs, exact_joint(target, sampling, LOOKUP_PROMPT), VIEWS)
     assert min(found.values()) > 1e-3, found
+
+
+# ---------------------------------------------------------------------------- the cost policy
+
+# a cheap drafter and a flat verify curve: the policy drafts, and stops on tail draws
+COST = {"gamma_max": 3, "c": 0.05, "verify_cost": {k: 1.0 + 0.1 * (k - 1) for k in range(1, 6)}}
+
+
+class TokenBlind(CostAwareGamma):
+    """The cost policy never told the drawn token."""
+
+    def keep_drafting(self, step, draft_probs, token=None):
+        return super().keep_drafting(step, draft_probs)
+
+
+class TokenPeeking(CostAwareGamma):
+    """Wrong on purpose: drops a draft because its own token came out unlikely under q."""
+
+    def keep_drafting(self, step, draft_probs, token=None):
+        if token is not None and float(draft_probs[token]) < 0.3:
+            return Keep.NO
+        return super().keep_drafting(step, draft_probs, token)
+
+
+def test_cost_policy_reading_the_drawn_token_keeps_the_target_distribution(models):
+    """The cost policy lets a drawn token end the round after it (gamma.py's losslessness
+    rule); the output still follows the target, and the token really changed the rounds."""
+    target, drafter = models
+    sampling = SETTINGS["temperature"]
+    outputs = sample_speculative(target, drafter, sampling, policy=lambda: CostAwareGamma(**COST))
+    found = pvalues(outputs, exact_joint(target, sampling), VIEWS)
+    assert min(found.values()) > 1e-3, found
+    # guard: over longer generations, told the token the policy drafts fewer per round
+    per_round = {}
+    for name, make in (("told", CostAwareGamma), ("blind", TokenBlind)):
+        drafted = rounds = 0
+        for seed in range(20):
+            config = GenerationConfig(max_new_tokens=40, sampling=sampling, seed=seed)
+            stats = speculative_generate(target, ModelDrafter(drafter), PROMPT, config, make(**COST)).stats
+            drafted, rounds = drafted + stats.drafted, rounds + stats.rounds
+        per_round[name] = drafted / rounds
+    assert per_round["told"] < 0.95 * per_round["blind"], per_round
+
+
+def test_the_check_fails_for_a_policy_that_keeps_drafts_by_their_token(models):
+    """Power check: keeping a draft only when its token came out likely is biased, and caught."""
+    target, drafter = models
+    sampling = SETTINGS["temperature"]
+    outputs = sample_speculative(target, drafter, sampling, policy=lambda: TokenPeeking(**COST))
+    found = pvalues(outputs, exact_joint(target, sampling), VIEWS)
+    assert min(found.values()) < 1e-6, found

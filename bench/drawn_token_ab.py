@@ -4,7 +4,8 @@ Once a sampled draft is kept, the cost policy re-reads the chance that the round
 so far all survive from a table binned by the drawn token's q (gamma.CostAwareGamma), and
 so stops drafting after a token drawn from the tail of q. "blind" is the same policy fed
 no token: the row's top q stands in for the token, as before the change. Under greedy the
-two are the same policy, so this runs at --temperature (default 0.7) only.
+two are the same policy, so this runs at --temperature (default 0.7) only. "blind" is
+CostAwareGamma(read_token=False).
 
 One process, models loaded once; per prompt and seed, interleaved: plain decoding, then
 the two policies in alternating order (model+lookup drafter, gamma <= 12, costs measured
@@ -33,13 +34,6 @@ from specbench.sampling import SamplingConfig
 from specbench.stats import walltime_speedup
 
 
-class TokenBlind(CostAwareGamma):
-    """The cost policy as it was: it never sees the drawn token."""
-
-    def keep_drafting(self, step, draft_probs, token=None):
-        return super().keep_drafting(step, draft_probs)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", default="quick")
@@ -58,7 +52,7 @@ def main() -> None:
     prompts = load_prompts(args.prompts)
     if args.ids:
         prompts = [p for p in prompts if p.id in args.ids.split(",")]
-    policies = {"drawn": CostAwareGamma, "blind": TokenBlind}
+    policies = {"drawn": {}, "blind": {"read_token": False}}  # blind: the policy as it was
     speedups: dict[str, list[float]] = {name: [] for name in policies}
     print("| prompt | seed | plain tok/s | " + " | ".join(f"{n}: speedup (model), drafter steps, accepted/drafted" for n in policies) + " |")
     print("|---|---|---|" + "---|" * len(policies))
@@ -74,7 +68,7 @@ def main() -> None:
                 cells = {}
                 for name in order:
                     drafter = make_drafter("model+lookup", drafter_model, args.draft_vocab, pair.eos_token_ids)
-                    policy = policies[name](args.gamma_max, costs.c, costs.verify_cost)
+                    policy = CostAwareGamma(args.gamma_max, costs.c, costs.verify_cost, **policies[name])
                     result = speculative_generate(target, drafter, prompt_ids, config, policy)
                     stats = result.stats
                     rounds = [(len(s.draft_tokens), len(s.tokens), sum(q is not None for q in s.draft_probs)) for s in result.steps[1:]]

@@ -379,15 +379,16 @@ class CostAwareGamma:
     RATE_PRIOR = 2.0  # lambda starts as this many rounds of 1 token for 1 target step
     MAX_SKIP = 16
 
-    def __init__(self, gamma_max: int, c: float, verify_cost: dict[int, float], *, at_rate: bool = True, split_first: bool = True):
+    def __init__(self, gamma_max: int, c: float, verify_cost: dict[int, float], *, at_rate: bool = True, split_first: bool = True, read_token: bool = True):
         """at_rate=False prices every token at 1 (lambda = 1); split_first=False pools step 0's
-        verdicts with the later steps'. Both are the policy before the change, kept for
-        bench/replay_policies.py and bench/rate_policy_ab.py."""
+        verdicts with the later steps'; read_token=False ignores the drawn token. Each is the
+        policy before a change, kept for bench/replay_policies.py, bench/rate_policy_ab.py
+        and bench/drawn_token_ab.py."""
         _check_gamma("gamma-max", gamma_max)
         if not c >= 0:
             raise ValueError(f"the drafter cost ratio c must be >= 0, got {c}")
         self.gamma_max, self.c = gamma_max, c
-        self.at_rate, self.split_first = at_rate, split_first
+        self.at_rate, self.split_first, self.read_token = at_rate, split_first, read_token
         self.v = _verify_curve(verify_cost, gamma_max + 1)
         prior = [self.PRIOR_WEIGHT * (b + 0.5) / self.BINS for b in range(self.BINS + 1)]
         # [depth][bin]: depth 0 is step 0, depth 1 every later step; the last bin: drafts without q
@@ -426,7 +427,7 @@ class CostAwareGamma:
             self._stopped_at, self._wasted = step, not free
             return Keep.NO
         # kept whatever follows; from here on the token may inform what comes next
-        drawn = b if free or token is None else _bin(float(draft_probs[token]), self.BINS)
+        drawn = b if free or token is None or not self.read_token else _bin(float(draft_probs[token]), self.BINS)
         self._bins.append(b)
         self._drawn_bins.append(drawn)
         if drawn != b:

@@ -10,14 +10,16 @@ through its packed weight. Results agree with the dense kernel to float32 roundi
 and plain decoding uses the very same model objects, so the baseline gets the same kernels.
 
 bf16 and fp16 layers (the default drafter is bf16) are worse off: without AVX-512 bf16
-PyTorch's bf16 GEMM costs about the same per row whatever the row count (a 130-token prompt
-took the bf16 drafter 4.6 s, 6x its fp32 oneDNN time), and oneDNN refuses bf16 weights. So
-a half-precision Linear keeps its half weight for one row (a GEMV reads half the bytes of
-fp32, which is what makes the bf16 drafter fast: 75 ms a step for the default drafter, 122
-ms through the packed fp32 copy) and the packed fp32 copy for several rows:
-the input is widened to fp32 and the output rounded back. Several-row results agree with
-the half kernel to half rounding, not bit for bit; that is harmless for a drafter, whose q
-is whatever it computed.
+PyTorch's half GEMM costs about one GEMV per row (a 130-token prompt took the bf16 drafter
+4.6 s, 6x its fp32 oneDNN time), and oneDNN refuses bf16 weights. So a half-precision
+Linear keeps its half weight for one row (a GEMV reads half the bytes of fp32, which is
+what makes the bf16 drafter fast: 75 ms a step for the default drafter, 122 ms through the
+packed fp32 copy) and for two: a model drafter feeds two tokens after every fully accepted
+round (its last draft and the bonus token), and two half rows still beat the packed copy
+(`bench/catch_up_rows.py`: a two-token forward of the default drafter took 1.44 single
+steps, against 1.70 through the packed copy; three took 1.77 either way). More rows run through the packed fp32 copy: the input is widened to
+fp32 and the output rounded back. Packed results agree with the half kernel to half
+rounding, not bit for bit; that is harmless for a drafter, whose q is whatever it computed.
 
 This module only swaps modules; it knows nothing about decoding.
 """
@@ -31,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 KERNELS = ("auto", "default", "onednn")  # auto: onednn where this torch has it, else default
-VERSION = 3  # bump when what a kernel choice swaps changes (cached cost measurements key on it)
+VERSION = 4  # bump when what a kernel choice swaps changes (cached cost measurements key on it)
 SWAPPED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -56,7 +58,9 @@ def onednn_available() -> bool:
 
 class HybridLinear(torch.nn.Module):
     """A Linear that runs through prepacked fp32 oneDNN (the output in the layer's dtype),
-    except one row of a half-precision layer, which runs with its own half weight."""
+    except up to HALF_ROWS rows of a half-precision layer, which run with its own half weight."""
+
+    HALF_ROWS = 2
 
     def __init__(self, linear: torch.nn.Linear):
         super().__init__()
@@ -77,7 +81,7 @@ class HybridLinear(torch.nn.Module):
         return HybridLinear(linear)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if _stock[0] or (self.half_gemv and x.numel() == self.in_features):  # one row of half weights: GEMV
+        if _stock[0] or (self.half_gemv and x.numel() <= self.HALF_ROWS * self.in_features):  # few half rows
             return F.linear(x, self.weight, self.bias)
         out = torch.ops.mkldnn._linear_pointwise(x.float(), self.packed, self.packed_bias, "none", [], "")
         return out.to(x.dtype)

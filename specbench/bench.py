@@ -61,7 +61,7 @@ from specbench.results import (
     write_meta,
 )
 from specbench.sampling import SamplingConfig
-from specbench.stats import RunStats, StepRecord, walltime_speedup
+from specbench.stats import RunStats, StepRecord, drafter_cost, walltime_speedup
 
 SPECBENCH, HF_ASSISTED = "specbench", "hf-assisted"
 METHODS = (BASELINE_METHOD, SPECBENCH, HF_ASSISTED)
@@ -394,9 +394,10 @@ def baselines_from_rows(rows: list[dict]) -> dict[tuple[str, str], Baseline]:
 def predicted_speedup(run: PlannedRun, m: Measurement, costs: Costs | None, baseline: Baseline | None) -> float | None:
     """stats.walltime_speedup of a specbench run's rounds, with its block's measured costs in
     units of the plain run's own step on the same prompt (1 / its tokens per second): c =
-    drafter step seconds / that step, paid by each draft with q (a draft without q, from a
-    table or a copy, costs 0, as the cost policy assumes), v(k >= 2) = the measured t(k) /
-    that step, v(1) = 1 (a round without drafts is a plain step). The plain run, not the start-of-sweep t(1), sets the unit because the
+    drafter step seconds / that step, paid by each drafter forward the round ran, a forward
+    over n tokens as u(n) steps (stats.drafter_cost; a copy or a table's guess runs none),
+    v(k >= 2) = the measured t(k) / that step, v(1) = 1 (a round without drafts is a plain
+    step). The plain run, not the start-of-sweep t(1), sets the unit because the
     target's step time drifts by +-15% over a sweep on a busy CPU; the interleaved plain run
     sees the same machine as the run it is compared with. None for other methods."""
     if run.method != SPECBENCH or not m.steps or costs is None or not costs.verify_cost or baseline is None or not baseline.tokens_per_second:
@@ -405,14 +406,9 @@ def predicted_speedup(run: PlannedRun, m: Measurement, costs: Costs | None, base
     scale = costs.target_step_seconds / unit
     c = (costs.drafter_step_seconds or 0.0) / unit
     verify = lambda k: 1.0 if k == 1 else verify_cost_at(costs.verify_cost, k) * scale
-    rounds = [(len(step.draft_tokens), len(step.tokens), _drafter_steps(step)) for step in m.steps if step.round > 0]
+    step_cost = lambda n: verify_cost_at(costs.drafter_cost, n) if costs.drafter_cost else 1.0
+    rounds = [(len(step.draft_tokens), len(step.tokens), drafter_cost(step.drafter_feeds, step_cost)) for step in m.steps if step.round > 0]
     return walltime_speedup(rounds, c, verify)
-
-
-def _drafter_steps(step: StepRecord) -> int:
-    """Drafter forwards a round paid for: one per draft with q; none for a copy or a table's
-    guess (q is None), nor for a round that drafted nothing."""
-    return sum(q is not None for q in step.draft_probs)
 
 
 def make_row(run: PlannedRun, m: Measurement, baseline: Baseline | None, *, c: float | None, prompt_tokens: int, seed: int, costs: Costs | None = None) -> dict:

@@ -219,6 +219,7 @@ def speculative_generate(
             tokens=[],
             draft_seconds=draft.seconds,
             verify_seconds=verify_seconds,
+            drafter_feeds=draft.feeds,
             policy_info=policy.info(),
         )
         reason = emit(record, drafted[:n] + [verdict.next_token])

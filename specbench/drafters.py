@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
@@ -51,6 +51,9 @@ class Draft:
     tokens: torch.Tensor  # [k] proposed ids, k <= max_tokens (may be 0)
     probs: torch.Tensor | None  # [k, vocab] q after the sampling processor, or None
     seconds: float = 0.0  # wall time of the proposal
+    # tokens fed to each drafter forward, in order (a model drafter's first forward of a
+    # round also catches up on what the context gained since its last one); [] for none
+    feeds: list[int] = field(default_factory=list)
 
 
 class Drafter(Protocol):
@@ -128,12 +131,14 @@ class ModelDrafter:
         self._restrict(context)  # also moves _context_len on to this context
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
+        feeds: list[int] = []
         if max_tokens > 0:
             # feed only what the cache has not seen: the prompt on the first round, then the
             # tokens the target accepted or emitted since the last round
             pending = context[cache_length(self.cache):]
             for step in range(max_tokens):
                 logits = self._forward(pending)
+                feeds.append(pending.shape[0])
                 token, probs = choose(logits, self.sampling, self.generator)
                 say = keep_drafting(step, probs, token)
                 if not say:
@@ -145,7 +150,7 @@ class ModelDrafter:
                 pending = torch.tensor([token], device=self.device)
         probs = torch.stack(rows) if rows else None
         ids = torch.tensor(tokens, dtype=torch.long, device=context.device)
-        return Draft(ids, probs, time.perf_counter() - start)
+        return Draft(ids, probs, time.perf_counter() - start, feeds)
 
     def _forward(self, new_tokens: torch.Tensor) -> torch.Tensor:
         """Logits for the next token after feeding new_tokens ([n] ids) -> [vocab]."""

@@ -29,6 +29,7 @@ class StepRecord:
     tokens: list[int]  # tokens this round appended to the output, after any stop cut
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
+    drafter_feeds: list[int] = field(default_factory=list)  # tokens fed per drafter forward (Draft.feeds)
     policy_info: dict = field(default_factory=dict)  # why the policy chose gamma
     stop_reason: str | None = None  # "eos", "stop_string", "max_new_tokens", "context"
 
@@ -111,20 +112,28 @@ def predicted_speedup(alpha: float, gamma: int, c: float, verify_cost: float = 1
     return expected_tokens_per_round(alpha, gamma) / (gamma * c + verify_cost)
 
 
-def walltime_speedup(rounds: list[tuple[int, int, int]], c: float, verify_cost) -> float | None:
+def walltime_speedup(rounds: list[tuple[int, int, float]], c: float, verify_cost) -> float | None:
     """The speedup over plain decoding that a run's own rounds predict.
 
     rounds: (k drafted, tokens emitted, s drafter steps) per round after the first-target
-    pass; s = k for a model drafter, 0 for a model-free one or a copy. A round costs
-    s * c + v(k + 1) target single steps (verify_cost(k) gives v(k)) and emits its accepted
-    drafts plus one token (fewer when a stop cuts it); plain decoding emits one per step.
-    This is Leviathan et al.'s walltime factor evaluated on the rounds that happened rather
-    than on its expectation under a fixed gamma and i.i.d. acceptance, so it applies to
-    adaptive policies too. What it
-    leaves out (the loop's own overhead, sampling, cache copies, a drafter that catches up
-    on several tokens at once) is what a measured speedup below it points to.
+    pass; s counts the round's drafter forwards in single-token steps (drafter_cost: a
+    forward that catches up on several tokens costs more than one step), 0 for a
+    model-free drafter or a copy. A round costs s * c + v(k + 1) target single steps
+    (verify_cost(k) gives v(k)) and emits its accepted drafts plus one token (fewer when a
+    stop cuts it); plain decoding emits one per step. This is Leviathan et al.'s walltime
+    factor evaluated on the rounds that happened rather than on its expectation under a
+    fixed gamma and i.i.d. acceptance, so it applies to adaptive policies too. What it
+    leaves out (the loop's own overhead, sampling, cache copies, forwards slower than
+    measured) is what a measured speedup below it points to.
     None for a run with no rounds.
     """
     cost = sum(s * c + verify_cost(k + 1) for k, _, s in rounds)
     return sum(emitted for _, emitted, _ in rounds) / cost if rounds and cost > 0 else None
+
+
+def drafter_cost(feeds: list[int], step_cost) -> float:
+    """A round's drafter forwards in single-token steps: step_cost(n) = t(n tokens) / t(1)
+    for each forward (StepRecord.drafter_feeds). Every forward counts, the one whose row the
+    policy refused included."""
+    return sum(1.0 if n == 1 else step_cost(n) for n in feeds)
 

@@ -207,29 +207,35 @@ def test_walltime_model_prices_each_round():
 
 def test_predicted_speedup_prices_rounds_in_the_plain_runs_step():
     """The plain run took 0.5 s a token; the sweep measured t(1) = 0.4 s, a drafter step of
-    0.1 s and v(5) = 1.5 (0.6 s). So c = 0.2 and v(5) = 1.2 plain steps, v(1) = 1: two rounds
-    of 4 drafts (5 and 2 tokens) and one plain round cost 2 * (0.8 + 1.2) + 1 = 5 steps for 8
-    tokens."""
+    0.1 s, v(5) = 1.5 (0.6 s) and u(2) = 1.5. So c = 0.2 and v(5) = 1.2 plain steps, v(1) = 1.
+    Round 1 drafts 4 (4 forwards, 5 tokens): 0.8 + 1.2; round 2 catches up on 2 tokens, then
+    3 more forwards (2 tokens): 4.5 * 0.2 + 1.2; round 3 pays a refused row and is a plain
+    step: 0.2 + 1. 8 tokens for 5.3 steps."""
     from types import SimpleNamespace
 
     from specbench.costs import Costs
 
-    costs = Costs(c=0.25, target_step_seconds=0.4, drafter_step_seconds=0.1, verify_cost={1: 1.0, 2: 1.1, 5: 1.5}, context_tokens=10)
-    rounds = ((0, 0, 1), (1, 4, 5), (2, 4, 2), (3, 0, 1))
-    def measured(q):  # the rounds, each draft with this q of its token (None: no q)
-        steps = [SimpleNamespace(round=r, draft_tokens=[7] * k, draft_probs=[q] * k, tokens=[1] * n) for r, k, n in rounds]
+    costs = Costs(c=0.25, target_step_seconds=0.4, drafter_step_seconds=0.1, verify_cost={1: 1.0, 2: 1.1, 5: 1.5}, context_tokens=10, drafter_cost={1: 1.0, 2: 1.5, 3: 1.8})
+    rounds = ((0, 0, 1, []), (1, 4, 5, [1, 1, 1, 1]), (2, 4, 2, [2, 1, 1, 1]), (3, 0, 1, [1]))
+    def measured(q, feeds=True):  # the rounds, each draft with this q of its token (None: no q)
+        steps = [SimpleNamespace(round=r, draft_tokens=[7] * k, draft_probs=[q] * k, tokens=[1] * n, drafter_feeds=f if feeds else []) for r, k, n, f in rounds]
         return bench.Measurement(list(range(9)), RunStats(), steps=steps)
 
     m = measured(0.5)
     run = PlannedRun("specbench", "model", "cost", 4, 0.0, Prompt("a", "code", ("x",)), 0)
-    assert bench.predicted_speedup(run, m, costs, bench.Baseline(2.0, "")) == pytest.approx(8 / 5)
+    assert bench.predicted_speedup(run, m, costs, bench.Baseline(2.0, "")) == pytest.approx(8 / 5.3)
+    # costs measured before u(n) was: every forward is one step
+    from dataclasses import replace
+    assert bench.predicted_speedup(run, m, replace(costs, drafter_cost=None), bench.Baseline(2.0, "")) == pytest.approx(8 / 5.2)
     ngram = PlannedRun("specbench", "ngram", "cost", 4, 0.0, Prompt("a", "code", ("x",)), 0)
-    assert bench.predicted_speedup(ngram, measured(None), costs, bench.Baseline(2.0, "")) == pytest.approx(8 / 3.4)  # no q: c = 0
+    assert bench.predicted_speedup(ngram, measured(None, feeds=False), costs, bench.Baseline(2.0, "")) == pytest.approx(8 / 3.4)  # no forwards
     assert bench.predicted_speedup(run, m, costs, None) is None
-    # model+lookup: a round of 4 copied drafts (no q) pays no drafter step, 0.8 less
-    m.steps[1].draft_probs = [None] * 4
+    # model+lookup: round 1 copies its 4 drafts (no forward); round 2 catches up on the 5
+    # tokens round 1 added, u(5) = 2.4 (the line past u(3)): (2.4 + 3) * 0.2 + 1.2
+    m.steps[1].draft_probs, m.steps[1].drafter_feeds = [None] * 4, []
+    m.steps[2].drafter_feeds = [5, 1, 1, 1]
     hybrid = PlannedRun("specbench", "model+lookup", "cost", 4, 0.0, Prompt("a", "code", ("x",)), 0)
-    assert bench.predicted_speedup(hybrid, m, costs, bench.Baseline(2.0, "")) == pytest.approx(8 / 4.2)
+    assert bench.predicted_speedup(hybrid, m, costs, bench.Baseline(2.0, "")) == pytest.approx(8 / 4.68)
 
 
 def test_resumed_csv_keeps_its_own_columns(tmp_path):

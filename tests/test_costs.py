@@ -13,7 +13,11 @@ def test_measure_costs_on_tiny_models():
     assert sorted(costs.verify_measured) == [1, 2, 3, 4] and costs.verify_measured[1] == 1.0
     assert costs.verify_cost[2] <= costs.verify_cost[3] <= costs.verify_cost[4]  # a line, slope >= 0
     assert costs.c is not None and costs.c > 0 and costs.target_step_seconds > 0
-    assert measure_costs(target, None, [1, 2, 3], repeats=1, max_k=2).c is None
+    assert sorted(costs.drafter_cost) == [1, 2, 3, 4] and costs.drafter_cost[1] == 1.0  # u(n)
+    assert costs.drafter_cost[3] <= costs.drafter_cost[4]  # the line past u(2)
+    assert Costs.from_meta(costs.as_meta()) == costs
+    alone = measure_costs(target, None, [1, 2, 3], repeats=1, max_k=2)
+    assert alone.c is None and alone.drafter_cost is None
 
 
 def test_verify_curve_is_a_line_through_the_points_past_one():

@@ -22,7 +22,7 @@ from specbench.drafters import (
     make_drafter,
     ngram_predict,
 )
-from specbench.gamma import Keep
+from specbench.gamma import FixedGamma, Keep
 
 
 def always(step, probs, token=None):
@@ -261,6 +261,7 @@ def test_model_plus_lookup_copies_without_a_forward_and_catches_up_after(tiny_pa
     finally:
         hook.remove()
     assert drafted.probs is not None and fed[1] == 4  # the copy's 42, 8, 29 and 11 in one forward
+    assert copy.feeds == [] and drafted.feeds == fed[1:] == [4, 1, 1]  # the record the walltime model prices
     fresh = ModelDrafter(drafter_model).propose(context, 3, lambda step, q, token=None: True)
     assert drafted.tokens.tolist() == fresh.tokens.tolist()
 
@@ -283,6 +284,34 @@ def test_model_drafter_makes_no_forward_after_keep_last(tiny_pair):
     assert draft.tokens.tolist() == ModelDrafter(drafter_model).propose(context, 6, always).tokens.tolist()[:3]
     drafter.commit(3)
     assert cache_length(drafter.cache) == len(context) + 2  # the last draft was never fed
+    assert draft.feeds == [len(context), 1, 1]  # the first propose read the whole context
+
+
+def test_model_drafter_records_every_forward_it_feeds(tiny_pair):
+    """Draft.feeds lists the tokens of each forward, as a hook sees them: after a fully
+    accepted round the last draft and the bonus token go in one forward; a row the policy
+    refuses was still paid for."""
+    _, drafter_model = tiny_pair
+    fed = []
+    hook = drafter_model.register_forward_hook(lambda m, args, kwargs, out: fed.append(kwargs["input_ids"].shape[-1]), with_kwargs=True)
+    try:
+        drafter = ModelDrafter(drafter_model)
+        context = torch.tensor([3, 17, 42, 8, 29, 5])
+        drafter.prefill(context)
+        context = torch.cat([context, torch.tensor([10])])  # the first-target pass's token
+        first = drafter.propose(context, 3, always)  # 3 drafts, the last never fed
+        drafter.commit(3)  # all accepted; the target adds a bonus token
+        context = torch.cat([context, first.tokens, torch.tensor([11])])
+        refused = drafter.propose(context, 3, lambda step, probs, token=None: Keep.YES if step == 0 else Keep.NO)
+        drafter.commit(0)  # the one draft rejected; the target's correction follows
+        context = torch.cat([context, torch.tensor([12])])
+        last = drafter.propose(context, 1, always)
+    finally:
+        hook.remove()
+    assert first.feeds == [1, 1, 1]
+    assert refused.feeds == [2, 1] and refused.tokens.shape == (1,)  # catch-up, then the refused row
+    assert last.feeds == [1]
+    assert fed[1:] == first.feeds + refused.feeds + last.feeds  # fed[0]: the prefill
 
 
 # ---------------------------------------------------------------------------- prefill
@@ -320,3 +349,25 @@ def test_table_drafter_prefill_then_propose_equals_lazy_propose(make):
     eager.prefill(prompt)
     assert eager.table.size == len(prompt)
     assert eager.propose(context, 3, always).tokens.tolist() == lazy.propose(context, 3, always).tokens.tolist()
+
+
+@pytest.mark.parametrize("name", ["model", "model+lookup"])
+def test_generation_records_each_drafter_forward(close_pair, name):
+    """Across a whole generation (rejections, bonus tokens, copies, a refusing policy), the
+    rounds' drafter_feeds are exactly the drafter forwards a hook sees after the prefill."""
+    from specbench.decode import GenerationConfig, speculative_generate
+    from specbench.gamma import CostAwareGamma
+
+    target, drafter_model = close_pair
+    fed = []
+    hook = drafter_model.register_forward_hook(lambda m, args, kwargs, out: fed.append(kwargs["input_ids"].shape[-1]), with_kwargs=True)
+    try:
+        for policy in (FixedGamma(3), CostAwareGamma(6, 0.2, {1: 1.0, 2: 1.1, 7: 1.4})):
+            fed.clear()
+            prompt = [2, 2, 2, 2, 2, 2, 2, 2, 40, 13]
+            result = speculative_generate(target, make_drafter(name, drafter_model), prompt, GenerationConfig(max_new_tokens=40), policy)
+            feeds = [n for step in result.steps for n in step.drafter_feeds]
+            assert fed[0] == len(prompt) and fed[1:] == feeds
+            assert any(n >= 2 for n in feeds)  # some forward caught up on more than one token
+    finally:
+        hook.remove()

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 
 from specbench import models
-from specbench.cache import crop_cache, new_cache
+from specbench.costs import ForwardTimer
 from specbench.kernels import HybridLinear, use_kernels
 
 TOKENS = (1, 2, 3, 4)
@@ -26,18 +25,14 @@ HALF_ROWS = (1, 2, 3)
 @torch.inference_mode()
 def forward_ms(model, context: list[int], repeats: int) -> dict[tuple[int, int], float]:
     """(half rows, new tokens) -> median milliseconds of one forward (last row's logits)."""
-    cache = new_cache(model)
-    model(input_ids=torch.tensor([context]), past_key_values=cache, use_cache=True, logits_to_keep=1)
+    timer = ForwardTimer(model, context)
     times: dict[tuple[int, int], list[float]] = {(h, n): [] for h in HALF_ROWS for n in TOKENS}
     default = HybridLinear.HALF_ROWS
     try:
         for round_ in range(repeats + 1):  # round 0 warms up
             for (half_rows, n), samples in times.items():
                 HybridLinear.HALF_ROWS = half_rows
-                start = time.perf_counter()
-                model(input_ids=torch.tensor([context[-n:]]), past_key_values=cache, use_cache=True, logits_to_keep=1)
-                elapsed = time.perf_counter() - start
-                crop_cache(cache, len(context))
+                elapsed = timer.seconds(n, rows=1)
                 if round_:
                     samples.append(elapsed)
     finally:

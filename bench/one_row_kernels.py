@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 
 from specbench import models
-from specbench.cache import crop_cache, new_cache
+from specbench.costs import ForwardTimer
 from specbench.kernels import HybridLinear, use_kernels
 
 DENSE = HybridLinear.forward  # one half-precision row: the dense weight (fp32 rows: oneDNN)
@@ -33,16 +32,12 @@ def packed_always(self, x):
 
 @torch.inference_mode()
 def one_row_ms(model, context: list[int], repeats: int) -> dict[str, float]:
-    cache = new_cache(model)
-    model(input_ids=torch.tensor([context]), past_key_values=cache, use_cache=True, logits_to_keep=1)
+    timer = ForwardTimer(model, context)
     times: dict[str, list[float]] = {"dense GEMV": [], "oneDNN packed": []}
     for round_ in range(repeats + 1):  # round 0 warms up
         for name, forward in (("dense GEMV", dense_one_row), ("oneDNN packed", packed_always)):
             HybridLinear.forward = forward
-            start = time.perf_counter()
-            model(input_ids=torch.tensor([[context[-1]]]), past_key_values=cache, use_cache=True, logits_to_keep=1)
-            elapsed = time.perf_counter() - start
-            crop_cache(cache, len(context))
+            elapsed = timer.seconds(1)
             if round_:
                 times[name].append(elapsed)
     HybridLinear.forward = DENSE

@@ -78,7 +78,7 @@ def _curve(raw: dict | None) -> dict[int, float] | None:
     return {int(k): float(v) for k, v in raw.items()} if raw else None
 
 
-class _Timer:
+class ForwardTimer:
     """Times forwards over k new tokens on a cache that holds `context`, cropped back after each.
 
     With vocab_limit > 0 a forward is what a restricted model drafter runs (draft_vocab.py):
@@ -139,8 +139,8 @@ def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k
     n = 1..max_k from the drafter (last row's logits only, as a catch-up runs).
 
     repeats + 1 interleaved rounds; the first is a warm-up and is not counted."""
-    target_timer = _Timer(target, context)
-    drafter_timer = _Timer(drafter_model, context, draft_vocab) if drafter_model is not None else None
+    target_timer = ForwardTimer(target, context)
+    drafter_timer = ForwardTimer(drafter_model, context, draft_vocab) if drafter_model is not None else None
     target_times: dict[int, list[float]] = {k: [] for k in range(1, max_k + 1)}
     drafter_times: dict[int, list[float]] = {n: [] for n in range(1, max_k + 1)} if drafter_timer else {}
     for round_ in range(repeats + 1):

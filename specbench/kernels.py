@@ -17,8 +17,9 @@ what makes the bf16 drafter fast: 75 ms a step for the default drafter, 122 ms t
 packed fp32 copy) and for two: a model drafter feeds two tokens after every fully accepted
 round (its last draft and the bonus token), and two half rows still beat the packed copy
 (`bench/catch_up_rows.py`: a two-token forward of the default drafter took 1.44 single
-steps, against 1.70 through the packed copy; three took 1.77 either way). More rows run through the packed fp32 copy: the input is widened to
-fp32 and the output rounded back. Packed results agree with the half kernel to half
+steps, against 1.70 through the packed copy; three rows on the half weight gained
+nothing). More rows run through the packed fp32 copy: the input is widened to fp32 and
+the output rounded back. Packed results agree with the half kernel to half
 rounding, not bit for bit; that is harmless for a drafter, whose q is whatever it computed.
 
 This module only swaps modules; it knows nothing about decoding.

@@ -96,7 +96,9 @@ def policies(costs) -> dict:
         f"cost <= {cap}, lambda 1, pooled steps (before)": lambda: CostAwareGamma(cap, costs.c, costs.verify_cost, at_rate=False, split_first=False),
         f"cost <= {cap}, lambda 1": lambda: CostAwareGamma(cap, costs.c, costs.verify_cost, at_rate=False),
         f"cost <= {cap}, pooled steps": lambda: CostAwareGamma(cap, costs.c, costs.verify_cost, split_first=False),
+        f"cost <= {cap}, next draft priced by its row's a(m)": lambda: CostAwareGamma(cap, costs.c, costs.verify_cost, follow=False),
         f"cost <= {cap} (now)": lambda: CostAwareGamma(cap, costs.c, costs.verify_cost),
+        "cost <= 20, next draft priced by its row's a(m)": lambda: CostAwareGamma(20, costs.c, costs.verify_cost, follow=False),
         "cost <= 20 (now)": lambda: CostAwareGamma(20, costs.c, costs.verify_cost),
     }
 

@@ -349,10 +349,14 @@ class CostAwareGamma:
                                 one, learned online: the fixed cost of verifying at all is
                                 weighed against the round's expected yield)
                        step i:  P_i >= lambda * d_i
-      draft i + 1?     P_i * a'(m_i) >= lambda * (d_(i+1) + c)
-                       (the next row's confidence is not known yet; this one's stands in,
-                       read from the table for steps after 0; c is 0 for a draft without q:
-                       it came from a table or a copy, not from a forward)
+      draft i + 1?     P_i * f(m_i) >= lambda * (d_(i+1) + c)
+                       (the next row's confidence is not known yet; f(m) is how often a
+                       forward that followed an accepted draft of confidence m yielded an
+                       accepted draft, a refused row counting as none: its own table, fed the
+                       same verdicts. The row's own a(m) overrated the next row where a
+                       confident token is followed by a hard one, as in translation. c is 0
+                       for a draft without q: it came from a table or a copy, not from a
+                       forward)
     Keep.NO, Keep.YES or Keep.LAST follow. LAST saves the forward for a row that would be
     refused: an earlier version asked only "P_i >= d_i + c" after the forward, and so paid c
     for one refused row in almost every round.
@@ -379,16 +383,17 @@ class CostAwareGamma:
     RATE_PRIOR = 2.0  # lambda starts as this many rounds of 1 token for 1 target step
     MAX_SKIP = 16
 
-    def __init__(self, gamma_max: int, c: float, verify_cost: dict[int, float], *, at_rate: bool = True, split_first: bool = True, read_token: bool = True):
+    def __init__(self, gamma_max: int, c: float, verify_cost: dict[int, float], *, at_rate: bool = True, split_first: bool = True, read_token: bool = True, follow: bool = True):
         """at_rate=False prices every token at 1 (lambda = 1); split_first=False pools step 0's
-        verdicts with the later steps'; read_token=False ignores the drawn token. Each is the
-        policy before a change, kept for bench/replay_policies.py, bench/rate_policy_ab.py
-        and bench/drawn_token_ab.py."""
+        verdicts with the later steps'; read_token=False ignores the drawn token; follow=False
+        prices the next draft with this row's own a(m) instead of f(m). Each is the policy
+        before a change, kept for bench/replay_policies.py, bench/rate_policy_ab.py and
+        bench/drawn_token_ab.py."""
         _check_gamma("gamma-max", gamma_max)
         if not c >= 0:
             raise ValueError(f"the drafter cost ratio c must be >= 0, got {c}")
         self.gamma_max, self.c = gamma_max, c
-        self.at_rate, self.split_first, self.read_token = at_rate, split_first, read_token
+        self.at_rate, self.split_first, self.read_token, self.follow = at_rate, split_first, read_token, follow
         self.v = _verify_curve(verify_cost, gamma_max + 1)
         prior = [self.PRIOR_WEIGHT * (b + 0.5) / self.BINS for b in range(self.BINS + 1)]
         # [depth][bin]: depth 0 is step 0, depth 1 every later step; the last bin: drafts without q
@@ -397,6 +402,9 @@ class CostAwareGamma:
         # the same, binned by the drawn token's q instead of the row's top q
         self._accepted_drawn = [list(prior), list(prior)]
         self._checked_drawn = [[self.PRIOR_WEIGHT] * (self.BINS + 1) for _ in range(2)]
+        # [bin of row i]: forwards run after an accepted draft i, and how many yielded an accepted draft
+        self._followed = list(prior)
+        self._follow_runs = [self.PRIOR_WEIGHT] * (self.BINS + 1)
         self._after_first = [1.0, 1.0]  # further accepted drafts, rounds with the first accepted
         self._tokens, self._cost = self.RATE_PRIOR, self.RATE_PRIOR  # lambda = tokens / cost
         self._skip, self._skip_left = 0, 0
@@ -435,7 +443,7 @@ class CostAwareGamma:
             self._p_all = p_all
         if step + 1 >= self.gamma_max:
             return Keep.LAST
-        next_gain = p_all * self._acceptance(self._depth(step + 1), b)
+        next_gain = p_all * (self._follow_acceptance(b) if self.follow else self._acceptance(self._depth(step + 1), b))
         next_cost = self._rate * (self._added(step + 1) + (0.0 if free else self.c))
         if next_gain < next_cost:
             self._p_all, self._threshold, self._stopped_at = next_gain, next_cost, step + 1
@@ -451,6 +459,9 @@ class CostAwareGamma:
     def _drawn_acceptance(self, depth: int, b: int) -> float:
         return self._accepted_drawn[depth][b] / self._checked_drawn[depth][b]
 
+    def _follow_acceptance(self, b: int) -> float:
+        return self._followed[b] / self._follow_runs[b]
+
     def _added(self, step: int) -> float:
         """d_step: the verify cost that draft `step` adds."""
         return self.v[step + 2] - self.v[step + 1]
@@ -464,6 +475,12 @@ class CostAwareGamma:
             self._accepted[depth][b] += survived
             self._checked_drawn[depth][drawn] += 1
             self._accepted_drawn[depth][drawn] += survived
+        # the forwards that followed an accepted draft: the next kept draft, or a refused row
+        refused_row = n_drafted > 0 and self._stopped_at == n_drafted and self._wasted
+        run_after = n_drafted - 1 + (1 if refused_row else 0)
+        for i in range(min(n_accepted, run_after, len(self._bins))):
+            self._follow_runs[self._bins[i]] += 1
+            self._followed[self._bins[i]] += 1 if i + 1 < n_accepted else 0
         if n_accepted >= 1:
             self._after_first[0] += n_accepted - 1
             self._after_first[1] += 1

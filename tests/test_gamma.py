@@ -422,6 +422,41 @@ def test_cost_rejections_at_step_zero_do_not_condemn_later_steps():
     assert drafted == {True: 4, False: 2}  # pooled, the failures at step 0 stop step 1
 
 
+def test_cost_prices_the_next_forward_by_what_followed_this_confidence():
+    """Every round: a confident first draft (top q 0.95) that the target accepts, then an
+    unsure row (top q 0.35) whose draft is rejected, or refused once that is learned. Rows of
+    0.95 never appear after step 0, so the row's own a(0.95) for later steps stays at its prior
+    and the old rule keeps paying a forward for step 1. f(0.95) learns that the forward after
+    such a draft yields nothing, and the round stops after step 0 (LAST)."""
+    answers = {}
+    for follow in (True, False):
+        policy = CostAwareGamma(4, c=0.1, verify_cost=COSTS.verify_cost, follow=follow)
+        for _ in range(30):
+            run_round(policy, [peaked(0.95)] + [peaked(0.35)] * 3, n_accepted=1)
+        policy.next_gamma()
+        answers[follow] = policy.keep_drafting(0, peaked(0.95))
+    assert answers == {True: Keep.LAST, False: Keep.YES}
+
+
+def test_cost_follow_table_counts_a_refused_row_as_a_forward_that_yielded_nothing():
+    """After an accepted draft of bin b, the forward for the next draft either yields an
+    accepted draft, a rejected one, or a row the policy refuses; only the first counts as a
+    success. No forward ran after a LAST: nothing is counted."""
+    policy = CostAwareGamma(6, c=0.3, verify_cost=COSTS.verify_cost)
+    before = (policy._followed[9], policy._follow_runs[9])
+    policy.next_gamma()
+    assert policy.keep_drafting(0, peaked(0.95)) == Keep.YES
+    assert policy.keep_drafting(1, uniform()) == Keep.NO  # the forward ran; its row refused
+    policy.update(1, 1)
+    assert (policy._followed[9], policy._follow_runs[9]) == (before[0], before[1] + 1)
+    policy.next_gamma()
+    assert policy.keep_drafting(0, peaked(0.95)) == Keep.YES
+    assert policy.keep_drafting(1, peaked(0.95)) == Keep.YES
+    assert policy.keep_drafting(2, peaked(0.95)) == Keep.YES
+    policy.update(2, 3)  # drafts 0, 1 accepted; draft 2 rejected
+    assert (policy._followed[9], policy._follow_runs[9]) == (before[0] + 1, before[1] + 3)
+
+
 def test_cost_without_q_uses_running_acceptance():
     policy = CostAwareGamma(4, c=0.0, verify_cost={k: 1.0 for k in range(1, 6)})
     assert run_round(policy, [None] * 4) == 4  # free verify and drafter: always draft

@@ -117,6 +117,17 @@ def parse_dtype(name: str) -> torch.dtype:
         raise ModelError(f"unknown dtype {name!r}; choose from float32, bfloat16, float16") from None
 
 
+AUTO = "auto"
+
+
+def resolve_draft_dtype(name: str, device: str) -> str:
+    """The drafter dtype "auto" stands for: int8 on the CPU when PyTorch has its int8
+    weight-only kernel, bfloat16 otherwise (a GPU, device "auto"); other names unchanged."""
+    if name.lower() != AUTO:
+        return name
+    return INT8 if device == "cpu" and int8_available() else "bfloat16"
+
+
 def parse_draft_dtype(name: str, device: str) -> torch.dtype:
     """The dtype a drafter loads in; int8 (weight-only, quantize.py) loads bf16 first."""
     if name.lower() != INT8:
@@ -354,10 +365,13 @@ class PairConfig:
     target: str = DEFAULT  # a model spec
     drafter: str = DEFAULT  # a model spec, "none", or a drafter name (see drafter_kind)
     dtype: str = defaults.DEFAULT_DTYPE  # target weights
-    draft_dtype: str = defaults.DEFAULT_DRAFT_DTYPE  # drafter weights
+    draft_dtype: str = defaults.DEFAULT_DRAFT_DTYPE  # drafter weights; "auto" is resolved on creation
     device: str = "cpu"  # cpu, cuda, mps or auto
     draft_vocab: int = defaults.DEFAULT_DRAFT_VOCAB  # a model drafter scores ids below it (+ prompt, EOS); 0: all
     lookup: bool = defaults.DEFAULT_LOOKUP  # a model drafter copies from the context when it can ("model+lookup")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "draft_dtype", resolve_draft_dtype(self.draft_dtype, self.device))
 
 
 @dataclass

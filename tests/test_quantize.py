@@ -9,7 +9,7 @@ from specbench.bench import _model_meta
 from specbench.decode import GenerationConfig, plain_generate, speculative_generate
 from specbench.drafters import ModelDrafter
 from specbench.gamma import FixedGamma
-from specbench.models import ModelError, parse_draft_dtype, parse_dtype
+from specbench.models import ModelError, PairConfig, parse_draft_dtype, parse_dtype, resolve_draft_dtype
 from specbench.quantize import MAX_INT8_ROWS, Int8Linear, dequantize_rows, int8_available, quantize_linears, quantize_rows
 
 needs_int8 = pytest.mark.skipif(not int8_available(), reason="no int8 weight-only kernel in this torch")
@@ -60,6 +60,17 @@ def test_int8_is_for_drafters_on_the_cpu():
     with pytest.raises(ModelError, match="CPU only"):
         parse_draft_dtype("int8", "cuda")
     assert parse_draft_dtype("bf16", "cpu") == torch.bfloat16
+
+
+def test_auto_drafter_dtype_is_int8_on_the_cpu_and_bf16_elsewhere(monkeypatch):
+    expected_cpu = "int8" if int8_available() else "bfloat16"
+    assert resolve_draft_dtype("auto", "cpu") == expected_cpu
+    assert PairConfig().draft_dtype == expected_cpu  # the default is auto, resolved on creation
+    assert resolve_draft_dtype("auto", "cuda") == resolve_draft_dtype("auto", "auto") == "bfloat16"
+    assert PairConfig(device="cuda:1").draft_dtype == "bfloat16"
+    assert resolve_draft_dtype("float32", "cpu") == "float32"  # named dtypes pass through
+    monkeypatch.setattr("specbench.models.int8_available", lambda: False)
+    assert resolve_draft_dtype("auto", "cpu") == "bfloat16"  # a torch without the int8 kernel
 
 
 @needs_int8

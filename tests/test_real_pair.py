@@ -23,7 +23,7 @@ NEW_TOKENS = 32
 def pair():
     if any(defaults.status(model).parts_found < model.n_parts for model in defaults.PAIR):
         pytest.fail(f"the default pair's packages are not installed: {defaults.INSTALL_HINT}")
-    return models.load_pair(models.PairConfig())  # fp32 target, bf16 drafter: the defaults
+    return models.load_pair(models.PairConfig())  # fp32 target, int8 drafter on the CPU: the defaults
 
 
 def test_default_pair_is_cached_and_matched(pair):

@@ -72,6 +72,27 @@ def test_sample_is_seeded():
     assert a == b
 
 
+def test_sample_follows_probs_and_never_draws_a_zero_probability_token():
+    probs = torch.tensor([0.0, 0.1, 0.0, 0.6, 0.3, 0.0])
+    ids = sample(probs.expand(100_000, 6), torch.Generator().manual_seed(0))
+    counts = torch.bincount(ids, minlength=6)
+    assert counts[0] == counts[2] == counts[5] == 0
+    expected = 100_000 * probs[[1, 3, 4]]
+    chi2 = float((((counts[[1, 3, 4]] - expected) ** 2) / expected).sum())
+    assert chi2 < 13.8  # 2 degrees of freedom, p = 0.001
+
+
+def test_sample_takes_the_last_token_with_mass_when_u_rounds_up_to_the_total(monkeypatch):
+    probs = torch.tensor([[0.5, 0.5, 0.0, 0.0], [0.25, 0.25, 0.25, 0.25]])
+    monkeypatch.setattr(torch, "rand", lambda *shape, **kw: torch.ones(*shape, dtype=kw.get("dtype")))
+    assert sample(probs, None).tolist() == [1, 3]
+
+
+def test_minus_inf_logits_alone_keep_the_fast_path_and_mean_probability_zero():
+    probs = logits_to_probs(torch.tensor([[0.0, float("-inf"), 1.0], [2.0, 2.0, float("-inf")]]), SamplingConfig(temperature=1.0))
+    assert torch.allclose(probs, torch.tensor([[1 / (1 + math.e), 0.0, math.e / (1 + math.e)], [0.5, 0.5, 0.0]]))
+
+
 def test_entropy_of_uniform_is_log_v():
     assert math.isclose(float(entropy(torch.full((8,), 1 / 8))), math.log(8), rel_tol=1e-5)
     assert float(entropy(torch.tensor([1.0, 0.0]))) == pytest.approx(0.0, abs=1e-6)

@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=8)
     args = parser.parse_args()
     models.quiet_transformers()
-    pair = models.load_pair(models.PairConfig())
+    pair = models.load_pair(models.PairConfig(draft_dtype="bfloat16"))  # measures the bf16 drafter, whatever the default
     drafter = pair.drafter_model.model
     use_kernels(drafter, "auto")
     ms = forward_ms(drafter, list(range(1000, 1000 + args.context)), args.repeats)

@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("--gamma-max", type=int, default=12)
     args = parser.parse_args()
     models.quiet_transformers()
-    pair = models.load_pair(models.PairConfig())
+    pair = models.load_pair(models.PairConfig(draft_dtype="bfloat16"))  # measures the bf16 drafter, whatever the default
     target = pair.target.model
     drafters = {"bf16": pair.drafter_model.model, "int8": copy.deepcopy(pair.drafter_model.model)}
     quantize_linears(drafters["int8"])

@@ -34,6 +34,8 @@ from collections.abc import Iterable
 import torch
 import torch.nn.functional as F
 
+from specbench.quantize import Int8Linear, int8_linear, runs_int8
+
 
 def draft_token_ids(limit: int, vocab_size: int, extra: Iterable[int] = ()) -> torch.Tensor:
     """The ids a restricted drafter scores: 0 .. limit-1 and every extra id below vocab_size,
@@ -70,10 +72,14 @@ def output_head(model) -> torch.nn.Module:
 
 def restricted_head(model, limit: int, extra: Iterable[int] = ()) -> RestrictedHead | None:
     """A RestrictedHead over the model's head for draft_token_ids(limit, ..., extra), or None
-    when those ids are the whole vocabulary (the model's own head does the same, cheaper)."""
+    when those ids are the whole vocabulary (the model's own head does the same, cheaper).
+    An int8 head (quantize.py) lends its int8 rows too."""
     head = output_head(model)
     ids = draft_token_ids(limit, head.weight.shape[0], extra)
-    return RestrictedHead(head, ids) if ids.shape[0] < head.weight.shape[0] else None
+    if ids.shape[0] >= head.weight.shape[0]:
+        return None
+    full = model.get_output_embeddings()
+    return RestrictedHead(head, ids, full if isinstance(full, Int8Linear) else None)
 
 
 def restricted_logits(model, head: RestrictedHead, input_ids: torch.Tensor, cache, last: int = 1) -> torch.Tensor:
@@ -90,11 +96,17 @@ class RestrictedHead:
     The ids it starts with are copied once into one weight (N x hidden); add(ids) keeps
     more in a second, small weight, so an id the output gains costs a copy of the added
     rows only, not of the N rows. A call reads only kept rows.
+
+    Given the Int8Linear that `head` is the dense twin of, it keeps the int8 rows of the same
+    ids as well and scores a drafter step (up to MAX_INT8_ROWS rows) through the int8 kernel,
+    as the full int8 head does: the 65,536-row bf16 head took 7.3 ms of a 46 ms int8 drafter
+    step on the AVX-512 machine (bench/drafter_head.py), the int8 rows half the bytes.
     """
 
-    def __init__(self, head: torch.nn.Module, ids: torch.Tensor):
+    def __init__(self, head: torch.nn.Module, ids: torch.Tensor, int8: Int8Linear | None = None):
         self.full_weight = head.weight.detach()
         self.full_bias = None if getattr(head, "bias", None) is None else head.bias.detach()
+        self.int8 = int8
         self.vocab_size = self.full_weight.shape[0]
         device = self.full_weight.device
         self.kept = torch.zeros(self.vocab_size, dtype=torch.bool, device=device)
@@ -110,9 +122,11 @@ class RestrictedHead:
         self.kept[new] = True
         return new
 
-    def _part(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def _part(self, ids: torch.Tensor) -> tuple:
+        """(ids, weight rows, bias, (int8 rows, scales) or None) for these ids."""
         bias = None if self.full_bias is None else self.full_bias.index_select(0, ids)
-        return ids, self.full_weight.index_select(0, ids), bias
+        packed = None if self.int8 is None else (self.int8.qweight.index_select(0, ids), self.int8.scales.index_select(0, ids))
+        return ids, self.full_weight.index_select(0, ids), bias, packed
 
     def add(self, ids: torch.Tensor) -> int:
         """Keep these ids too (ids already kept, repeats and ids past the vocabulary are
@@ -133,11 +147,18 @@ class RestrictedHead:
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [..., hidden] -> logits [..., vocab]."""
         hidden = hidden.to(self.full_weight.dtype)
-        ids, weight, bias = self.first
-        kept = F.linear(hidden, weight, bias)
+        kept = _linear(hidden, self.first)
         logits = kept.new_full((*kept.shape[:-1], self.vocab_size), torch.finfo(kept.dtype).min)
-        logits[..., ids] = kept
-        ids, weight, bias = self.added
-        if ids.numel():
-            logits[..., ids] = F.linear(hidden, weight, bias)
+        logits[..., self.first[0]] = kept
+        if self.added[0].numel():
+            logits[..., self.added[0]] = _linear(hidden, self.added)
         return logits
+
+
+def _linear(hidden: torch.Tensor, part: tuple) -> torch.Tensor:
+    """One part of a RestrictedHead applied to hidden: through its int8 rows when it has them
+    and the call fits the int8 kernel, else through its dense rows."""
+    _, weight, bias, packed = part
+    if packed is not None and runs_int8(hidden):
+        return int8_linear(hidden, *packed, bias)
+    return F.linear(hidden, weight, bias)

@@ -52,13 +52,22 @@ class Int8Linear(torch.nn.Module):
         self.dense.requires_grad_(False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.numel() // self.in_features
-        if rows > MAX_INT8_ROWS or x.dtype != torch.bfloat16:
+        if not runs_int8(x):
             return self.dense(x)
-        out = torch._weight_int8pack_mm(x.reshape(rows, self.in_features), self.qweight, self.scales)
-        if self.dense.bias is not None:
-            out = out + self.dense.bias
-        return out.reshape(*x.shape[:-1], self.out_features)
+        return int8_linear(x, self.qweight, self.scales, self.dense.bias)
+
+
+def runs_int8(x: torch.Tensor) -> bool:
+    """Whether activations x [..., in] take the int8 kernel: bf16, at most MAX_INT8_ROWS rows."""
+    return x.dtype == torch.bfloat16 and x.numel() // x.shape[-1] <= MAX_INT8_ROWS
+
+
+def int8_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x [..., in] (bf16) times int8 rows qweight [out, in] with scales [out], plus bias."""
+    out = torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), qweight, scales)
+    if bias is not None:
+        out = out + bias
+    return out.reshape(*x.shape[:-1], qweight.shape[0])
 
 
 def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

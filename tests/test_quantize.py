@@ -7,6 +7,8 @@ import torch
 from conftest import PROMPTS, noisy_copy, tiny_model
 from specbench.bench import _model_meta
 from specbench.decode import GenerationConfig, plain_generate, speculative_generate
+from specbench import draft_vocab
+from specbench.draft_vocab import restricted_head
 from specbench.drafters import ModelDrafter
 from specbench.gamma import FixedGamma
 from specbench.models import ModelError, PairConfig, parse_draft_dtype, parse_dtype, resolve_draft_dtype
@@ -79,3 +81,39 @@ def test_a_sweep_records_an_int8_drafter_as_int8():
     assert _model_meta(drafter, "d")["dtype"] == "bfloat16"
     quantize_linears(drafter)
     assert _model_meta(drafter, "d")["dtype"] == "int8"
+
+
+@needs_int8
+def test_a_restricted_head_over_an_int8_drafter_scores_through_its_int8_rows():
+    torch.manual_seed(0)
+    drafter = tiny_model(0).to(torch.bfloat16)
+    quantize_linears(drafter)
+    head = restricted_head(drafter, 10, [40])
+    assert head is not None and head.int8 is drafter.lm_head
+    head.add(torch.tensor([50, 3]))  # 50 is new: it goes into the small second part
+    ids = head.ids
+    assert ids.tolist() == [*range(10), 40, 50]
+    with torch.no_grad():
+        for n in (1, MAX_INT8_ROWS, MAX_INT8_ROWS + 1):
+            hidden = torch.randn(n, drafter.config.hidden_size, dtype=torch.bfloat16)
+            logits, full = head(hidden), drafter.lm_head(hidden)  # n rows: int8 kernel or dense twin, as the full head
+            torch.testing.assert_close(logits[:, ids], full[:, ids], rtol=1e-2, atol=1e-2)
+            assert (logits[:, 20] == torch.finfo(torch.bfloat16).min).all()  # an id left out
+
+
+@needs_int8
+def test_an_int8_drafter_with_a_restricted_head_keeps_greedy_parity(monkeypatch):
+    target = tiny_model(0)
+    drafter = noisy_copy(target, 0.2, seed=7).to(torch.bfloat16)
+    quantize_linears(drafter)
+    head_rows = []  # output rows of each int8 call through a restricted head
+    real = draft_vocab.int8_linear
+    monkeypatch.setattr(draft_vocab, "int8_linear", lambda x, q, *rest: head_rows.append(q.shape[0]) or real(x, q, *rest))
+    config = GenerationConfig(max_new_tokens=30)
+    accepted = 0
+    for prompt in PROMPTS:
+        result = speculative_generate(target, ModelDrafter(drafter, vocab_limit=16), prompt, config, FixedGamma(4))
+        assert result.token_ids == plain_generate(target, prompt, config).token_ids
+        accepted += result.stats.accepted
+    assert accepted > 0
+    assert head_rows and max(head_rows) < drafter.config.vocab_size  # drafts were scored by int8 kept rows

@@ -34,6 +34,7 @@ from collections.abc import Iterable
 import torch
 import torch.nn.functional as F
 
+from specbench.lean_step import MAX_LEAN_ROWS, lean_decoder
 from specbench.quantize import Int8Linear, int8_linear, runs_int8
 
 
@@ -82,10 +83,15 @@ def restricted_head(model, limit: int, extra: Iterable[int] = ()) -> RestrictedH
     return RestrictedHead(head, ids, full if isinstance(full, Int8Linear) else None)
 
 
-def restricted_logits(model, head: RestrictedHead, input_ids: torch.Tensor, cache, last: int = 1) -> torch.Tensor:
-    """Feed input_ids ([1, n]) over the cache through the model's body, then the restricted
-    head: logits of the last `last` positions, [last, vocab]."""
-    hidden = model.get_decoder()(input_ids=input_ids, past_key_values=cache, use_cache=True).last_hidden_state
+def restricted_logits(model, head: RestrictedHead, input_ids: torch.Tensor, cache, last: int = 1, lean: bool = True) -> torch.Tensor:
+    """Feed input_ids ([1, n]) over the cache through the model's body (a draft step through
+    lean_step.py's forward where the model's layout allows and lean is True), then the
+    restricted head: logits of the last `last` positions, [last, vocab]."""
+    decoder = lean_decoder(model) if lean and input_ids.shape[1] <= MAX_LEAN_ROWS else None
+    if decoder is not None:
+        hidden = decoder(input_ids, cache)
+    else:
+        hidden = model.get_decoder()(input_ids=input_ids, past_key_values=cache, use_cache=True).last_hidden_state
     return head(hidden[0, -last:])
 
 

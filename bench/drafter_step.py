@@ -1,0 +1,76 @@
+"""One draft step of the default int8 drafter, three ways, side by side.
+
+On a cache of --context prompt tokens (the first quick prompt, repeated), interleaved,
+median of --repeats: a forward over 1 and 2 new tokens (a draft step; a round's catch-up)
+with the restricted head (--draft-vocab, default 65536), through
+  - HF's decoder and the head's bf16 rows (how every step ran before),
+  - HF's decoder and the head's int8 rows (draft_vocab.RestrictedHead given its Int8Linear),
+  - lean_step.py's forward and the int8 rows (how a draft step runs now).
+Prints milliseconds and whether the argmax agrees with the first way's.
+
+    python bench/drafter_step.py [--context 144] [--repeats 21]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from specbench import models
+from specbench.bench import encode_prompt
+from specbench.cache import crop_cache, new_cache
+from specbench.draft_vocab import RestrictedHead, output_head, restricted_head, restricted_logits
+from specbench.kernels import use_kernels
+from specbench.prompts import load_prompts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--context", type=int, default=144)
+    parser.add_argument("--repeats", type=int, default=21)
+    parser.add_argument("--draft-vocab", type=int, default=65536)
+    args = parser.parse_args()
+    models.quiet_transformers()
+    pair = models.load_pair(models.PairConfig(draft_dtype="int8"))
+    drafter = pair.drafter_model.model
+    use_kernels(drafter, "auto")
+    prompt = encode_prompt(pair.tokenizer, load_prompts("quick")[0])
+    context = (prompt * (args.context // len(prompt) + 1))[: args.context]
+    int8_head = restricted_head(drafter, args.draft_vocab, context)
+    bf16_head = RestrictedHead(output_head(drafter), int8_head.ids)
+    ways = {
+        "HF decoder, bf16 head rows": lambda ids, cache: restricted_logits(drafter, bf16_head, ids, cache, lean=False),
+        "HF decoder, int8 head rows": lambda ids, cache: restricted_logits(drafter, int8_head, ids, cache, lean=False),
+        "lean forward, int8 head rows": lambda ids, cache: restricted_logits(drafter, int8_head, ids, cache),
+    }
+    cache = new_cache(drafter)
+    with torch.inference_mode():
+        drafter(input_ids=torch.tensor([context]), past_key_values=cache, use_cache=True, logits_to_keep=1)
+        print(f"{pair.drafter_model.name}, int8, {args.context} cached tokens, {torch.get_num_threads()} threads, median of {args.repeats}")
+        print("| forward | 1 token | 2 tokens | argmax as the first way |")
+        print("|---|---|---|---|")
+        times = {(name, n): [] for name in ways for n in (1, 2)}
+        agree = {name: 0 for name in ways}
+        for r in range(args.repeats + 3):
+            for n in (1, 2):
+                new = torch.tensor([context[r : r + n]])
+                first = None
+                for name, way in ways.items():
+                    start = time.perf_counter()
+                    logits = way(new, cache)
+                    elapsed = time.perf_counter() - start
+                    crop_cache(cache, len(context))
+                    if r >= 3:  # the first rounds warm up
+                        times[name, n].append(elapsed)
+                        first = logits.argmax(-1) if first is None else first
+                        agree[name] += int(torch.equal(logits.argmax(-1), first))
+        for name in ways:
+            ms = [statistics.median(times[name, n]) * 1000 for n in (1, 2)]
+            print(f"| {name} | {ms[0]:.1f} ms | {ms[1]:.1f} ms | {agree[name]}/{2 * args.repeats} |")
+
+
+if __name__ == "__main__":
+    main()

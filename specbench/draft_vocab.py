@@ -79,8 +79,7 @@ def restricted_head(model, limit: int, extra: Iterable[int] = ()) -> RestrictedH
     ids = draft_token_ids(limit, head.weight.shape[0], extra)
     if ids.shape[0] >= head.weight.shape[0]:
         return None
-    full = model.get_output_embeddings()
-    return RestrictedHead(head, ids, full if isinstance(full, Int8Linear) else None)
+    return RestrictedHead(model.get_output_embeddings(), ids)
 
 
 def restricted_logits(model, head: RestrictedHead, input_ids: torch.Tensor, cache, last: int = 1, lean: bool = True) -> torch.Tensor:
@@ -103,16 +102,17 @@ class RestrictedHead:
     more in a second, small weight, so an id the output gains costs a copy of the added
     rows only, not of the N rows. A call reads only kept rows.
 
-    Given the Int8Linear that `head` is the dense twin of, it keeps the int8 rows of the same
-    ids as well and scores a drafter step (up to MAX_INT8_ROWS rows) through the int8 kernel,
-    as the full int8 head does: the 65,536-row bf16 head took 7.3 ms of a 46 ms int8 drafter
-    step on the AVX-512 machine (bench/drafter_head.py), the int8 rows half the bytes.
+    Over an Int8Linear head it keeps the int8 rows of the same ids as well as its dense
+    twin's, and scores a drafter step (up to MAX_INT8_ROWS rows) through the int8 kernel, as
+    the full int8 head does: in a scratch profile on the AVX-512 machine the 65,536 bf16 rows
+    took 7.3 ms of a 46 ms int8 drafter step (bench/drafter_step.py times the step both ways).
     """
 
-    def __init__(self, head: torch.nn.Module, ids: torch.Tensor, int8: Int8Linear | None = None):
+    def __init__(self, head: torch.nn.Module, ids: torch.Tensor):
+        self.int8 = head if isinstance(head, Int8Linear) else None
+        head = head.dense if self.int8 is not None else head
         self.full_weight = head.weight.detach()
         self.full_bias = None if getattr(head, "bias", None) is None else head.bias.detach()
-        self.int8 = int8
         self.vocab_size = self.full_weight.shape[0]
         device = self.full_weight.device
         self.kept = torch.zeros(self.vocab_size, dtype=torch.bool, device=device)

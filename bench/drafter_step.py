@@ -1,11 +1,13 @@
-"""One draft step of the default int8 drafter, three ways, side by side.
+"""One draft step of the default int8 drafter, four ways, side by side.
 
 On a cache of --context prompt tokens (the first quick prompt, repeated), interleaved,
 median of --repeats: a forward over 1 and 2 new tokens (a draft step; a round's catch-up)
 with the restricted head (--draft-vocab, default 65536), through
   - HF's decoder and the head's bf16 rows (how every step ran before),
   - HF's decoder and the head's int8 rows (draft_vocab.RestrictedHead given its Int8Linear),
-  - lean_step.py's forward and the int8 rows (how a draft step runs now).
+  - lean_step.py's forward and the int8 rows through PyTorch's int8 kernel,
+  - the same through specbench's own kernel (native.py, int8_gemv.c; how a draft step runs
+    now where it builds).
 Prints milliseconds and whether the argmax agrees with the first way's.
 
     python bench/drafter_step.py [--context 144] [--repeats 21]
@@ -19,12 +21,22 @@ import time
 
 import torch
 
-from specbench import models
+from specbench import models, native
 from specbench.bench import encode_prompt
 from specbench.cache import crop_cache, new_cache
 from specbench.draft_vocab import RestrictedHead, output_head, restricted_head, restricted_logits
 from specbench.kernels import use_kernels
 from specbench.prompts import load_prompts
+
+
+def pytorch_kernel(forward):
+    """forward() with specbench's int8 kernel turned off (quantize falls back to PyTorch's)."""
+    kernel = native.kernel
+    native.kernel = lambda: None
+    try:
+        return forward()
+    finally:
+        native.kernel = kernel
 
 
 def main() -> None:
@@ -44,8 +56,11 @@ def main() -> None:
     ways = {
         "HF decoder, bf16 head rows": lambda ids, cache: restricted_logits(drafter, bf16_head, ids, cache, lean=False),
         "HF decoder, int8 head rows": lambda ids, cache: restricted_logits(drafter, int8_head, ids, cache, lean=False),
-        "lean forward, int8 head rows": lambda ids, cache: restricted_logits(drafter, int8_head, ids, cache),
+        "lean forward, int8 rows, PyTorch's kernel": lambda ids, cache: pytorch_kernel(lambda: restricted_logits(drafter, int8_head, ids, cache)),
+        "lean forward, int8 rows, specbench's kernel": lambda ids, cache: restricted_logits(drafter, int8_head, ids, cache),
     }
+    if native.kernel() is None:
+        print(f"specbench's kernel is not in use here: {native.why_not()}")
     cache = new_cache(drafter)
     with torch.inference_mode():
         drafter(input_ids=torch.tensor([context]), past_key_values=cache, use_cache=True, logits_to_keep=1)

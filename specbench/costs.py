@@ -40,7 +40,7 @@ from specbench.draft_vocab import restricted_head, restricted_logits
 from specbench.drafters import uses_model
 
 MAX_VERIFY_K = 9  # v(k) is measured for k = 1..MAX_VERIFY_K
-METHOD = 4  # how costs are measured; part of the on-disk cache key (1: one k at a time, no fit; 2: no u(n); 3: draft steps through HF's decoder and bf16 head rows)
+METHOD = 5  # how costs are measured; part of the on-disk cache key (1: one k at a time, no fit; 2: no u(n); 3: draft steps through HF's decoder and bf16 head rows; 4: PyTorch's int8 kernel in the draft step)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from specbench.lean_step import MAX_LEAN_ROWS, lean_decoder
-from specbench.quantize import Int8Linear, int8_linear, runs_int8
+from specbench.quantize import Int8Linear, fast_int8_linear, runs_int8
 
 
 def draft_token_ids(limit: int, vocab_size: int, extra: Iterable[int] = ()) -> torch.Tensor:
@@ -166,5 +166,5 @@ def _linear(hidden: torch.Tensor, part: tuple) -> torch.Tensor:
     and the call fits the int8 kernel, else through its dense rows."""
     _, weight, bias, packed = part
     if packed is not None and runs_int8(hidden):
-        return int8_linear(hidden, *packed, bias)
+        return fast_int8_linear(hidden, *packed, bias)
     return F.linear(hidden, weight, bias)

@@ -25,7 +25,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
-from specbench.quantize import MAX_INT8_ROWS, Int8Linear, int8_linear, runs_int8
+from specbench.quantize import MAX_INT8_ROWS, Int8Linear, fast_int8_linear, runs_int8
 
 LAYOUTS = ("qwen2", "llama")  # model_type values whose decoder layers this forward reproduces
 MAX_LEAN_ROWS = MAX_INT8_ROWS
@@ -66,7 +66,7 @@ class Stacked:
 
     def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
         if self.packed is not None and runs_int8(x):
-            return list(int8_linear(x, *self.packed).split(self.sizes, dim=-1))
+            return list(fast_int8_linear(x, *self.packed).split(self.sizes, dim=-1))
         return [linear(x) for linear in self.linears]
 
 
@@ -97,6 +97,8 @@ class LeanDecoder:
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.qkv = [Stacked([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]) for layer in self.decoder.layers]
         self.gate_up = [Stacked([layer.mlp.gate_proj, layer.mlp.up_proj]) for layer in self.decoder.layers]
+        self.o = [Stacked([layer.self_attn.o_proj]) for layer in self.decoder.layers]
+        self.down = [Stacked([layer.mlp.down_proj]) for layer in self.decoder.layers]
 
     def __call__(self, input_ids: torch.Tensor, cache) -> torch.Tensor:
         n = input_ids.shape[1]
@@ -111,7 +113,8 @@ class LeanDecoder:
             hidden = hidden + self._attention(i, layer.self_attn, layer.input_layernorm(hidden), cos, sin, mask, cache)
             x = layer.post_attention_layernorm(hidden)
             gate, up = self.gate_up[i](x)
-            hidden = hidden + layer.mlp.down_proj(F.silu(gate) * up)
+            (down,) = self.down[i](F.silu(gate) * up)
+            hidden = hidden + down
         return self.decoder.norm(hidden)
 
     def _attention(self, i: int, attn, x: torch.Tensor, cos, sin, mask, cache) -> torch.Tensor:
@@ -123,7 +126,8 @@ class LeanDecoder:
         q, k = _rotate(q, k, cos, sin)
         k, v = cache.update(k, v, i)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling, enable_gqa=self.kv_heads != self.heads)
-        return attn.o_proj(out.transpose(1, 2).reshape(1, n, self.heads * self.head_dim))
+        (o,) = self.o[i](out.transpose(1, 2).reshape(1, n, self.heads * self.head_dim))
+        return o
 
 
 def _block_causal_mask(n: int, past: int, device) -> torch.Tensor:

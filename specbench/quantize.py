@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from specbench import native
 from specbench.kernels import swap_linears
 
 INT8 = "int8"  # the dtype name that asks for this
@@ -67,6 +68,26 @@ def int8_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bi
     out = torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), qweight, scales)
     if bias is not None:
         out = out + bias
+    return out.reshape(*x.shape[:-1], qweight.shape[0])
+
+
+def fast_int8_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """int8_linear through specbench's own kernel (native.py, int8_gemv.c) where it is built
+    and takes the call, else through PyTorch's. Only specbench's draft step calls it (the
+    lean forward and the restricted head); a module's forward, which HF's generation runs,
+    keeps PyTorch's kernel."""
+    lib = native.kernel()
+    rows, width = x.numel() // x.shape[-1], x.shape[-1]
+    if lib is None or x.device.type != "cpu" or not runs_int8(x) or scales.dtype != torch.bfloat16:
+        return int8_linear(x, qweight, scales, bias)
+    x2 = x.reshape(rows, width).contiguous()
+    qweight, scales = qweight.contiguous(), scales.contiguous()
+    if bias is not None:
+        bias = bias.to(torch.bfloat16).contiguous()
+    out = torch.empty(rows, qweight.shape[0], dtype=torch.bfloat16)
+    status = lib.specbench_int8_gemv(x2.data_ptr(), rows, width, qweight.data_ptr(), scales.data_ptr(), None if bias is None else bias.data_ptr(), qweight.shape[0], out.data_ptr())
+    if status != 0:
+        return int8_linear(x, qweight, scales, bias)
     return out.reshape(*x.shape[:-1], qweight.shape[0])
 
 

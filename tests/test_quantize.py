@@ -107,8 +107,8 @@ def test_an_int8_drafter_with_a_restricted_head_keeps_greedy_parity(monkeypatch)
     drafter = noisy_copy(target, 0.2, seed=7).to(torch.bfloat16)
     quantize_linears(drafter)
     head_rows = []  # output rows of each int8 call through a restricted head
-    real = draft_vocab.int8_linear
-    monkeypatch.setattr(draft_vocab, "int8_linear", lambda x, q, *rest: head_rows.append(q.shape[0]) or real(x, q, *rest))
+    real = draft_vocab.fast_int8_linear
+    monkeypatch.setattr(draft_vocab, "fast_int8_linear", lambda x, q, *rest: head_rows.append(q.shape[0]) or real(x, q, *rest))
     config = GenerationConfig(max_new_tokens=30)
     accepted = 0
     for prompt in PROMPTS:

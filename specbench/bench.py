@@ -37,7 +37,7 @@ from typing import Callable
 
 import torch
 
-from specbench import __version__
+from specbench import __version__, native
 from specbench.decode import GenerationConfig, context_limit, model_device, plain_generate, speculative_generate, sync
 from specbench.drafters import DRAFTERS, make_drafter, uses_model
 from specbench.gamma import POLICIES, make_policy
@@ -628,6 +628,9 @@ def build_meta(target, drafter_model, config: SweepConfig, prompts: list[Prompt]
             "torch_threads": torch.get_num_threads(),
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         },
+        # what runs an int8 drafter's draft steps in specbench (HF's generation runs the
+        # modules' forward, always torch._weight_int8pack_mm)
+        "draft_int8_kernel": native.name(),
         "sweep": {
             **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(config).items()},
             "target": target_name,

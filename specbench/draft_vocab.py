@@ -103,9 +103,10 @@ class RestrictedHead:
     rows only, not of the N rows. A call reads only kept rows.
 
     Over an Int8Linear head it keeps the int8 rows of the same ids as well as its dense
-    twin's, and scores a drafter step (up to MAX_INT8_ROWS rows) through the int8 kernel, as
-    the full int8 head does: in a scratch profile on the AVX-512 machine the 65,536 bf16 rows
-    took 7.3 ms of a 46 ms int8 drafter step (bench/drafter_step.py times the step both ways).
+    twin's, and scores a drafter step (up to MAX_INT8_ROWS rows) through them
+    (quantize.fast_int8_linear), as the full int8 head scores through its own: in a scratch
+    profile on the AVX-512 machine the 65,536 bf16 rows took 7.3 ms of a 46 ms int8 drafter
+    step (bench/drafter_step.py times the step both ways).
     """
 
     def __init__(self, head: torch.nn.Module, ids: torch.Tensor):

@@ -29,58 +29,53 @@ from specbench import defaults
 SOURCE = Path(__file__).with_name("int8_gemv.c")
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]
 
-_reason: list[str] = []  # why the kernel is not in use, once kernel() has been asked
-
 
 def kernel() -> ctypes.CDLL | None:
     """The loaded kernel library, or None where it cannot be had on this machine."""
-    return _load()
+    return _load()[0]
 
 
 def why_not() -> str | None:
     """None when the kernel is in use, else one line on why not."""
-    return None if _load() is not None else (_reason[0] if _reason else "not built")
+    return _load()[1]
 
 
 def name() -> str:
     """What runs a drafter's few-row int8 layers here: for results' metadata."""
-    return "specbench int8_gemv (AVX512-VNNI)" if _load() is not None else f"torch._weight_int8pack_mm ({why_not()})"
+    lib, reason = _load()
+    return "specbench int8_gemv (AVX512-VNNI)" if lib is not None else f"torch._weight_int8pack_mm ({reason})"
 
 
 @functools.cache
-def _load() -> ctypes.CDLL | None:
+def _load() -> tuple[ctypes.CDLL | None, str | None]:
+    """(the library, None), or (None, why it cannot be had); built and loaded once."""
     if os.environ.get("SPECBENCH_NATIVE", "1") == "0":
-        return _fail("SPECBENCH_NATIVE=0")
+        return None, "SPECBENCH_NATIVE=0"
     if platform.machine() not in ("x86_64", "AMD64"):
-        return _fail(f"not an x86-64 CPU ({platform.machine()})")
+        return None, f"not an x86-64 CPU ({platform.machine()})"
     compiler = _compiler()
     if compiler is None:
-        return _fail("no C compiler (cc or gcc) on PATH")
+        return None, "no C compiler (cc or gcc) on PATH"
     path = defaults.cache_root() / "native" / f"int8_gemv-{_key(compiler)}.so"
     if not path.exists():
         error = _build(compiler, path)
         if error:
-            return _fail(error)
+            return None, error
     try:
         lib = ctypes.CDLL(str(path))
     except OSError as error:
-        return _fail(f"could not load {path}: {error}")
+        return None, f"could not load {path}: {error}"
     lib.specbench_int8_ready.restype = ctypes.c_int
     if not lib.specbench_int8_ready():
-        return _fail("this CPU lacks AVX512BW or AVX512-VNNI")
+        return None, "this CPU lacks AVX512BW or AVX512-VNNI"
     gemv = lib.specbench_int8_gemv
     gemv.restype = ctypes.c_int
     gemv.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
-    return lib
+    return lib, None
 
 
 def _compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-
-
-def _fail(reason: str) -> None:
-    _reason[:] = [reason]
-    return None
 
 
 def _key(compiler: str) -> str:

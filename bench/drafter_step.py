@@ -21,12 +21,13 @@ import time
 
 import torch
 
-from specbench import models, native
-from specbench.bench import encode_prompt
-from specbench.cache import crop_cache, new_cache
-from specbench.draft_vocab import RestrictedHead, output_head, restricted_head, restricted_logits
-from specbench.kernels import use_kernels
-from specbench.prompts import load_prompts
+from specbench.models import loading as models
+from specbench.speed import native
+from specbench.bench.sweep import encode_prompt
+from specbench.core.cache import crop_cache, new_cache
+from specbench.speed.draft_vocab import RestrictedHead, output_head, restricted_head, restricted_logits
+from specbench.speed.kernels import use_kernels
+from specbench.bench.prompts import load_prompts
 
 
 def pytorch_kernel(forward):

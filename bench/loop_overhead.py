@@ -20,11 +20,11 @@ import time
 
 import torch
 
-from specbench.cache import crop_cache, new_cache
-from specbench.decode import GenerationConfig, plain_generate, speculative_generate
-from specbench.gamma import FixedGamma
-from specbench.kernels import use_kernels
-from specbench.models import PairConfig, encode_prompt, load_pair
+from specbench.core.cache import crop_cache, new_cache
+from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
+from specbench.policies import FixedGamma
+from specbench.speed.kernels import use_kernels
+from specbench.models.loading import PairConfig, encode_prompt, load_pair
 
 PROMPT = "Write a Python function that merges two sorted lists into one sorted list, with a docstring."
 

@@ -32,18 +32,18 @@ from types import SimpleNamespace
 
 import torch
 
-from specbench.gamma import CostAwareGamma, Keep, make_policy
-from specbench.results import geometric_mean
+from specbench.policies import CostAwareGamma, Keep, make_policy
+from specbench.bench.results import geometric_mean
 
 DEFAULT_IDS = "cw-02,cw-03,ce-02,ce-03,su-02,su-03,qa-02,qa-03,ma-02,ma-03,tr-02,tr-03,mt-01,mt-02,so-02,so-03"  # none in `quick`
 
 
 def record_paths(prompt_set: str, ids: list[str], draft_dtype: str, max_new_tokens: int) -> list[dict]:
-    from specbench import models
-    from specbench.bench import encode_prompt
-    from specbench.decode import GenerationConfig, plain_generate
-    from specbench.kernels import use_kernels
-    from specbench.prompts import load_prompts
+    from specbench.models import loading as models
+    from specbench.bench.sweep import encode_prompt
+    from specbench.core.generate import GenerationConfig, plain_generate
+    from specbench.speed.kernels import use_kernels
+    from specbench.bench.prompts import load_prompts
 
     models.quiet_transformers()
     pair = models.load_pair(models.PairConfig(draft_dtype=draft_dtype))

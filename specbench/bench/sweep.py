@@ -1,0 +1,726 @@
+"""Sweeps: methods x drafters x policies x gammas x prompts x repeats on loaded models.
+
+This module owns the benchmark protocol: what runs in which order, how each method is timed,
+the cost measurements (c and the verify cost curve v(k)), and writing the results directory
+(runs.csv appended row by row, meta.json, optional steps.jsonl). It receives models that are
+already loaded and a tokenizer; it knows nothing about where models come from, and it renders
+nothing: progress and tables go through callbacks to the caller.
+
+Methods:
+  plain        specbench's plain_generate, the baseline of every speedup;
+  specbench    speculative_generate with make_drafter(drafter) and make_policy(policy, gamma);
+               the model drafter scores ids below config.draft_vocab (draft_vocab.py);
+  hf-assisted  transformers' `target.generate(assistant_model=drafter_model)` on the same
+               model objects, with a constant schedule of gamma draft tokens (label policy
+               "fixed", drafter "model"), or with HF's own defaults; HF's drafter scores
+               its whole vocabulary (the restricted head is specbench's).
+
+Protocol: for each repeat, for each prompt, the plain run first and then every other
+combination, so machine drift hits all methods alike; one short warm-up generation per
+method before timing; odd repeats run the methods after plain in reverse; c and v(k)
+measured as each prompt's block starts, on that prompt's context (or once per sweep with
+costs_per_prompt=False; a resumed sweep reuses what its blocks measured).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from specbench import __version__
+from specbench.speed import native
+from specbench.core.generate import GenerationConfig, context_limit, model_device, plain_generate, speculative_generate, sync
+from specbench.drafters import DRAFTERS, make_drafter, uses_model
+from specbench.policies import POLICIES, make_policy
+from specbench.speed.kernels import KERNELS, stock_kernels
+from specbench.speed.costs import Costs, for_drafter, measure_costs, timing_context
+from specbench.bench.prompts import Prompt
+from specbench.bench.results import (
+    BASELINE_METHOD,
+    FIXED_POLICY,
+    KEY_COLUMNS,
+    MODEL_DRAFTER,
+    RUNS_CSV,
+    STEPS_JSONL,
+    append_row,
+    output_hash,
+    read_meta,
+    read_rows,
+    row_key,
+    run_key,
+    verify_cost_at,
+    write_meta,
+)
+from specbench.core.sampling import SamplingConfig
+from specbench.core.stats import RunStats, StepRecord, drafter_cost, walltime_speedup
+
+SPECBENCH, HF_ASSISTED = "specbench", "hf-assisted"
+METHODS = (BASELINE_METHOD, SPECBENCH, HF_ASSISTED)
+HF_POLICY = FIXED_POLICY  # HF's constant num_assistant_tokens schedule is a fixed gamma
+HF_DEFAULTS_POLICY = "hf-defaults"  # HF as it comes: 20 drafts, confidence threshold 0.4 (adjusted online)
+HF_STOCK_POLICY = "hf-defaults-stock-kernels"  # the same, on PyTorch's own Linear kernels (HF without specbench)
+# transformers' own defaults (GenerationConfig._get_default_generation_params in 5.x), pinned
+# here so that a drafter's generation_config.json cannot change what "HF's defaults" means
+HF_DEFAULTS = {"num_assistant_tokens": 20, "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.4}
+
+
+class SweepError(ValueError):
+    """A sweep that cannot start as asked (bad names, an existing results directory...)."""
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    gammas: tuple[int, ...] = (1, 2, 3, 4)
+    drafters: tuple[str, ...] = (MODEL_DRAFTER,)
+    policies: tuple[str, ...] = (FIXED_POLICY,)
+    temperature: float = 0.0  # 0 is greedy, and greedy runs are checked against the baseline
+    max_new_tokens: int = 128
+    repeats: int = 1
+    seed: int = 0  # repeat r of every method uses seed + r
+    hf_assisted: bool = True
+    hf_fixed: bool = True  # hf-assisted also at each gamma (constant schedule), beside its defaults
+    hf_stock: bool = False  # hf-assisted defaults once more on PyTorch's stock kernels
+    steps: bool = False  # also write every StepRecord to steps.jsonl
+    timing_repeats: int = 5  # timed forwards per point of c and v(k); the median counts
+    warmup_tokens: int = 16  # length of the untimed warm-up generation
+    kernels: str = "auto"  # Linear kernels of both models (kernels.KERNELS); all methods share them
+    draft_vocab: int = 0  # specbench's model drafter scores ids below it (+ prompt, EOS); 0: all
+    costs_per_prompt: bool = True  # measure c and v(k) before each prompt's runs (else once per sweep)
+
+    def __post_init__(self) -> None:
+        if not self.gammas or min(self.gammas) < 1:
+            raise SweepError("gammas must be a non-empty list of integers >= 1")
+        if self.repeats < 1:
+            raise SweepError(f"repeats must be >= 1, got {self.repeats}")
+        if self.max_new_tokens < 1:
+            raise SweepError(f"max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise SweepError(f"temperature must be >= 0, got {self.temperature}")
+        if self.timing_repeats < 1:
+            raise SweepError(f"timing repeats must be >= 1, got {self.timing_repeats}")
+        if self.draft_vocab < 0:
+            raise SweepError(f"draft-vocab must be >= 0 (0 scores every id), got {self.draft_vocab}")
+        _check_names(self.drafters, DRAFTERS, "drafter")
+        if self.kernels not in KERNELS:
+            raise SweepError(f"unknown kernels {self.kernels!r}; choose from {', '.join(KERNELS)}")
+        _check_names(self.policies, POLICIES, "gamma policy")
+
+
+def _check_names(names: tuple[str, ...], known: tuple[str, ...], what: str) -> None:
+    if not names:
+        raise SweepError(f"choose at least one {what} ({', '.join(known)})")
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SweepError(f"unknown {what} {', '.join(map(repr, unknown))}; choose from {', '.join(known)}")
+
+
+def drafts_with_model(config: SweepConfig) -> bool:
+    """Whether one of specbench's drafters in the sweep runs the drafter model."""
+    return any(uses_model(d) for d in config.drafters)
+
+
+def needs_drafter_model(config: SweepConfig) -> bool:
+    """Whether the sweep drafts with the drafter model (the model drafter or hf-assisted)."""
+    return drafts_with_model(config) or config.hf_assisted
+
+
+# ---------------------------------------------------------------------------- planning (pure)
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    method: str
+    drafter: str  # "" for plain
+    policy: str  # "" for plain
+    gamma: int | None  # None for plain
+    temperature: float
+    prompt: Prompt
+    repeat: int
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return run_key(self.method, self.drafter, self.policy, self.gamma, self.temperature, self.prompt.id, self.repeat)
+
+
+def plan_runs(config: SweepConfig, prompts: list[Prompt], *, has_drafter_model: bool = True) -> list[PlannedRun]:
+    """Every run of the sweep in order: per repeat and prompt, plain first (the other rows
+    of the prompt need its speed and output), then for each gamma every drafter x policy and
+    HF's assisted generation, so methods interleave. Odd repeats run the methods after plain
+    in reverse, so that over two repeats each sits as often early in a prompt's block as
+    late, and a machine that slows down within a block favours none of them."""
+    plan = []
+    for repeat in range(config.repeats):
+        for prompt in prompts:
+            plain, *others = _prompt_block(config, prompt, repeat, has_drafter_model)
+            plan.extend([plain, *(reversed(others) if repeat % 2 else others)])
+    return plan
+
+
+def _prompt_block(config: SweepConfig, prompt: Prompt, repeat: int, has_drafter_model: bool) -> list[PlannedRun]:
+    """One prompt's runs of one repeat, in the forward order."""
+    block = [PlannedRun(BASELINE_METHOD, "", "", None, config.temperature, prompt, repeat)]
+    for gamma in config.gammas:
+        for drafter in config.drafters:
+            for policy in config.policies:
+                block.append(PlannedRun(SPECBENCH, drafter, policy, gamma, config.temperature, prompt, repeat))
+        if config.hf_assisted and config.hf_fixed and has_drafter_model:
+            block.append(PlannedRun(HF_ASSISTED, MODEL_DRAFTER, HF_POLICY, gamma, config.temperature, prompt, repeat))
+    if config.hf_assisted and has_drafter_model:  # and once as users get it: no gamma of ours
+        block.append(PlannedRun(HF_ASSISTED, MODEL_DRAFTER, HF_DEFAULTS_POLICY, None, config.temperature, prompt, repeat))
+        if config.hf_stock:
+            block.append(PlannedRun(HF_ASSISTED, MODEL_DRAFTER, HF_STOCK_POLICY, None, config.temperature, prompt, repeat))
+    return block
+
+
+def pending_runs(plan: list[PlannedRun], done_rows: list[dict]) -> list[PlannedRun]:
+    """The runs of `plan` not already in runs.csv (for --resume)."""
+    done = {row_key(row) for row in done_rows}
+    return [run for run in plan if run.key not in done]
+
+
+# ---------------------------------------------------------------------------- one measurement
+
+
+@dataclass
+class Measurement:
+    token_ids: list[int]  # the new tokens
+    stats: RunStats
+    acceptance_known: bool = True
+    steps: list[StepRecord] = field(default_factory=list)
+    stop_reason: str | None = None
+
+
+def generation_config(config: SweepConfig, eos_token_ids: tuple[int, ...], repeat: int = 0, max_new_tokens: int | None = None) -> GenerationConfig:
+    return GenerationConfig(
+        max_new_tokens=max_new_tokens or config.max_new_tokens,
+        sampling=SamplingConfig(temperature=config.temperature),
+        eos_token_ids=tuple(eos_token_ids),
+        seed=config.seed + repeat,
+    )
+
+
+def measure_plain(target, prompt_ids: list[int], gen: GenerationConfig) -> Measurement:
+    result = plain_generate(target, prompt_ids, gen)
+    return Measurement(result.token_ids, result.stats, acceptance_known=False, stop_reason=result.stop_reason)
+
+
+def measure_specbench(
+    target, drafter_model, prompt_ids: list[int], gen: GenerationConfig, drafter: str, policy: str, gamma: int, costs: "Costs | None" = None, draft_vocab: int = 0
+) -> Measurement:
+    """costs feed the "cost" policy; a model-free drafter runs no forward pass, so its c is 0.
+    draft_vocab > 0 restricts the model drafter's head (draft_vocab.py; gen's EOS ids stay in)."""
+    if costs is not None:
+        costs = for_drafter(costs, drafter)
+    made = make_drafter(drafter, drafter_model, draft_vocab, gen.eos_token_ids)
+    result = speculative_generate(target, made, prompt_ids, gen, make_policy(policy, gamma, costs=costs))
+    return Measurement(result.token_ids, result.stats, steps=result.steps, stop_reason=result.stop_reason)
+
+
+class _RoundClock:
+    """A generate() streamer that notes when each batch of tokens arrives. generate() first
+    puts the prompt, then assisted decoding puts each round's accepted tokens plus one."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.sizes: list[int] = []
+
+    def put(self, value) -> None:
+        self.times.append(time.perf_counter())
+        self.sizes.append(int(value.numel()))
+
+    def end(self) -> None:
+        pass
+
+
+class _ForwardCounter:
+    """Counts a module's forward calls while in a `with` block."""
+
+    def __init__(self, module) -> None:
+        self.module, self.calls = module, 0
+
+    def __enter__(self) -> "_ForwardCounter":
+        self.handle = self.module.register_forward_hook(self._count)
+        return self
+
+    def _count(self, *_) -> None:
+        self.calls += 1
+
+    def __exit__(self, *_) -> None:
+        self.handle.remove()
+
+
+def _hf_generation_config(gen: GenerationConfig):
+    """transformers' GenerationConfig matching ours: same sampling, same stops, no extras
+    (explicit values win over whatever the checkpoint's generation_config.json says)."""
+    from transformers import GenerationConfig as HFGenerationConfig
+
+    sampling = gen.sampling
+    options = dict(
+        max_new_tokens=gen.max_new_tokens,
+        eos_token_id=list(gen.eos_token_ids),
+        pad_token_id=gen.eos_token_ids[0] if gen.eos_token_ids else 0,
+        repetition_penalty=1.0,
+        do_sample=not sampling.greedy,
+    )
+    if not sampling.greedy:
+        options.update(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
+    return HFGenerationConfig(**options)
+
+
+def _assistant_settings(drafter_model, gamma: int | None):
+    """A copy of the drafter's generation_config asking HF for exactly gamma drafts a round
+    (constant schedule, no confidence threshold to stop a draft early), or, for gamma None,
+    HF's defaults. A copy, because HF adjusts the threshold in place as it goes."""
+    settings = copy.deepcopy(drafter_model.generation_config)
+    chosen = HF_DEFAULTS if gamma is None else {"num_assistant_tokens": gamma, "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0}
+    for name, value in chosen.items():
+        setattr(settings, name, value)
+    return settings
+
+
+@torch.inference_mode()
+def measure_hf_assisted(target, drafter_model, prompt_ids: list[int], gen: GenerationConfig, gamma: int | None) -> Measurement:
+    """HF's assisted generation, timed and counted like specbench's own runs.
+
+    Timing: HF has no separate first-target pass (its first round drafts from the prompt and
+    the target prefills prompt + drafts in one forward), so its first round plays that part.
+    A streamer notes when each round's tokens arrive; tokens_per_second = tokens after the
+    first round / wall seconds from the end of the first round to the return of generate(),
+    and prefill_seconds is the time to the end of the first round (setup included).
+
+    Counting: forward hooks count target forwards (one per round) and drafter forwards (one per
+    draft token). drafted = drafter forwards; accepted = new tokens - rounds (each round emits
+    its accepted drafts plus one token). When the target forwards do not match the rounds seen,
+    the count is not trusted and acceptance is reported as unknown.
+    """
+    from transformers.utils import logging as hf_logging
+
+    device = model_device(target)
+    input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
+    clock = _RoundClock()
+    saved_settings, saved_verbosity = drafter_model.generation_config, hf_logging.get_verbosity()
+    drafter_model.generation_config = _assistant_settings(drafter_model, gamma)
+    hf_logging.set_verbosity_error()  # HF warns about flags it ignores; the progress bar needs stderr
+    try:
+        torch.manual_seed(gen.seed)  # HF samples from the global generator
+        with _ForwardCounter(target) as target_calls, _ForwardCounter(drafter_model) as drafter_calls:
+            start = time.perf_counter()
+            output = target.generate(
+                input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                assistant_model=drafter_model,
+                generation_config=_hf_generation_config(gen),
+                streamer=clock,
+            )
+            sync(device)
+            end = time.perf_counter()
+    finally:
+        drafter_model.generation_config = saved_settings
+        hf_logging.set_verbosity(saved_verbosity)
+    token_ids = output[0, len(prompt_ids):].tolist()
+    stats = _hf_stats(token_ids, clock.times[1:], clock.sizes[1:], start, end, target_calls.calls, drafter_calls.calls)
+    known = target_calls.calls == len(clock.sizes) - 1
+    return Measurement(token_ids, stats, acceptance_known=known, stop_reason=_hf_stop_reason(token_ids, gen))
+
+
+def _hf_stop_reason(token_ids: list[int], gen: GenerationConfig) -> str | None:
+    """Why HF stopped, in the Stopper's words (None: neither EOS nor the length limit)."""
+    if token_ids and token_ids[-1] in gen.eos_token_ids:
+        return "eos"
+    return "max_new_tokens" if len(token_ids) >= gen.max_new_tokens else None
+
+
+def _hf_stats(token_ids: list[int], times: list[float], sizes: list[int], start: float, end: float, target_forwards: int, drafter_forwards: int) -> RunStats:
+    """RunStats of an HF assisted run from its per-round arrival times and sizes."""
+    rounds = len(sizes)
+    first_end = times[0] if times else end
+    return RunStats(
+        new_tokens=len(token_ids),
+        first_pass_tokens=sizes[0] if sizes else 0,  # HF's first round stands in for the first pass
+        drafted=drafter_forwards,
+        accepted=max(0, len(token_ids) - rounds),
+        rounds=max(0, rounds - 1),
+        target_forwards=target_forwards,
+        prefill_seconds=first_end - start,
+        decode_seconds=end - first_end,
+    )
+
+
+# ---------------------------------------------------------------------------- prompts -> ids
+
+
+def encode_prompt(tokenizer, prompt: Prompt) -> list[int]:
+    """Token ids of a prompt: the chat template when the tokenizer has one, else a plain
+    'User:/Assistant:' transcript (a single turn is sent as its text alone)."""
+    messages = prompt.messages()
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    if len(messages) == 1:
+        text = messages[0]["content"]
+    else:
+        text = "\n\n".join(f"{m['role'].title()}: {m['content']}" for m in messages) + "\n\nAssistant:"
+    return list(tokenizer(text)["input_ids"])
+
+
+# ---------------------------------------------------------------------------- rows (pure)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    tokens_per_second: float | None
+    output_hash: str
+
+
+def baselines_from_rows(rows: list[dict]) -> dict[tuple[str, str], Baseline]:
+    """The plain runs of an earlier, interrupted sweep, by (prompt_id, repeat)."""
+    found = {}
+    for row in rows:
+        if row["method"] == BASELINE_METHOD:
+            tps = float(row["tokens_per_second"]) if row["tokens_per_second"] else None
+            found[(row["prompt_id"], str(int(row["repeat"])))] = Baseline(tps, row.get("output_hash", ""))
+    return found
+
+
+def predicted_speedup(run: PlannedRun, m: Measurement, costs: Costs | None, baseline: Baseline | None) -> float | None:
+    """stats.walltime_speedup of a specbench run's rounds, with its block's measured costs in
+    units of the plain run's own step on the same prompt (1 / its tokens per second): c =
+    drafter step seconds / that step, paid by each drafter forward the round ran, a forward
+    over n tokens as u(n) steps (stats.drafter_cost; a copy or a table's guess runs none),
+    v(k >= 2) = the measured t(k) / that step, v(1) = 1 (a round without drafts is a plain
+    step). The plain run, not the start-of-sweep t(1), sets the unit because the
+    target's step time drifts by +-15% over a sweep on a busy CPU; the interleaved plain run
+    sees the same machine as the run it is compared with. None for other methods."""
+    if run.method != SPECBENCH or not m.steps or costs is None or not costs.verify_cost or baseline is None or not baseline.tokens_per_second:
+        return None
+    unit = 1.0 / baseline.tokens_per_second
+    scale = costs.target_step_seconds / unit
+    c = (costs.drafter_step_seconds or 0.0) / unit
+    verify = lambda k: 1.0 if k == 1 else verify_cost_at(costs.verify_cost, k) * scale
+    step_cost = lambda n: verify_cost_at(costs.drafter_cost, n) if costs.drafter_cost else 1.0
+    rounds = [(len(step.draft_tokens), len(step.tokens), drafter_cost(step.drafter_feeds, step_cost)) for step in m.steps if step.round > 0]
+    return walltime_speedup(rounds, c, verify)
+
+
+def make_row(run: PlannedRun, m: Measurement, baseline: Baseline | None, *, c: float | None, prompt_tokens: int, seed: int, costs: Costs | None = None) -> dict:
+    """One runs.csv row; metrics come from RunStats, speedup and parity from the baseline,
+    predicted_speedup from the run's rounds, the measured costs and the baseline."""
+    stats, greedy = m.stats, run.temperature == 0
+    is_baseline = run.method == BASELINE_METHOD
+    tps = stats.tokens_per_second
+    speedup = None
+    if is_baseline:
+        speedup = 1.0
+    elif baseline is not None and baseline.tokens_per_second:
+        speedup = tps / baseline.tokens_per_second
+    identical = None
+    if greedy and not is_baseline and baseline is not None and baseline.output_hash:
+        identical = output_hash(m.token_ids) == baseline.output_hash
+    known = m.acceptance_known
+    return {
+        "method": run.method,
+        "drafter": run.drafter,
+        "policy": run.policy,
+        "gamma": run.gamma,
+        "temperature": run.temperature,
+        "prompt_id": run.prompt.id,
+        "category": run.prompt.category,
+        "repeat": run.repeat,
+        "new_tokens": stats.new_tokens,
+        "drafted": stats.drafted if known else None,
+        "accepted": stats.accepted if known else None,
+        "acceptance_rate": stats.acceptance_rate if known else None,
+        "mean_accepted_length": stats.mean_accepted_length if (known or is_baseline) else None,
+        "target_forwards": stats.target_forwards,
+        "tokens_per_second": tps,
+        "speedup": speedup,
+        "c": c,
+        "identical_to_baseline": identical,
+        "predicted_speedup": predicted_speedup(run, m, costs, baseline),
+        "rounds": stats.rounds,
+        "first_pass_tokens": stats.first_pass_tokens,
+        "prompt_tokens": prompt_tokens,
+        "prefill_seconds": stats.prefill_seconds,
+        "decode_seconds": stats.decode_seconds,
+        "draft_seconds": stats.draft_seconds if run.method == SPECBENCH else None,
+        "verify_seconds": stats.verify_seconds if run.method == SPECBENCH else None,
+        "stop_reason": m.stop_reason,
+        "seed": seed,
+        "output_hash": output_hash(m.token_ids),
+    }
+
+
+def step_lines(run: PlannedRun, steps: list[StepRecord]) -> list[str]:
+    """steps.jsonl lines: each StepRecord's fields, plus "run" naming the run it belongs to."""
+    head = {"run": dict(zip(KEY_COLUMNS, run.key))}
+    return [json.dumps({**head, **json.loads(step.to_json())}) for step in steps]
+
+
+# ---------------------------------------------------------------------------- the sweep
+
+
+class SweepRunner:
+    """Holds the loaded models and runs one PlannedRun at a time."""
+
+    def __init__(self, target, drafter_model, tokenizer, config: SweepConfig, eos_ids: tuple[int, ...]):
+        self.target, self.drafter_model, self.tokenizer, self.config = target, drafter_model, tokenizer, config
+        self.eos_ids = tuple(eos_ids)
+        self.on_costs: Callable[[str, Costs], None] | None = None  # told of each new measurement
+        self.block_costs: dict[str, Costs] = {}  # c and v(k) by costs_key, measured as blocks start
+        self._ids: dict[str, list[int]] = {}
+
+    def prompt_ids(self, prompt: Prompt) -> list[int]:
+        if prompt.id not in self._ids:
+            self._ids[prompt.id] = encode_prompt(self.tokenizer, prompt)
+        return self._ids[prompt.id]
+
+    def measure(self, run: PlannedRun, max_new_tokens: int | None = None) -> Measurement:
+        ids = self.prompt_ids(run.prompt)
+        gen = generation_config(self.config, self.eos_ids, run.repeat, max_new_tokens)
+        if run.method == BASELINE_METHOD:
+            return measure_plain(self.target, ids, gen)
+        if run.method == SPECBENCH:
+            return measure_specbench(self.target, self.drafter_model, ids, gen, run.drafter, run.policy, run.gamma, self.costs_for(run), self.config.draft_vocab)
+        if run.method == HF_ASSISTED and run.policy == HF_STOCK_POLICY:
+            with stock_kernels():
+                return measure_hf_assisted(self.target, self.drafter_model, ids, gen, None)
+        if run.method == HF_ASSISTED:
+            return measure_hf_assisted(self.target, self.drafter_model, ids, gen, run.gamma)
+        raise SweepError(f"unknown method {run.method!r}; choose from {', '.join(METHODS)}")
+
+    def warm_up(self, plan: list[PlannedRun]) -> None:
+        """One short untimed generation per method and drafter, so first-call costs (allocator,
+        kernels, lazy imports) land on no measured run."""
+        seen = set()
+        for run in plan:
+            if (run.method, run.drafter) not in seen:
+                seen.add((run.method, run.drafter))
+                self.measure(run, max_new_tokens=min(self.config.warmup_tokens, self.config.max_new_tokens))
+
+    def costs_key(self, run: PlannedRun) -> str:
+        """Which measurement of c and v(k) a run uses: its prompt's block (prompt id/repeat),
+        or the sweep's one measurement ("sweep")."""
+        return f"{run.prompt.id}/{run.repeat}" if self.config.costs_per_prompt else "sweep"
+
+    def costs_for(self, run: PlannedRun) -> Costs:
+        """The costs of run's block, measured when the block first asks (just before its first
+        run, on its prompt's context), so that the cost policy and the predicted speedup use
+        forward times taken minutes before the runs rather than at the start of an hour-long
+        sweep, on a machine whose speed drifts by 10% and more."""
+        key = self.costs_key(run)
+        if key not in self.block_costs:
+            self.block_costs[key] = self.costs(run.prompt)
+            if self.on_costs is not None:
+                self.on_costs(key, self.block_costs[key])
+        return self.block_costs[key]
+
+    def costs(self, prompt: Prompt) -> Costs:
+        limit = context_limit(self.target)
+        if self.drafter_model is not None:
+            limit = min(limit, context_limit(self.drafter_model))
+        context = timing_context(self.prompt_ids(prompt), self.config.max_new_tokens, limit)
+        drafter = self.drafter_model if needs_drafter_model(self.config) else None
+        vocab = self.config.draft_vocab if drafts_with_model(self.config) else 0
+        return measure_costs(self.target, drafter, context, self.config.timing_repeats, draft_vocab=vocab)
+
+
+def run_plan(
+    plan: list[PlannedRun],
+    measure: Callable[[PlannedRun], Measurement],
+    out_dir: Path,
+    *,
+    costs_of: Callable[[PlannedRun], Costs | None],
+    prompt_tokens: Callable[[Prompt], int],
+    seed: int,
+    baselines: dict | None = None,
+    write_steps: bool = False,
+    on_row: Callable[[PlannedRun, dict], None] | None = None,
+) -> int:
+    """Measure each run in order and append its row to runs.csv as soon as it finishes.
+    costs_of(run) gives the costs of run's block (measured there when first asked, before
+    the run). An interruption (Ctrl-C) loses only the run in progress. Returns rows written."""
+    baselines = dict(baselines or {})
+    written = 0
+    for run in plan:
+        costs = costs_of(run)
+        m = measure(run)
+        where = (run.prompt.id, str(run.repeat))
+        row = make_row(run, m, baselines.get(where), c=costs.c if costs else None, prompt_tokens=prompt_tokens(run.prompt), seed=seed + run.repeat, costs=costs)
+        if run.method == BASELINE_METHOD:
+            baselines[where] = Baseline(row["tokens_per_second"], row["output_hash"])
+        append_row(out_dir / RUNS_CSV, row)
+        if write_steps and m.steps:
+            with open(out_dir / STEPS_JSONL, "a", encoding="utf-8") as handle:
+                handle.write("\n".join(step_lines(run, m.steps)) + "\n")
+        written += 1
+        if on_row is not None:
+            on_row(run, row)
+    return written
+
+
+@dataclass
+class SweepResult:
+    out_dir: Path
+    written: int
+    skipped: int
+    costs: dict[str, Costs]  # every measurement of c and v(k), by SweepRunner.costs_key
+
+
+def prepare_out_dir(out_dir: Path, resume: bool) -> list[dict]:
+    """Make the directory; the rows already there when resuming. Refuses to mix sweeps."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path = out_dir / RUNS_CSV
+    if not csv_path.exists() or csv_path.stat().st_size == 0:
+        return []
+    if not resume:
+        raise SweepError(f"{csv_path} already exists: pass --resume to continue that sweep, or choose another --out")
+    return read_rows(csv_path)
+
+
+def check_resume_meta(meta: dict, fresh: dict) -> None:
+    """A resumed sweep must measure what the interrupted one measured. (A key an older
+    sweep did not record is not checked, except draft_vocab: before it, drafters scored all.)"""
+    old = dict(meta.get("sweep", {}))
+    if old:
+        old.setdefault("draft_vocab", 0)
+    for key in ("target", "drafter_model", "temperature", "max_new_tokens", "seed", "kernels", "draft_vocab"):
+        if key in old and old[key] != fresh["sweep"].get(key):
+            raise SweepError(f"cannot resume: {key} was {old[key]!r} in that sweep, now {fresh['sweep'].get(key)!r}")
+
+
+def _model_meta(model, name: str | None) -> dict | None:
+    if model is None:
+        return None
+    first = next(model.parameters())
+    int8 = any(buffer.dtype == torch.int8 for buffer in model.buffers())  # quantize.Int8Linear
+    return {
+        "name": name,
+        "class": type(model).__name__,
+        "dtype": "int8" if int8 else str(first.dtype).removeprefix("torch."),
+        "device": str(first.device),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+
+
+def build_meta(target, drafter_model, config: SweepConfig, prompts: list[Prompt], *, target_name: str | None, drafter_name: str | None, prompts_source: str, command: str) -> dict:
+    import transformers
+
+    return {
+        "specbench_version": __version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": command,
+        "seed": config.seed,
+        "models": {"target": _model_meta(target, target_name), "drafter": _model_meta(drafter_model, drafter_name)},
+        "versions": {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__},
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        },
+        # what runs an int8 drafter's draft steps in specbench (HF's generation runs the
+        # modules' forward, always torch._weight_int8pack_mm)
+        "draft_int8_kernel": native.name(),
+        "sweep": {
+            **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(config).items()},
+            "target": target_name,
+            "drafter_model": drafter_name,
+            "prompts": prompts_source,
+            "prompt_ids": [p.id for p in prompts],
+            "categories": list(dict.fromkeys(p.category for p in prompts)),
+        },
+    }
+
+
+def sweep(
+    target,
+    drafter_model,
+    tokenizer,
+    prompts: list[Prompt],
+    config: SweepConfig,
+    out_dir: Path,
+    *,
+    resume: bool = False,
+    target_name: str | None = None,
+    drafter_name: str | None = None,
+    prompts_source: str = "",
+    command: str | None = None,
+    eos_ids: tuple[int, ...] = (),
+    on_status: Callable[[str], None] | None = None,
+    on_start: Callable[[int, int], None] | None = None,
+    on_row: Callable[[PlannedRun, dict], None] | None = None,
+) -> SweepResult:
+    """Run a whole sweep into out_dir (see the module docstring for the protocol).
+
+    on_status(text) reports a phase; on_start(total, skipped) comes once the plan is known;
+    on_row(run, row) after each row is written. KeyboardInterrupt propagates after the rows
+    finished so far are on disk. eos_ids end every generation (models.eos_token_ids gives a
+    loaded pair's); names and command only go into meta.json.
+    """
+    status = on_status or (lambda _text: None)
+    if not prompts:
+        raise SweepError("no prompts to run")
+    if needs_drafter_model(config) and drafter_model is None:
+        raise SweepError("this sweep drafts with the drafter model (the model drafter or hf-assisted) but none was given")
+    # 1. the directory, and what an interrupted sweep there already measured
+    out_dir = Path(out_dir)
+    done_rows = prepare_out_dir(out_dir, resume)
+    meta = build_meta(target, drafter_model, config, prompts, target_name=target_name, drafter_name=drafter_name, prompts_source=prompts_source, command=command or " ".join(sys.argv))
+    old_meta = read_meta(out_dir) if done_rows else {}
+    check_resume_meta(old_meta, meta)
+
+    # 2. the plan; the costs c and v(k) of each prompt's block are measured as it starts
+    # (a resume reuses the blocks' recorded costs), and meta.json records every measurement
+    plan = plan_runs(config, prompts, has_drafter_model=drafter_model is not None)
+    todo = pending_runs(plan, done_rows)
+    runner = SweepRunner(target, drafter_model, tokenizer, config, eos_ids)
+    runner.block_costs = {key: Costs.from_meta(raw) for key, raw in old_meta.get("costs_by_block", {}).items()}
+    meta["finished"] = False
+    for key in ("costs", "c", "verify_cost", "costs_by_block"):
+        if key in old_meta:
+            meta[key] = old_meta[key]
+    if old_meta:
+        meta["created"], meta["resumed"] = old_meta.get("created"), meta["created"]
+    write_meta(out_dir, meta)
+
+    def record_costs(key: str, costs: Costs) -> None:
+        status(f"measured c and v(k) for {key}: c = {costs.c:.3f}" if costs.c is not None else f"measured v(k) for {key}")
+        recorded = costs.as_meta()
+        if "costs" not in meta:  # the first measurement also stands for the sweep (charts, tables)
+            meta.update(costs=recorded, c=costs.c, verify_cost=recorded["verify_cost"])
+        meta.setdefault("costs_by_block", {})[key] = recorded
+        write_meta(out_dir, meta)
+
+    runner.on_costs = record_costs
+    if on_start is not None:
+        on_start(len(plan), len(plan) - len(todo))
+    # 3. warm up, then measure every pending run, appending rows as they finish
+    if todo:
+        status("warming up")
+        runner.warm_up(todo)
+    status("running")
+    written = run_plan(
+        todo,
+        runner.measure,
+        out_dir,
+        costs_of=runner.costs_for,
+        prompt_tokens=lambda p: len(runner.prompt_ids(p)),
+        seed=config.seed,
+        baselines=baselines_from_rows(done_rows),
+        write_steps=config.steps,
+        on_row=on_row,
+    )
+    meta["finished"] = True
+    write_meta(out_dir, meta)
+    return SweepResult(out_dir, written, len(plan) - len(todo), runner.block_costs)

@@ -1,0 +1,593 @@
+"""The `specbench` command line: parse, build configs, call the library, render.
+
+No torch logic lives here. User errors are one line on stderr and a non-zero exit.
+Modules that import torch (models, decode, bench, ...) are imported inside the commands,
+so that `--help`, `models`, `trace` and `plot` start fast.
+"""
+
+from __future__ import annotations
+
+import json as _json
+import sys as _sys
+from dataclasses import dataclass as _dataclass
+from dataclasses import replace as _replace
+from datetime import datetime as _datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from specbench.models import defaults
+from specbench.bench import prompts as prompt_sets
+from specbench.bench import results as sweep_results
+from specbench.cli import trace as tracing
+
+app = typer.Typer(
+    name="specbench",
+    help="Speculative decoding you can watch and measure.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print one error line on stderr and exit non-zero."""
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+# ---------------------------------------------------------------------------- generate, models
+
+
+class _BytesColumn(DownloadColumn):
+    """Bytes done / total for byte-counted tasks (assembling); blank for one-step tasks."""
+
+    def render(self, task):
+        if task.total is None or task.total <= 1:
+            return ""
+        return super().render(task)
+
+
+def _loading_progress() -> Progress:
+    """Progress on stderr while models load (assembling, dequantizing, caching on first use)."""
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        _BytesColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    )
+
+
+def load_pair_with_progress(config):
+    """models.load_pair under a progress display; a ModelError becomes one line and exit 2."""
+    from specbench.models import loading as models
+
+    models.quiet_transformers()
+    with _loading_progress() as progress:
+        tasks: dict[str, int] = {}
+
+        def report(task: str, done: float, total: float | None) -> None:
+            if task not in tasks:
+                tasks[task] = progress.add_task(task, total=total)
+            progress.update(tasks[task], completed=done, total=total)
+
+        try:
+            return models.load_pair(config, report)
+        except models.VocabMismatch as exc:
+            progress.stop()
+            fail(f"{exc}; pick a drafter with the target's tokenizer, or --drafter none")
+        except models.ModelError as exc:
+            progress.stop()
+            fail(str(exc))
+
+
+def _summary_line(result, pair) -> str:
+    stats = result.stats
+    parts = [f"{stats.new_tokens} tokens", f"{stats.tokens_per_second:.2f} tok/s"]
+    if pair.drafter_name == "none":
+        parts.append("plain decoding")
+    else:
+        parts += [
+            f"acceptance {stats.acceptance_rate:.0%} ({stats.accepted}/{stats.drafted})",
+            f"mean accepted length {stats.mean_accepted_length:.2f}",
+        ]
+    parts += [f"{stats.target_forwards} target forwards", f"prefill {stats.prefill_seconds:.2f} s", f"stop: {result.stop_reason}"]
+    return " · ".join(parts)
+
+
+def _drafter_label(pair) -> str:
+    return pair.drafter_model.name if pair.drafter_model is not None else pair.drafter_name
+
+
+def generation_json(result, pair, prompt_ids: list[int], settings: dict) -> dict:
+    """The --json object: text, new token ids, every RunStats field and rate, the settings."""
+    return {
+        "text": pair.tokenizer.decode(result.token_ids, skip_special_tokens=True),
+        "token_ids": result.token_ids,
+        "prompt_tokens": len(prompt_ids),
+        "stop_reason": result.stop_reason,
+        "target": pair.target.name,
+        "drafter": _drafter_label(pair),
+        **settings,
+        "stats": result.stats.as_dict(),
+    }
+
+
+@app.command("generate")
+def generate_command(
+    prompt: Annotated[str, typer.Argument(help="The prompt (a user turn of the chat template unless --raw).", show_default=False)],
+    target: Annotated[str, typer.Option("--target", help="Target model: default, a local folder, a .gguf file or a cached hub id.")] = "default",
+    drafter: Annotated[str, typer.Option("--drafter", help="default, none (plain decoding), a model-free drafter (ngram, prompt-lookup) or a model spec.")] = "default",
+    gamma: Annotated[int | None, typer.Option("--gamma", help="Draft tokens per round: fixed's gamma, the adaptive policies' largest (default: 12 for cost, 4 for the others).", show_default=False)] = None,
+    gamma_policy: Annotated[str, typer.Option("--gamma-policy", help="How gamma is chosen each round: cost (measured costs and confidence), fixed, heuristic, egag, ...")] = "cost",
+    temperature: Annotated[float, typer.Option("--temperature", help="0 is greedy; above 0 samples (losslessly).")] = 0.0,
+    top_k: Annotated[int, typer.Option("--top-k", help="Sample from the k most likely tokens; 0 keeps all.")] = 0,
+    top_p: Annotated[float, typer.Option("--top-p", help="Sample from the smallest set with this much mass, in (0, 1].")] = 1.0,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Most tokens to generate.")] = 128,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the sampling generator.")] = 0,
+    raw: Annotated[bool, typer.Option("--raw", help="Feed the prompt as is, without the chat template.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (text, token_ids, stats) instead of streaming.")] = False,
+    dtype: Annotated[str, typer.Option("--dtype", help="Target weights: float32, bfloat16 or float16.")] = defaults.DEFAULT_DTYPE,
+    draft_dtype: Annotated[str, typer.Option("--draft-dtype", help="Drafter weights: auto (int8 on the CPU, else bfloat16), float32, bfloat16, float16, or int8 (weight-only, CPU).")] = defaults.DEFAULT_DRAFT_DTYPE,
+    draft_vocab: Annotated[int, typer.Option("--draft-vocab", help="The model drafter scores only ids below this (plus the prompt's and EOS); 0 scores all. Lossless either way.")] = defaults.DEFAULT_DRAFT_VOCAB,
+    lookup: Annotated[bool, typer.Option("--lookup/--no-lookup", help="With a model drafter: copy from the context instead when its last 3 tokens occurred before (free drafts).")] = defaults.DEFAULT_LOOKUP,
+    device: Annotated[str, typer.Option("--device", help="cpu, cuda, mps, or auto (accelerate spreads the target).")] = "cpu",
+    gamma_min: Annotated[int, typer.Option("--gamma-min", help="egag: the smallest gamma; heuristic: its floor.")] = 1,
+    gamma_max: Annotated[int | None, typer.Option("--gamma-max", help="Adaptive policies' largest gamma (default: --gamma).", show_default=False)] = None,
+    egag_beta: Annotated[float, typer.Option("--egag-beta", help="egag: EMA weight of the previous confidence, in [0, 1).")] = 0.0,
+    threshold: Annotated[float | None, typer.Option("--threshold", help="entropy-stop: max normalized entropy; confidence-stop: min top probability.", show_default=False)] = None,
+    kernels: Annotated[str, typer.Option("--kernels", help="auto (onednn when available), onednn (faster multi-token CPU forwards of float layers), or default (PyTorch's).")] = "auto",
+    trace: Annotated[bool, typer.Option("--trace", help="Show every round: drafts, q, p, accept/reject, the emitted token.")] = False,
+    trace_out: Annotated[Path | None, typer.Option("--trace-out", help="Save the rounds as JSONL for `specbench trace FILE`.", show_default=False)] = None,
+) -> None:
+    """Generate text with speculative decoding, streaming it as the target accepts tokens."""
+    from specbench.models import loading as models
+    from specbench.core.generate import GenerationConfig
+    from specbench.policies import default_gamma, make_policy
+    from specbench.core.sampling import SamplingConfig
+
+    if gamma is None:
+        gamma = default_gamma(gamma_policy)
+
+    def build_policy(costs=None):
+        return make_policy(gamma_policy, gamma, gamma_min=gamma_min, gamma_max=gamma_max, egag_beta=egag_beta, threshold=threshold, costs=costs)
+
+    # 1. everything that can be checked before minutes of model loading
+    if not prompt.strip():
+        fail("the prompt is empty")
+    if trace and as_json:
+        fail("--trace and --json both want the terminal; save the trace with --trace-out instead")
+    try:
+        sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
+        config = GenerationConfig(max_new_tokens=max_new_tokens, sampling=sampling, seed=seed)
+        policy = build_policy(_STAND_IN_COSTS if gamma_policy == "cost" else None)  # checks the options
+        pair_config = models.PairConfig(target=target, drafter=drafter, dtype=dtype, draft_dtype=draft_dtype, device=device, draft_vocab=draft_vocab, lookup=lookup)
+        models.validate_pair_config(pair_config)
+        _check_kernels(kernels)
+    except (ValueError, models.ModelError) as exc:
+        fail(str(exc))
+
+    # 2. models (with the chosen kernels), then the prompt, then the cost policy's costs
+    pair = load_pair_with_progress(pair_config)
+    _apply_kernels(kernels, pair.target.model, pair.drafter_model and pair.drafter_model.model)
+    try:
+        prompt_ids = models.encode_prompt(pair.tokenizer, prompt, raw=raw)
+        models.check_prompt_fits(prompt_ids, pair.context_limit)
+    except models.PromptError as exc:
+        fail(str(exc))
+    config = _replace(config, eos_token_ids=pair.eos_token_ids)
+    if gamma_policy == "cost" and pair.drafter_name != models.NONE:  # plain decoding runs no policy
+        try:
+            policy = build_policy(_pair_costs(pair, pair_config, kernels, prompt_ids, max_new_tokens))
+        except ValueError as exc:
+            fail(str(exc))
+
+    # 3. generate, streaming unless --json or --trace
+    stream = models.TextStream(pair.tokenizer)
+    on_tokens = None if (as_json or trace) else (lambda tokens: console.out(stream.push(tokens), end="", highlight=False))
+    tracer, writer = _tracers(trace, trace_out, pair, prompt, settings=dict(gamma=gamma, policy=gamma_policy, lookup=pair.lookup, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens))
+    on_step = tracing.tee(tracer and tracer.on_step, writer and writer.on_step)
+    try:
+        result = models.run_generation(pair, prompt_ids, config, policy, on_tokens=on_tokens, on_step=on_step)
+    except KeyboardInterrupt:
+        if writer is not None:
+            writer.close()  # a partial trace still replays
+        err_console.print("\ninterrupted", highlight=False)
+        raise typer.Exit(130)
+    except models.PromptError as exc:
+        fail(str(exc))
+    if writer is not None:
+        writer.close(result.stats)
+        err_console.print(f"[dim]trace saved to {trace_out}; replay it with `specbench trace {trace_out}`[/]", highlight=False, soft_wrap=True)
+    if tracer is not None:
+        tracer.finish(result.stats)
+        return
+
+    # 4. the ending
+    if as_json:
+        settings = {"gamma": gamma, "gamma_policy": gamma_policy, "lookup": pair.lookup, "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed, "raw": raw}
+        typer.echo(_json.dumps(generation_json(result, pair, prompt_ids, settings), ensure_ascii=False))
+        return
+    console.out(stream.finish(), highlight=False)  # whatever was held back, then a newline
+    err_console.print(f"[dim]{_summary_line(result, pair)}[/]", highlight=False, soft_wrap=True)
+
+
+# a syntactically complete costs object, so that `--gamma-policy cost` arguments are checked
+# before the models load; the real costs are measured (or read from the cache) after loading
+_STAND_IN_COSTS = type("StandInCosts", (), {"c": 0.1, "verify_cost": {1: 1.0, 2: 1.0}})()
+
+
+def _check_kernels(kernels: str) -> None:
+    from specbench.speed.kernels import KERNELS
+
+    if kernels not in KERNELS:
+        raise ValueError(f"unknown kernels {kernels!r}; choose from {', '.join(KERNELS)}")
+
+
+def _apply_kernels(kernels: str, *models) -> None:
+    """Swap the Linear kernels of the models (float CPU layers only; others are left alone)."""
+    from specbench.speed.kernels import use_kernels
+
+    try:
+        for model in models:
+            if model is not None:
+                use_kernels(model, kernels)
+    except ValueError as exc:
+        fail(str(exc))
+
+
+def _pair_costs(pair, pair_config, kernels: str, prompt_ids: list[int], max_new_tokens: int):
+    """c and v(k) for the cost policy: from the cache folder, or measured once (seconds)."""
+    import torch
+
+    from specbench.speed.costs import METHOD, costs_for, for_drafter, timing_context
+    from specbench.speed.kernels import VERSION
+
+    drafter_model = pair.drafter_model.model if pair.drafter_model is not None else None
+    key = f"{pair.target.name}|{pair_config.dtype}|{_drafter_label(pair)}|{pair_config.draft_dtype}|vocab={pair.draft_vocab}|{pair_config.device}|{kernels}.v{VERSION}|threads={torch.get_num_threads()}|costs.v{METHOD}"
+    context = timing_context(prompt_ids, max_new_tokens, pair.context_limit)
+    with err_console.status("measuring the drafter and verify costs for the cost policy (once per model pair)"):
+        costs, cached = costs_for(pair.target.model, drafter_model, key, context, defaults.cache_root() / "costs", draft_vocab=pair.draft_vocab)
+    costs = for_drafter(costs, pair.drafter_name)
+    err_console.print(f"[dim]costs{' (cached)' if cached else ''}: c = {costs.c:.3f}, v(k) = " + " ".join(f"{v:.2f}" for v in costs.verify_cost.values()) + "[/]", highlight=False, soft_wrap=True)
+    return costs
+
+
+def _tracers(trace: bool, trace_out, pair, prompt: str, settings: dict):
+    """The live tracer (--trace) and the JSONL writer (--trace-out), either may be None."""
+    tokenizer = pair.tokenizer
+    token_text = lambda token: tokenizer.decode([token])  # noqa: E731
+    header = {"prompt": prompt, "target": pair.target.name, "drafter": _drafter_label(pair), **settings}
+    writer = None
+    if trace_out is not None:
+        try:
+            writer = tracing.TraceWriter(trace_out, token_text, header)
+        except tracing.TraceFileError as exc:
+            fail(str(exc))
+    tracer = tracing.live_tracer(console, token_text, header) if trace else None
+    return tracer, writer
+
+
+def _size(n: int) -> str:
+    if n >= 1e8:
+        return f"{n / 1e9:.2f} GB"
+    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
+
+
+@app.command("models")
+def models_command() -> None:
+    """List the embedded default pair: its packages, whether it is cached, and the sizes."""
+    table = Table(title="Default model pair", title_justify="left")
+    for name in ("role", "model", "parts", "GGUF", "cached", "cache"):
+        table.add_column(name, justify="right" if name in ("GGUF", "cache") else "left", no_wrap=name == "model")
+    statuses = [defaults.status(model) for model in defaults.PAIR]
+    for s in statuses:
+        cached = "[green]yes[/]" if s.cached else "no"
+        table.add_row(s.model.role, s.model.name, f"{s.parts_found}/{s.model.n_parts}", _size(s.parts_bytes), cached, _size(s.cache_bytes) if s.cache_bytes else "–")
+    console.print(table)
+    for s in statuses:
+        where = f"parts in {s.parts_folder}" if s.parts_folder else "parts not installed"
+        console.print(f"{s.model.role}: {where}; cache {s.cache_path}", highlight=False, soft_wrap=True)
+    if not all(s.cached for s in statuses):
+        console.print("an uncached model is built on first use (about 1-2 minutes, once)", highlight=False, soft_wrap=True)
+    if any(s.parts_found < s.model.n_parts for s in statuses):
+        console.print(f"[yellow]missing packages:[/] install them with {defaults.INSTALL_HINT}", highlight=False, soft_wrap=True)
+    console.print(f"cache: {defaults.models_dir()} (move it with ${defaults.CACHE_ENV}; empty it with `specbench clear-cache`)", highlight=False, soft_wrap=True)
+
+
+@app.command("clear-cache")
+def clear_cache_command() -> None:
+    """Delete the cached default models (rebuilt from the installed packages on next use)."""
+    where = defaults.models_dir()
+    freed = defaults.clear_cache()
+    if freed:
+        console.print(f"removed {_size(freed)} from {where}", highlight=False, soft_wrap=True)
+    else:
+        console.print(f"nothing cached in {where}", highlight=False, soft_wrap=True)
+
+
+# ---------------------------------------------------------------------------- trace
+
+# Imported here, not at the top, so this section stays self-contained while others edit above.
+
+
+@app.command("trace")
+def trace_command(
+    path: Annotated[Path, typer.Argument(help="A trace file written by `specbench generate --trace-out`.", show_default=False)],
+) -> None:
+    """Replay a saved step-by-step trace: every round, the summary and the marked text. Needs no models."""
+    try:
+        saved = tracing.read_trace(path)
+    except tracing.TraceFileError as exc:
+        fail(str(exc))
+    tracing.replay(saved, console)
+
+
+# ---------------------------------------------------------------------------- sweep, plot
+
+# Imports for this section stay here so that it is self-contained; results and prompts use only
+# the standard library, and the torch-heavy modules load inside the sweep command.
+
+
+@_dataclass
+class SweepModels:
+    """What a sweep needs from model loading."""
+
+    target: object
+    drafter_model: object | None
+    tokenizer: object
+    eos_ids: tuple[int, ...]
+    target_name: str
+    drafter_name: str | None
+
+
+class SweepModelError(ValueError):
+    """Loading the sweep's models failed; the message is one line."""
+
+
+def load_sweep_models(target: str, drafter_model: str | None, *, dtype: str | None, draft_dtype: str | None, device: str) -> SweepModels:
+    """Load the pair through models.load_pair (drafter_model None: the target only)."""
+    from specbench.models import loading as models
+
+    models.quiet_transformers()
+    options = {k: v for k, v in (("dtype", dtype), ("draft_dtype", draft_dtype)) if v}
+    config = models.PairConfig(target=target, drafter=drafter_model or models.NONE, device=device, **options)
+    shown: set[str] = set()
+
+    def progress(task: str, done: float, total: float | None) -> None:
+        if task not in shown:
+            shown.add(task)
+            console.print(f"[dim]{task}…[/]", highlight=False)
+
+    try:
+        pair = models.load_pair(config, progress)
+    except models.ModelError as exc:
+        raise SweepModelError(str(exc)) from exc
+    drafter = pair.drafter_model
+    return SweepModels(
+        pair.target.model,
+        drafter.model if drafter is not None else None,
+        pair.tokenizer,
+        pair.eos_token_ids,
+        pair.target.name,
+        drafter.name if drafter is not None else None,
+    )
+
+
+def summary_table(summaries: list, greedy: bool) -> Table:
+    """The end-of-sweep table: one line per method/drafter/policy/gamma, best speedup first.
+    "model" is the speedup the walltime model predicts from the runs' own rounds and the
+    measured c and v(k) (bench.predicted_speedup). Fits 80 columns: numbers never wrap; a
+    long configuration name wraps instead."""
+    runs = max((s.runs for s in summaries), default=0)
+    table = Table(title=f"Sweep summary: geometric means over {runs} prompt run(s), vs plain", title_justify="left")
+    table.add_column("configuration")
+    for name in ("γ", "accept", "len", "tok/s", "speedup", "model"):
+        table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
+    if greedy:
+        table.add_column("output", no_wrap=True, min_width=8)
+
+    def show(value, fmt):
+        return "–" if value is None else format(value, fmt)
+
+    for s in summaries:
+        cells = [_configuration(s), show(s.gamma, "d"), show(s.acceptance_rate, ".0%"), show(s.mean_accepted_length, ".2f"),
+                 show(s.tokens_per_second, ".2f"), show(s.speedup, ".2f") + "×",
+                 show(s.predicted_speedup, ".2f") + ("×" if s.predicted_speedup else "")]  # fmt: skip
+        if greedy:
+            if s.method == sweep_results.BASELINE_METHOD:
+                cells.append("baseline")
+            elif s.differs:
+                cells.append(f"[bold red]DIFFERS {s.differs}/{s.checked}[/]")
+            else:
+                cells.append("same" if s.checked else "–")
+        table.add_row(*cells)
+    return table
+
+
+def _configuration(summary) -> str:
+    """e.g. "specbench model cost", "hf-assisted fixed", "hf-assisted defaults", "plain"."""
+    if summary.method == "hf-assisted":  # HF always drafts with the drafter model
+        names = {"hf-defaults": "defaults", "hf-defaults-stock-kernels": "defaults, stock kernels"}
+        return "hf-assisted " + names.get(summary.policy, summary.policy)
+    return " ".join(part for part in (summary.method, summary.drafter, summary.policy) if part)
+
+
+def _sweep_progress() -> Progress:
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )
+
+
+def _run_label(run) -> str:
+    setting = " ".join(p for p in (run.drafter, run.policy, f"γ={run.gamma}" if run.gamma else "") if p)
+    return f"{run.method} {setting} · {run.prompt.id}".replace("  ", " ")
+
+
+@app.command("sweep")
+def sweep_command(
+    gamma: Annotated[str, typer.Option("--gamma", help="Draft lengths: 4, a range 1..8, or a list 1,2,4.")] = "1..4",
+    drafter: Annotated[list[str] | None, typer.Option("--drafter", help="Drafter to compare (repeat for several); default: model.", show_default=False)] = None,
+    gamma_policy: Annotated[list[str] | None, typer.Option("--gamma-policy", help="Gamma policy to compare (repeat for several); default: fixed.", show_default=False)] = None,
+    target: Annotated[str, typer.Option("--target", help="Target model: default, a local folder, a .gguf file or a cached hub id.")] = "default",
+    drafter_model: Annotated[str, typer.Option("--drafter-model", help="Drafter model for the model drafter and hf-assisted (a model spec, or none).")] = "default",
+    prompts: Annotated[str, typer.Option("--prompts", help="Prompt set: a JSONL file (ours or Spec-Bench's question.jsonl) or a name: default, quick.")] = "default",
+    category: Annotated[list[str] | None, typer.Option("--category", help="Only prompts of this category (repeat for several).", show_default=False)] = None,
+    temperature: Annotated[float, typer.Option("--temperature", help="0 is greedy (outputs are checked against plain decoding).")] = 0.0,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Tokens per generation.")] = 128,
+    repeats: Annotated[int, typer.Option("--repeats", help="Runs of every combination per prompt.")] = 1,
+    out: Annotated[Path | None, typer.Option("--out", help="Results directory (default: results/sweep-DATE-TIME).", show_default=False)] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted sweep in --out, skipping the rows it has.")] = False,
+    hf_assisted: Annotated[bool, typer.Option("--hf-assisted/--no-hf-assisted", help="Also run transformers' assisted generation.")] = True,
+    hf_fixed: Annotated[bool, typer.Option("--hf-fixed/--no-hf-fixed", help="Run hf-assisted at every gamma too, not only with its own defaults.")] = True,
+    hf_stock: Annotated[bool, typer.Option("--hf-stock/--no-hf-stock", help="Run hf-assisted's defaults once more on PyTorch's stock Linear kernels, as HF runs without specbench.")] = False,
+    steps: Annotated[bool, typer.Option("--steps", help="Also write every speculative round to steps.jsonl.")] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of repeat 0 (repeat r uses seed + r).")] = 0,
+    timing_repeats: Annotated[int, typer.Option("--timing-repeats", help="Timed forwards per point of c and v(k) (the median counts).")] = 5,
+    costs_per_prompt: Annotated[bool, typer.Option("--costs-per-prompt/--costs-once", help="Measure c and v(k) before each prompt's runs, on its context (about 20 s each on the default CPU pair), or once at the start.")] = True,
+    dtype: Annotated[str | None, typer.Option("--dtype", help="Target weights dtype (default: the pair's).", show_default=False)] = None,
+    draft_dtype: Annotated[str | None, typer.Option("--draft-dtype", help="Drafter weights dtype (default: the pair's).", show_default=False)] = None,
+    device: Annotated[str, typer.Option("--device", help="cpu, cuda, mps or auto.")] = "cpu",
+    kernels: Annotated[str, typer.Option("--kernels", help="auto (onednn when available), onednn or default; every method runs on the same kernels.")] = "auto",
+    draft_vocab: Annotated[int, typer.Option("--draft-vocab", help="specbench's model drafter scores only ids below this (plus the prompt's and EOS); 0 scores all. hf-assisted's drafter scores all.")] = defaults.DEFAULT_DRAFT_VOCAB,
+) -> None:
+    """Benchmark drafters, gamma policies and gammas against plain decoding; write results/NAME."""
+    from specbench.bench import sweep as bench
+
+    try:
+        gammas = sweep_results.parse_gammas(gamma)
+        config = bench.SweepConfig(
+            gammas=tuple(gammas),
+            drafters=tuple(drafter or (sweep_results.MODEL_DRAFTER,)),
+            policies=tuple(gamma_policy or (sweep_results.FIXED_POLICY,)),
+            temperature=temperature,
+            max_new_tokens=max_new_tokens,
+            repeats=repeats,
+            seed=seed,
+            hf_assisted=hf_assisted,
+            hf_fixed=hf_fixed,
+            hf_stock=hf_stock,
+            steps=steps,
+            timing_repeats=timing_repeats,
+            costs_per_prompt=costs_per_prompt,
+            kernels=kernels,
+            draft_vocab=draft_vocab,
+        )
+        prompt_list = prompt_sets.load_prompts(prompts, category or ())
+    except (sweep_results.GammaRangeError, bench.SweepError, prompt_sets.PromptError) as exc:
+        fail(str(exc))
+    out_dir = out or Path("results") / _datetime.now().strftime("sweep-%Y%m%d-%H%M%S")
+    if not resume and (out_dir / sweep_results.RUNS_CSV).exists():
+        fail(f"{out_dir / sweep_results.RUNS_CSV} already exists: pass --resume to continue that sweep, or choose another --out")
+    need_drafter = bench.needs_drafter_model(config)
+    try:
+        loaded = load_sweep_models(target, drafter_model if need_drafter else None, dtype=dtype, draft_dtype=draft_dtype, device=device)
+    except (ValueError, OSError) as exc:  # SweepModelError included
+        fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    _apply_kernels(kernels, loaded.target, loaded.drafter_model)
+    _run_sweep(bench, loaded, prompt_list, config, out_dir, resume=resume, prompts_source=prompts)
+
+
+def _run_sweep(bench, loaded: SweepModels, prompt_list, config, out_dir: Path, *, resume: bool, prompts_source: str) -> None:
+    """Run the sweep under a progress bar; Ctrl-C keeps the finished rows; then the table."""
+    written = 0
+    with _sweep_progress() as progress:
+        task = progress.add_task("starting", total=None)
+
+        def on_row(run, row) -> None:
+            nonlocal written
+            written += 1
+            progress.update(task, advance=1, description=_run_label(run))
+
+        try:
+            result = bench.sweep(
+                loaded.target, loaded.drafter_model, loaded.tokenizer, prompt_list, config, out_dir,
+                resume=resume, target_name=loaded.target_name, drafter_name=loaded.drafter_name,
+                prompts_source=prompts_source, command="specbench " + " ".join(_sys.argv[1:]), eos_ids=loaded.eos_ids,
+                on_status=lambda text: progress.update(task, description=text),
+                on_start=lambda total, skipped: progress.update(task, total=total, completed=skipped),
+                on_row=on_row,
+            )  # fmt: skip
+        except KeyboardInterrupt:
+            progress.stop()
+            err_console.print(f"interrupted: {written} new row(s) kept in {out_dir / sweep_results.RUNS_CSV}; add --resume to finish the sweep", highlight=False, soft_wrap=True)
+            raise typer.Exit(130)
+        except ValueError as exc:  # SweepError, ResultsError, a prompt too long for the context
+            progress.stop()
+            fail(str(exc))
+    render_sweep_end(out_dir, result, config)
+
+
+def render_sweep_end(out_dir: Path, result, config) -> None:
+    rows = sweep_results.read_rows(out_dir / sweep_results.RUNS_CSV)
+    summaries = sweep_results.summarize(rows)
+    greedy = config.temperature == 0
+    console.print(summary_table(summaries, greedy))
+    for line in _costs_lines(list(result.costs.values())):
+        console.print(line, highlight=False, soft_wrap=True)
+    differing = [s.label + (f" γ={s.gamma}" if s.gamma else "") for s in summaries if s.differs]
+    if greedy and differing:
+        err_console.print(f"[bold yellow]warning:[/] greedy output differs from plain decoding for: {', '.join(differing)}", highlight=False, soft_wrap=True)
+    console.print(f"{result.written} row(s) written, {result.skipped} already there: {out_dir}  (charts: specbench plot {out_dir})", highlight=False, soft_wrap=True)
+
+
+def _costs_lines(measured: list) -> list[str]:
+    """c and v(k) of a sweep: the one measurement, or the range over its prompts' blocks."""
+    if not measured:
+        return []
+    first, lines = measured[0], []
+    cs = [m.c for m in measured if m.c is not None]
+    if len(measured) == 1 and cs:
+        lines.append(f"c = {first.c:.3f} (drafter step {first.drafter_step_seconds * 1000:.1f} ms / target step {first.target_step_seconds * 1000:.1f} ms)")
+    elif cs:
+        steps = sorted(m.target_step_seconds * 1000 for m in measured)
+        lines.append(f"c = {min(cs):.3f} to {max(cs):.3f} over {len(measured)} measurements, one per prompt (target step {steps[0]:.0f} to {steps[-1]:.0f} ms)")
+    curve = ", ".join(f"v({k})={v:.2f}" for k, v in sorted(first.verify_cost.items()))
+    lines.append(f"verify cost t(k)/t(1){' (first prompt)' if len(measured) > 1 else ''}: {curve}")
+    return lines
+
+
+@app.command("plot")
+def plot_command(
+    directory: Annotated[Path, typer.Argument(help="A results directory written by `specbench sweep`.", show_default=False)],
+    out: Annotated[Path | None, typer.Option("--out", help="Where to write the PNGs (default: the results directory).", show_default=False)] = None,
+) -> None:
+    """Draw the charts of a sweep (PNG files). Needs no models."""
+    from specbench.bench import plot
+
+    try:
+        paths = plot.plot_results(directory, out)
+    except sweep_results.ResultsError as exc:
+        fail(str(exc))
+    console.print(f"wrote {len(paths)} charts:", highlight=False)
+    for path in paths:
+        console.print(f"  {path}", highlight=False, soft_wrap=True)
+
+
+if __name__ == "__main__":
+    app()

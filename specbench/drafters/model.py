@@ -1,0 +1,165 @@
+"""The model drafter: a small causal LM drafting over its own KV cache, and model+lookup.
+
+ModelDrafter feeds only what its cache has not seen (the prompt on its first round, then what
+the target accepted or emitted since), draws each draft with the target's sampling processor,
+and crops its cache back on commit. LookupFirstDrafter copies from the context when the
+context repeats itself and asks the model otherwise. Neither knows about the target or about
+verification.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from specbench.core.cache import cache_length, crop_cache, new_cache
+from specbench.core.protocols import Draft, Keep, KeepDrafting
+from specbench.core.sampling import SamplingConfig, choose
+from specbench.drafters.tables import PromptLookupDrafter, table_draft
+from specbench.speed.draft_vocab import RestrictedHead, covers_output, output_head, restricted_head, restricted_logits
+
+
+class ModelDrafter:
+    """A small causal LM that drafts autoregressively over its own DynamicCache.
+
+    vocab_limit > 0 scores only ids below it, plus the prompt's ids, keep_ids (the EOS ids)
+    and every id the context gains, through a RestrictedHead built when a generation's
+    prompt arrives (draft_vocab.py), until the output strays outside that subset too often
+    (draft_vocab.covers_output). 0 scores the whole vocabulary with the model's own head.
+    """
+
+    def __init__(self, model, name: str = "model", vocab_limit: int = 0, keep_ids: tuple[int, ...] = ()):
+        self.model = model
+        self.name = name
+        self.device = next(model.parameters()).device
+        self.vocab_limit = vocab_limit
+        self.keep_ids = tuple(keep_ids)
+        if vocab_limit:
+            output_head(model)  # refuse a model without a plain head now, not mid-generation
+        self.start(SamplingConfig(), None)
+
+    def start(self, sampling: SamplingConfig, generator: torch.Generator | None) -> None:
+        self.sampling = sampling
+        if generator is not None and generator.device != self.device:
+            # a generator cannot draw on another device: derive one here, still seeded
+            generator = torch.Generator(self.device).manual_seed(generator.initial_seed() + 1)
+        self.generator = generator
+        self.cache = new_cache(self.model)
+        self._context_len = 0  # length of the context at the last propose (or the prompt's)
+        self.head: RestrictedHead | None = None  # built from the prompt when one is restricted
+        self._head_chosen = not self.vocab_limit
+        self._missed = self._output_tokens = 0  # ids the output needed beyond the subset, of how many
+
+    def _restrict(self, context: torch.Tensor) -> None:
+        """Build this generation's restricted head from its prompt, on the first call; later,
+        keep the ids that the context ([n] ids) gained since."""
+        if not self._head_chosen:
+            self._head_chosen = True
+            self.head = restricted_head(self.model, self.vocab_limit, [*context.tolist(), *self.keep_ids])
+        elif self.head is not None and context.shape[0] > self._context_len:
+            new = context[self._context_len :]
+            self._missed += self.head.add(new)
+            self._output_tokens += new.shape[0]
+            if not covers_output(self._missed, self._output_tokens):
+                self.head = None  # the reply lives outside the subset: score every id from now on
+        self._context_len = context.shape[0]
+
+    @torch.inference_mode()
+    def prefill(self, prompt: torch.Tensor) -> None:
+        """Feed the prompt into the cache; the first propose then feeds only what followed."""
+        self._restrict(prompt)
+        unread = prompt[cache_length(self.cache):]
+        if unread.shape[0] > 0:
+            self._forward(unread)
+
+    @torch.inference_mode()
+    def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
+        start = time.perf_counter()
+        self._restrict(context)  # also moves _context_len on to this context
+        tokens: list[int] = []
+        rows: list[torch.Tensor] = []
+        feeds: list[int] = []
+        if max_tokens > 0:
+            # feed only what the cache has not seen: the prompt on the first round, then the
+            # tokens the target accepted or emitted since the last round
+            pending = context[cache_length(self.cache):]
+            for step in range(max_tokens):
+                logits = self._forward(pending)
+                feeds.append(pending.shape[0])
+                token, probs = choose(logits, self.sampling, self.generator)
+                say = keep_drafting(step, probs, token)
+                if not say:
+                    break
+                tokens.append(token)
+                rows.append(probs)
+                if say == Keep.LAST:
+                    break
+                pending = torch.tensor([token], device=self.device)
+        probs = torch.stack(rows) if rows else None
+        ids = torch.tensor(tokens, dtype=torch.long, device=context.device)
+        return Draft(ids, probs, time.perf_counter() - start, feeds)
+
+    def _forward(self, new_tokens: torch.Tensor) -> torch.Tensor:
+        """Logits for the next token after feeding new_tokens ([n] ids) -> [vocab]."""
+        input_ids = new_tokens.to(self.device).unsqueeze(0)
+        if self.head is not None:
+            return restricted_logits(self.model, self.head, input_ids, self.cache)[0]
+        out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        return out.logits[0, -1]
+
+    def commit(self, n_accepted: int) -> None:
+        # The cache holds the context plus every draft except the last (never fed), and a
+        # draft step that was stopped by keep_drafting still fed its input. Keep the context
+        # and the accepted drafts that were fed.
+        keep = min(self._context_len + n_accepted, cache_length(self.cache))
+        crop_cache(self.cache, keep)
+
+
+# ---------------------------------------------------------------------------- model + lookup
+
+
+class LookupFirstDrafter:
+    """The "model+lookup" drafter: copy from the context when it repeats itself, else ask the
+    model.
+
+    Each round first looks for an earlier occurrence of the context's last 3 tokens
+    (LookupIndex with min_n = max_n = 3: a 1- or 2-token match is too often a coincidence).
+    If there is one, the round drafts what followed it, with probs=None (a one-hot q, as
+    the prompt-lookup drafter), at no forward pass; otherwise the model drafter drafts as
+    usual. Summaries, edits of given code and structured output copy long runs of their
+    prompt, and there the model's drafts cost c each while a copy costs nothing.
+
+    Losslessness is each round's own: a round is wholly a model round or wholly a copy. The
+    model drafter is not told about copy rounds: it neither proposes nor commits in them,
+    so its cache stays a prefix of the context, and its next propose feeds everything it
+    missed in one forward.
+    """
+
+    name = "model+lookup"
+
+    def __init__(self, model: ModelDrafter, match: int = 3):
+        self.model = model
+        self.lookup = PromptLookupDrafter(max_n=match, min_n=match)
+        self._model_round = False
+
+    def start(self, sampling: SamplingConfig, generator: torch.Generator | None) -> None:
+        self.model.start(sampling, generator)
+        self.lookup.start(sampling, generator)
+        self._model_round = False
+
+    def prefill(self, prompt: torch.Tensor) -> None:
+        self.model.prefill(prompt)
+        self.lookup.prefill(prompt)
+
+    def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
+        start = time.perf_counter()
+        copy = self.lookup.predict(context, max_tokens)
+        self._model_round = not copy
+        if self._model_round:
+            return self.model.propose(context, max_tokens, keep_drafting)
+        return table_draft(copy, keep_drafting, context.device, start)
+
+    def commit(self, n_accepted: int) -> None:
+        if self._model_round:
+            self.model.commit(n_accepted)

@@ -1,0 +1,211 @@
+"""What forwards cost: c (drafter step / target step), the verify curve v(k) and the
+drafter's catch-up curve u(n).
+
+    c    = drafter single-token forward time / target single-token forward time
+           (Leviathan et al. Def. 3.7)
+    v(k) = target forward time over k new tokens / over 1 token, with a realistic cache
+    u(n) = drafter forward time over n new tokens (the last row's logits) / over 1 token:
+           a model drafter feeds 2 tokens after a fully accepted round (its last draft was
+           never fed) and more after a copy or a skipped round
+
+Measured with the models as loaded (dtypes, kernels, device), by medians of timed forwards.
+The forwards are interleaved (each round times k = 1..max_k and a drafter step once), so a
+machine that slows down mid-measurement slows every point alike. v(k) for k >= 2 is a line
+fitted to the medians (t(k) = a + b*k, b >= 0): on a noisy 2-core CPU single points scatter
+by 20% and more (a v(2) of 1.34 one run and 0.97 the next), while the curve itself is close
+to a line. t(1) keeps its own point: one row often runs a different kernel than several;
+so does the drafter's t(2) (a half-precision drafter runs two rows on its half weight,
+kernels.HybridLinear).
+The sweep measures them once per sweep and records them in meta.json; `generate` with the
+cost policy measures them once per model pair and settings and keeps them in the cache
+folder (costs/*.json), so later runs start at once. Knows nothing about decoding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+
+from specbench.core.cache import crop_cache, new_cache
+from specbench.core.generate import model_device, sync
+from specbench.speed.draft_vocab import restricted_head, restricted_logits
+from specbench.drafters import uses_model
+
+MAX_VERIFY_K = 9  # v(k) is measured for k = 1..MAX_VERIFY_K
+METHOD = 5  # how costs are measured; part of the on-disk cache key (1: one k at a time, no fit; 2: no u(n); 3: draft steps through HF's decoder and bf16 head rows; 4: PyTorch's int8 kernel in the draft step)
+
+
+@dataclass(frozen=True)
+class Costs:
+    c: float | None  # drafter single-token forward / target single-token forward
+    target_step_seconds: float
+    drafter_step_seconds: float | None
+    verify_cost: dict[int, float]  # k -> t(k tokens) / t(1 token), the target's (fitted for k >= 2)
+    context_tokens: int  # cache length the forwards ran over
+    verify_measured: dict[int, float] | None = None  # the medians the fit was made from, / t(1)
+    drafter_cost: dict[int, float] | None = None  # n -> u(n), the drafter's (fitted for n >= 3)
+
+    def as_meta(self) -> dict:
+        meta = asdict(self)
+        meta["verify_cost"] = {str(k): v for k, v in self.verify_cost.items()}
+        for name in ("verify_measured", "drafter_cost"):
+            if meta[name] is not None:
+                meta[name] = {str(k): v for k, v in meta[name].items()}
+        return meta
+
+    @classmethod
+    def from_meta(cls, raw: dict) -> Costs:
+        return cls(
+            c=raw.get("c"),
+            target_step_seconds=raw.get("target_step_seconds", 0.0),
+            drafter_step_seconds=raw.get("drafter_step_seconds"),
+            verify_cost={int(k): float(v) for k, v in (raw.get("verify_cost") or {}).items()},
+            context_tokens=raw.get("context_tokens", 0),
+            verify_measured=_curve(raw.get("verify_measured")),
+            drafter_cost=_curve(raw.get("drafter_cost")),
+        )
+
+
+def _curve(raw: dict | None) -> dict[int, float] | None:
+    return {int(k): float(v) for k, v in raw.items()} if raw else None
+
+
+class ForwardTimer:
+    """Times forwards over k new tokens on a cache that holds `context`, cropped back after each.
+
+    With vocab_limit > 0 a forward is what a restricted model drafter runs (draft_vocab.py):
+    the model's body, then a RestrictedHead over ids below the limit and the context's ids.
+    """
+
+    def __init__(self, model, context: list[int], vocab_limit: int = 0):
+        self.model, self.context = model, context
+        self.device = model_device(model)
+        self.cache = new_cache(model)
+        self.head = restricted_head(model, vocab_limit, context) if vocab_limit else None
+        model(input_ids=torch.tensor([context], device=self.device), past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+
+    def seconds(self, k: int, rows: int | None = None) -> float:
+        """One forward over k new tokens, with logits for the last `rows` (default all k)."""
+        new = torch.tensor([(self.context * k)[:k]], device=self.device)  # [1, k] ordinary token ids
+        rows = k if rows is None else rows
+        start = time.perf_counter()
+        if self.head is None:
+            self.model(input_ids=new, past_key_values=self.cache, use_cache=True, logits_to_keep=rows)
+        else:
+            restricted_logits(self.model, self.head, new, self.cache, rows)
+        sync(self.device)
+        elapsed = time.perf_counter() - start
+        crop_cache(self.cache, len(self.context))
+        return elapsed
+
+
+def fit_verify_curve(seconds: dict[int, float], exact: int = 1) -> dict[int, float]:
+    """v(k) = t(k) / t(1): t(k <= exact) as measured, t(k > exact) from the least-squares
+    line through those points (slope clamped at 0: a longer forward never costs less).
+
+    fit_verify_curve({1: 1.0, 2: 1.5, 3: 1.4, 4: 1.9}) == {1: 1.0, 2: 1.4, 3: 1.6, 4: 1.8}
+    fit_verify_curve({1: 1.0, 2: 1.5, 3: 1.4, 4: 1.9}, exact=2) == {1: 1.0, 2: 1.5, 3: 1.4, 4: 1.9}
+    """
+    t1 = seconds[1]
+    own = {k: t / t1 for k, t in sorted(seconds.items()) if k <= exact}
+    points = [(k, t) for k, t in sorted(seconds.items()) if k > exact]
+    if not points:
+        return own
+    mean_k = sum(k for k, _ in points) / len(points)
+    mean_t = sum(t for _, t in points) / len(points)
+    spread = sum((k - mean_k) ** 2 for k, _ in points)
+    slope = max(0.0, sum((k - mean_k) * (t - mean_t) for k, t in points) / spread) if spread else 0.0
+    return {**own, **{k: (mean_t + slope * (k - mean_k)) / t1 for k, _ in points}}
+
+
+def timing_context(prompt_ids: list[int], max_new_tokens: int, limit: int) -> list[int]:
+    """A realistic cache for timing: the prompt, grown to where decoding spends its middle."""
+    length = max(1, min(len(prompt_ids) + max_new_tokens // 2, limit - MAX_VERIFY_K - 1))
+    return (prompt_ids * (length // len(prompt_ids) + 1))[:length]
+
+
+@torch.inference_mode()
+def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k: int = MAX_VERIFY_K, draft_vocab: int = 0) -> Costs:
+    """c from single-token forwards of both models (the drafter's over draft_vocab ids when
+    > 0, as the model drafter runs it); v(k) for k = 1..max_k from the target; u(n) for
+    n = 1..max_k from the drafter (last row's logits only, as a catch-up runs).
+
+    repeats + 1 interleaved rounds; the first is a warm-up and is not counted."""
+    target_timer = ForwardTimer(target, context)
+    drafter_timer = ForwardTimer(drafter_model, context, draft_vocab) if drafter_model is not None else None
+    target_times: dict[int, list[float]] = {k: [] for k in range(1, max_k + 1)}
+    drafter_times: dict[int, list[float]] = {n: [] for n in range(1, max_k + 1)} if drafter_timer else {}
+    for round_ in range(repeats + 1):
+        for k in range(1, max_k + 1):
+            elapsed = target_timer.seconds(k)
+            if round_:
+                target_times[k].append(elapsed)
+            if drafter_timer is not None:
+                elapsed = drafter_timer.seconds(k, rows=1)
+                if round_:
+                    drafter_times[k].append(elapsed)
+    medians = {k: statistics.median(times) for k, times in target_times.items()}
+    t1 = medians[1]
+    drafter_medians = {n: statistics.median(times) for n, times in drafter_times.items()}
+    drafter_step = drafter_medians.get(1)
+    return Costs(
+        c=drafter_step / t1 if drafter_step is not None and t1 > 0 else None,
+        target_step_seconds=t1,
+        drafter_step_seconds=drafter_step,
+        verify_cost=fit_verify_curve(medians) if t1 > 0 else {k: 0.0 for k in medians},
+        context_tokens=len(context),
+        verify_measured={k: t / t1 if t1 > 0 else 0.0 for k, t in medians.items()},
+        drafter_cost=fit_verify_curve(drafter_medians, exact=2) if drafter_step else None,
+    )
+
+
+def for_drafter(costs: Costs, drafter: str) -> Costs:
+    """The costs a drafter pays: a model-free drafter (ngram, prompt-lookup) runs no forward
+    pass, so its c is 0; the drafters with the model (model, model+lookup) keep the measured
+    c (model+lookup's copies are free: the cost policy reads that from their missing q)."""
+    return costs if uses_model(drafter) else replace(costs, c=0.0)
+
+
+# ---------------------------------------------------------------------------- the on-disk cache
+
+
+def load_cached(folder: Path, key: str) -> Costs | None:
+    """Costs measured earlier for `key` (a description of models and settings), if any."""
+    path = folder / f"{_slug(key)}.json"
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return Costs.from_meta(raw["costs"]) if raw.get("key") == key else None
+
+
+def save_cached(folder: Path, key: str, costs: Costs) -> None:
+    """Write atomically: a crash never leaves half a file behind."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump({"key": key, "costs": costs.as_meta()}, handle, indent=1)
+    os.replace(tmp, folder / f"{_slug(key)}.json")
+
+
+def _slug(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def costs_for(target, drafter_model, key: str, context: list[int], folder: Path, max_k: int = MAX_VERIFY_K, repeats: int = 3, draft_vocab: int = 0) -> tuple[Costs, bool]:
+    """Cached costs for `key` (which must name draft_vocab), else measured now and cached;
+    returns (costs, were they cached)."""
+    cached = load_cached(folder, key)
+    if cached is not None and max(cached.verify_cost, default=0) >= max_k:
+        return cached, True
+    costs = measure_costs(target, drafter_model, context, repeats, max_k, draft_vocab)
+    save_cached(folder, key, costs)
+    return costs, False

@@ -1,0 +1,171 @@
+"""A drafter that scores only part of the vocabulary (`--draft-vocab N`).
+
+Why: the default drafter's output head is 151,936 x 896 weights, over a quarter of what a
+drafter step reads, yet nearly every token it drafts comes from a small frequent subset.
+A byte-pair tokenizer numbers its merges in the order it learned them, most frequent first,
+so the first N ids are a good data-free choice of that subset. To them we add every id of
+the prompt (names and words a reply copies), the end-of-sequence ids, and every id the
+output produces as it goes: on the quick set, Qwen's "```" (id 73594) and LaTeX's "\\["
+(78045) lie past 65536 yet recur within one reply.
+
+Lossless: q is the drafter's distribution over the kept ids and zero elsewhere. Greedy
+verification compares a draft with the target's argmax, whatever the drafter could score;
+rejection sampling accepts x with min(1, p(x)/q(x)) and on a rejection samples from
+max(0, p - q), which holds all of p's mass outside the subset. The target is untouched.
+When the subset does not cover a reply (text in another script or language), the drafter
+goes back to every id for the rest of the generation: once its output has brought in at
+least MISSES_TO_WIDEN ids the subset lacked, and more than MISS_SHARE_TO_WIDEN of its tokens
+(`covers_output`). On the quick set's translation prompt at temperature 0.7 the drafter put
+11% of its mass outside the first 65536 ids, and the expected acceptance sum_x min(p, q) on
+the same contexts fell from 0.69 to 0.58; on the other seven prompts it fell by 0.015 at most.
+
+The logits come from the bare head weights: a model that post-processes its logits (Gemma
+2's soft-capping) drafts from a slightly different q, which is still lossless.
+
+Knows nothing about decoding: the model drafter (drafters.py) builds a RestrictedHead
+(restricted_head) once per generation, adds the ids its context gains (or drops the head when covers_output says
+so), and calls it on its model's last hidden state. Measured in `bench/draft_vocab.py` (README, "A smaller drafter head").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+import torch.nn.functional as F
+
+from specbench.speed.lean_step import MAX_LEAN_ROWS, lean_decoder
+from specbench.speed.quantize import Int8Linear, fast_int8_linear, runs_int8
+
+
+def draft_token_ids(limit: int, vocab_size: int, extra: Iterable[int] = ()) -> torch.Tensor:
+    """The ids a restricted drafter scores: 0 .. limit-1 and every extra id below vocab_size,
+    sorted and without repeats ([n] long). draft_token_ids(4, 10, [7, 2, 12]) -> [0, 1, 2, 3, 7]."""
+    if limit < 1:
+        raise ValueError(f"a draft vocabulary needs at least one token, got {limit}")
+    head = torch.arange(min(limit, vocab_size), dtype=torch.long)
+    more = torch.tensor(sorted({int(i) for i in extra if limit <= int(i) < vocab_size}), dtype=torch.long)
+    return torch.cat([head, more])
+
+
+MISSES_TO_WIDEN = 3  # ids the output needed that the subset lacked, before giving up on it
+MISS_SHARE_TO_WIDEN = 0.05  # ... and as a share of the output's tokens
+
+
+def covers_output(missed: int, tokens: int) -> bool:
+    """Whether a subset that lacked `missed` distinct ids over `tokens` output tokens still
+    serves: a few misses (a code fence, a LaTeX bracket) are kept and cost one round each;
+    a steady stream means the reply lives outside the subset. covers_output(2, 20) is True,
+    covers_output(3, 40) False, covers_output(3, 60) True."""
+    return missed < MISSES_TO_WIDEN or missed <= MISS_SHARE_TO_WIDEN * tokens
+
+
+def output_head(model) -> torch.nn.Module:
+    """The model's output head (hidden -> vocab logits), a module with a 2-d weight and
+    maybe a bias; a one-line error if it has none. An int8 head (quantize.py) offers its
+    dequantized bf16 twin."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    head = getattr(head, "dense", head)
+    if head is None or getattr(head, "weight", None) is None or head.weight.dim() != 2:
+        raise ValueError(f"--draft-vocab needs a drafter with a plain linear output head ({type(model).__name__} has none); pass --draft-vocab 0")
+    return head
+
+
+def restricted_head(model, limit: int, extra: Iterable[int] = ()) -> RestrictedHead | None:
+    """A RestrictedHead over the model's head for draft_token_ids(limit, ..., extra), or None
+    when those ids are the whole vocabulary (the model's own head does the same, cheaper).
+    An int8 head (quantize.py) lends its int8 rows too."""
+    head = output_head(model)
+    ids = draft_token_ids(limit, head.weight.shape[0], extra)
+    if ids.shape[0] >= head.weight.shape[0]:
+        return None
+    return RestrictedHead(model.get_output_embeddings(), ids)
+
+
+def restricted_logits(model, head: RestrictedHead, input_ids: torch.Tensor, cache, last: int = 1, lean: bool = True) -> torch.Tensor:
+    """Feed input_ids ([1, n]) over the cache through the model's body (a draft step through
+    lean_step.py's forward where the model's layout allows and lean is True), then the
+    restricted head: logits of the last `last` positions, [last, vocab]."""
+    decoder = lean_decoder(model) if lean and input_ids.shape[1] <= MAX_LEAN_ROWS else None
+    if decoder is not None:
+        hidden = decoder(input_ids, cache)
+    else:
+        hidden = model.get_decoder()(input_ids=input_ids, past_key_values=cache, use_cache=True).last_hidden_state
+    return head(hidden[0, -last:])
+
+
+class RestrictedHead:
+    """Logits of the kept ids through the model's own head weights, the lowest finite value
+    (probability exactly 0 after softmax) everywhere else.
+
+    The ids it starts with are copied once into one weight (N x hidden); add(ids) keeps
+    more in a second, small weight, so an id the output gains costs a copy of the added
+    rows only, not of the N rows. A call reads only kept rows.
+
+    Over an Int8Linear head it keeps the int8 rows of the same ids as well as its dense
+    twin's, and scores a drafter step (up to MAX_INT8_ROWS rows) through them
+    (quantize.fast_int8_linear), as the full int8 head scores through its own: in a scratch
+    profile on the AVX-512 machine the 65,536 bf16 rows took 7.3 ms of a 46 ms int8 drafter
+    step (bench/drafter_step.py times the step both ways).
+    """
+
+    def __init__(self, head: torch.nn.Module, ids: torch.Tensor):
+        self.int8 = head if isinstance(head, Int8Linear) else None
+        head = head.dense if self.int8 is not None else head
+        self.full_weight = head.weight.detach()
+        self.full_bias = None if getattr(head, "bias", None) is None else head.bias.detach()
+        self.vocab_size = self.full_weight.shape[0]
+        device = self.full_weight.device
+        self.kept = torch.zeros(self.vocab_size, dtype=torch.bool, device=device)
+        # (ids, weight rows, bias) of the ids it started with, and of the ids added since
+        self.first = self._part(self._new(ids))
+        self.added = self._part(torch.empty(0, dtype=torch.long, device=device))
+
+    def _new(self, ids: torch.Tensor) -> torch.Tensor:
+        """The ids not kept yet (repeats and ids past the vocabulary skipped), now kept."""
+        ids = ids.to(self.kept.device)
+        ids = torch.unique(ids[(ids >= 0) & (ids < self.vocab_size)])
+        new = ids[~self.kept[ids]]
+        self.kept[new] = True
+        return new
+
+    def _part(self, ids: torch.Tensor) -> tuple:
+        """(ids, weight rows, bias, (int8 rows, scales) or None) for these ids."""
+        bias = None if self.full_bias is None else self.full_bias.index_select(0, ids)
+        packed = None if self.int8 is None else (self.int8.qweight.index_select(0, ids), self.int8.scales.index_select(0, ids))
+        return ids, self.full_weight.index_select(0, ids), bias, packed
+
+    def add(self, ids: torch.Tensor) -> int:
+        """Keep these ids too (ids already kept, repeats and ids past the vocabulary are
+        skipped); returns how many were new."""
+        new = self._new(ids)
+        if new.numel():
+            self.added = self._part(torch.cat([self.added[0], new]))
+        return int(new.numel())
+
+    @property
+    def ids(self) -> torch.Tensor:
+        return torch.cat([self.first[0], self.added[0]])
+
+    @property
+    def size(self) -> int:
+        return int(self.first[0].shape[0] + self.added[0].shape[0])
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [..., hidden] -> logits [..., vocab]."""
+        hidden = hidden.to(self.full_weight.dtype)
+        kept = _linear(hidden, self.first)
+        logits = kept.new_full((*kept.shape[:-1], self.vocab_size), torch.finfo(kept.dtype).min)
+        logits[..., self.first[0]] = kept
+        if self.added[0].numel():
+            logits[..., self.added[0]] = _linear(hidden, self.added)
+        return logits
+
+
+def _linear(hidden: torch.Tensor, part: tuple) -> torch.Tensor:
+    """One part of a RestrictedHead applied to hidden: through its int8 rows when it has them
+    and the call fits the int8 kernel, else through its dense rows."""
+    _, weight, bias, packed = part
+    if packed is not None and runs_int8(hidden):
+        return fast_int8_linear(hidden, *packed, bias)
+    return F.linear(hidden, weight, bias)

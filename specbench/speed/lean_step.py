@@ -1,0 +1,146 @@
+"""A lean forward for a model drafter's draft steps (Qwen2 and Llama layouts).
+
+Why: a draft step feeds one token (two in a round's catch-up) through a 24-layer drafter,
+and on a 2-core CPU its int8 kernels are so short that the plumbing around them shows:
+HF's decoder forward (mask building, attention dispatch, per-layer keyword handling) and
+seven kernel calls per layer. This forward does the same math with the model's own modules
+and weights: embedding, the model's rotary embedding, RMSNorm modules, q/k/v, SDPA over the
+HF DynamicCache (cache.update, as HF's attention does), o, the gated SiLU MLP, final norm.
+Where q/k/v (and gate/up) are int8 (quantize.py), their rows are stacked into one weight
+and run as one int8 kernel call; the modules' own buffers become views of the stacked
+ones, so no memory is added and HF's forward reads the very same numbers.
+
+Measured by `python bench/drafter_step.py` (README, "A faster drafter").
+
+Only few-token steps (at most quantize.MAX_INT8_ROWS new tokens) take this path; a prompt,
+and any model of another layout (Qwen2/Llama with sliding windows, Qwen3's q/k norms,
+Gemma, ...), goes through HF's forward. Lossless either way: the drafter's q is whatever it
+computed, and verification checks every draft against the target.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+import torch.nn.functional as F
+
+from specbench.speed.quantize import MAX_INT8_ROWS, Int8Linear, fast_int8_linear, runs_int8
+
+LAYOUTS = ("qwen2", "llama")  # model_type values whose decoder layers this forward reproduces
+MAX_LEAN_ROWS = MAX_INT8_ROWS
+
+_built: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> LeanDecoder | None
+
+
+def lean_decoder(model) -> LeanDecoder | None:
+    """The model's LeanDecoder (built on first use, stacking its int8 rows), or None when its
+    layout is not one this forward reproduces."""
+    if model not in _built:
+        _built[model] = LeanDecoder(model) if supports(model) else None
+    return _built[model]
+
+
+def supports(model) -> bool:
+    """Whether the model is a plain Qwen2/Llama decoder: full attention, gated SiLU MLP."""
+    config = getattr(model, "config", None)
+    if getattr(config, "model_type", None) not in LAYOUTS or getattr(config, "hidden_act", None) != "silu":
+        return False
+    if getattr(config, "use_sliding_window", False) or getattr(config, "pretraining_tp", 1) != 1:
+        return False
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    if decoder is None or not all(hasattr(decoder, name) for name in ("embed_tokens", "layers", "norm", "rotary_emb")):
+        return False
+    wanted = {"self_attn": ("q_proj", "k_proj", "v_proj", "o_proj"), "mlp": ("gate_proj", "up_proj", "down_proj")}
+    return all(hasattr(getattr(layer, part, None), name) for layer in decoder.layers for part, names in wanted.items() for name in names)
+
+
+class Stacked:
+    """Linears that read the same input, run as one int8 kernel call over their stacked rows
+    when all are Int8Linear and the call fits the kernel, else one by one."""
+
+    def __init__(self, linears: list[torch.nn.Module]):
+        self.linears = linears
+        self.sizes = [linear.out_features for linear in linears]
+        self.packed = _stack_int8(linears) if all(isinstance(linear, Int8Linear) for linear in linears) else None
+
+    def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
+        if self.packed is not None and runs_int8(x):
+            return list(fast_int8_linear(x, *self.packed).split(self.sizes, dim=-1))
+        return [linear(x) for linear in self.linears]
+
+
+def _stack_int8(linears: list[Int8Linear]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(rows, scales, bias) of the stacked layers; each layer's buffers become views of them."""
+    qweight = torch.cat([linear.qweight for linear in linears])
+    scales = torch.cat([linear.scales for linear in linears])
+    biases = [linear.dense.bias for linear in linears]
+    bias = None
+    if any(b is not None for b in biases):
+        bias = torch.cat([b.detach() if b is not None else torch.zeros(linear.out_features, dtype=scales.dtype) for b, linear in zip(biases, linears)])
+    start = 0
+    for linear in linears:
+        end = start + linear.out_features
+        linear.qweight, linear.scales = qweight[start:end], scales[start:end]
+        start = end
+    return qweight, scales, bias
+
+
+class LeanDecoder:
+    """hidden = LeanDecoder(model)(input_ids [1, n], cache): the decoder's final hidden states
+    [1, n, hidden] for n <= MAX_LEAN_ROWS new tokens after what the cache holds (which it extends)."""
+
+    def __init__(self, model):
+        self.decoder = model.get_decoder()
+        config = model.config
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.qkv = [Stacked([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]) for layer in self.decoder.layers]
+        self.gate_up = [Stacked([layer.mlp.gate_proj, layer.mlp.up_proj]) for layer in self.decoder.layers]
+        self.o = [Stacked([layer.self_attn.o_proj]) for layer in self.decoder.layers]
+        self.down = [Stacked([layer.mlp.down_proj]) for layer in self.decoder.layers]
+
+    def __call__(self, input_ids: torch.Tensor, cache) -> torch.Tensor:
+        n = input_ids.shape[1]
+        if n > MAX_LEAN_ROWS:
+            raise ValueError(f"the lean forward takes at most {MAX_LEAN_ROWS} tokens, got {n}")
+        past = cache.get_seq_length()
+        hidden = self.decoder.embed_tokens(input_ids)
+        positions = torch.arange(past, past + n, device=input_ids.device).unsqueeze(0)
+        cos, sin = self.decoder.rotary_emb(hidden, positions)
+        mask = None if n == 1 else _block_causal_mask(n, past, input_ids.device)
+        for i, layer in enumerate(self.decoder.layers):
+            hidden = hidden + self._attention(i, layer.self_attn, layer.input_layernorm(hidden), cos, sin, mask, cache)
+            x = layer.post_attention_layernorm(hidden)
+            gate, up = self.gate_up[i](x)
+            (down,) = self.down[i](F.silu(gate) * up)
+            hidden = hidden + down
+        return self.decoder.norm(hidden)
+
+    def _attention(self, i: int, attn, x: torch.Tensor, cos, sin, mask, cache) -> torch.Tensor:
+        n = x.shape[1]
+        q, k, v = self.qkv[i](x)
+        q = q.view(1, n, self.heads, self.head_dim).transpose(1, 2)
+        k = k.view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k = _rotate(q, k, cos, sin)
+        k, v = cache.update(k, v, i)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling, enable_gqa=self.kv_heads != self.heads)
+        (o,) = self.o[i](out.transpose(1, 2).reshape(1, n, self.heads * self.head_dim))
+        return o
+
+
+def _block_causal_mask(n: int, past: int, device) -> torch.Tensor:
+    """[n, past + n] bool: new token i sees the cache and new tokens 0..i."""
+    return torch.arange(past + n, device=device)[None, :] <= past + torch.arange(n, device=device)[:, None]
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _rotate(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotary position embedding as Qwen2 and Llama apply it (cos, sin: [1, n, head_dim])."""
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin

@@ -1,0 +1,175 @@
+"""Charts from a hand-written runs.csv, clear errors for what is not a results directory,
+the alpha estimate behind the theory curves, and the promise that plotting needs no torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from specbench.cli import commands as cli
+from specbench.bench.plot import CHARTS, plot_results
+from specbench.bench.results import REQUIRED_COLUMNS, ResultsError, estimate_alpha, summarize, read_rows
+from specbench.core.stats import expected_tokens_per_round
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+# two prompts in two categories; plain, specbench (model and ngram) and hf-assisted at gamma 1..2
+RUNS = """\
+method,drafter,policy,gamma,temperature,prompt_id,category,repeat,new_tokens,drafted,accepted,acceptance_rate,mean_accepted_length,target_forwards,tokens_per_second,speedup,c,identical_to_baseline
+plain,,,,0,a,code,0,64,,,,1,64,4.0,1,0.3,
+specbench,model,fixed,1,0,a,code,0,64,40,32,0.8,1.8,36,5.6,1.4,0.3,true
+specbench,model,fixed,2,0,a,code,0,64,56,40,0.714,2.4,28,6.4,1.6,0.3,true
+specbench,ngram,fixed,1,0,a,code,0,64,30,15,0.5,1.3,49,4.4,1.1,0.3,true
+specbench,ngram,fixed,2,0,a,code,0,64,50,20,0.4,1.5,43,4.8,1.2,0.3,true
+hf-assisted,model,fixed,1,0,a,code,0,64,,,,,,5.2,1.3,0.3,true
+hf-assisted,model,fixed,2,0,a,code,0,64,,,,,,6.0,1.5,0.3,false
+plain,,,,0,b,prose,0,64,,,,1,64,5.0,1,0.3,
+specbench,model,fixed,1,0,b,prose,0,64,40,24,0.6,1.6,40,6.0,1.2,0.3,true
+specbench,model,fixed,2,0,b,prose,0,64,60,30,0.5,1.9,34,6.5,1.3,0.3,true
+specbench,ngram,fixed,1,0,b,prose,0,64,20,6,0.3,1.1,58,4.5,0.9,0.3,true
+specbench,ngram,fixed,2,0,b,prose,0,64,30,8,0.27,1.2,53,4.6,0.92,0.3,true
+hf-assisted,model,fixed,1,0,b,prose,0,64,,,,,,5.5,1.1,0.3,true
+hf-assisted,model,fixed,2,0,b,prose,0,64,,,,,,6.0,1.2,0.3,true
+"""
+
+
+@pytest.fixture
+def results_dir(tmp_path):
+    directory = tmp_path / "results"
+    directory.mkdir()
+    (directory / "runs.csv").write_text(RUNS)
+    meta = {"models": {"target": {"name": "big"}, "drafter": {"name": "small"}}, "c": 0.3, "verify_cost": {str(k): 1 + 0.2 * (k - 1) for k in range(1, 10)}}
+    (directory / "meta.json").write_text(json.dumps(meta))
+    return directory
+
+
+def test_plot_writes_every_chart_as_png(results_dir):
+    paths = plot_results(results_dir)
+    assert [p.name for p in paths] == list(CHARTS)
+    for path in paths:
+        assert path.parent == results_dir and path.read_bytes()[:8] == PNG_MAGIC
+        assert path.stat().st_size > 10_000  # something was drawn
+
+
+def test_model_chart_pairs_each_run_with_its_walltime_model(results_dir):
+    """Runs with a predicted_speedup (specbench rows of newer sweeps) become points, labelled by
+    configuration and gamma; the others are left out. The chart draws them."""
+    from specbench.bench.plot import model_points
+
+    lines = RUNS.splitlines()
+    rows = [lines[0] + ",predicted_speedup"]
+    for line in lines[1:]:
+        rows.append(line + (",1.5" if line.startswith("specbench,model,fixed,2") else ","))
+    (results_dir / "runs.csv").write_text("\n".join(rows) + "\n")
+    points = model_points(read_rows(results_dir / "runs.csv"))
+    assert points == {"specbench / model / fixed, γ=2": [(1.5, 1.6), (1.5, 1.3)]}
+    chart = [p for p in plot_results(results_dir) if p.name == "model_vs_measured.png"][0]
+    assert chart.stat().st_size > 10_000
+
+
+def test_plot_without_meta_and_into_another_folder(results_dir, tmp_path):
+    """meta.json is optional: without v(k) the prediction assumes v = 1."""
+    (results_dir / "meta.json").unlink()
+    paths = plot_results(results_dir, tmp_path / "charts")
+    assert len(paths) == len(CHARTS) and all(p.parent == tmp_path / "charts" and p.exists() for p in paths)
+
+
+def test_summary_is_best_first_and_flags_differences(results_dir):
+    summaries = summarize(read_rows(results_dir / "runs.csv"))
+    speedups = [s.speedup for s in summaries]
+    assert speedups == sorted(speedups, reverse=True)
+    best = summaries[0]
+    assert (best.method, best.drafter, best.gamma) == ("specbench", "model", 2)
+    assert best.speedup == pytest.approx((1.6 * 1.3) ** 0.5)
+    assert best.acceptance_rate == pytest.approx(70 / 116)  # pooled counts, not a mean of rates
+    hf2 = next(s for s in summaries if s.method == "hf-assisted" and s.gamma == 2)
+    assert (hf2.differs, hf2.checked, hf2.acceptance_rate) == (1, 2, None)
+
+
+@pytest.mark.parametrize("alpha", [0.3, 0.6, 0.9])
+def test_estimate_alpha_recovers_alpha_from_exact_counts(alpha):
+    """accepted/drafted underestimates alpha (a rejection ends the round); the fit undoes that."""
+    points = []
+    for gamma in (1, 3, 5):
+        rounds = 100
+        accepted = rounds * (expected_tokens_per_round(alpha, gamma) - 1)
+        points.append((gamma, rounds * gamma, accepted))
+    assert estimate_alpha(points) == pytest.approx(alpha, abs=1e-6)
+    assert estimate_alpha([]) is None
+
+
+def test_missing_directory_is_a_clear_error(tmp_path):
+    with pytest.raises(ResultsError, match="no results directory"):
+        plot_results(tmp_path / "nope")
+    with pytest.raises(ResultsError, match="no runs.csv"):
+        plot_results(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("method,prompt_id\nplain,a\n", "missing column"),
+        (",".join(REQUIRED_COLUMNS) + "\n", "no rows"),
+        (RUNS.replace("5.6,1.4", "fast,1.4"), "not a number"),
+    ],
+)
+def test_malformed_csv_is_a_clear_error(tmp_path, text, message):
+    (tmp_path / "runs.csv").write_text(text)
+    with pytest.raises(ResultsError, match=message):
+        plot_results(tmp_path)
+
+
+def test_malformed_meta_is_a_clear_error(results_dir):
+    (results_dir / "meta.json").write_text("{not json")
+    with pytest.raises(ResultsError, match="meta.json"):
+        plot_results(results_dir)
+
+
+def test_plot_command(results_dir, tmp_path):
+    result = CliRunner().invoke(cli.app, ["plot", str(results_dir)])
+    assert result.exit_code == 0 and f"wrote {len(CHARTS)} charts" in result.output
+    missing = CliRunner().invoke(cli.app, ["plot", str(tmp_path / "nope")])
+    assert missing.exit_code == 2 and len(missing.output.strip().splitlines()) == 1 and "no results directory" in missing.output
+
+
+def test_plot_imports_no_torch():
+    """Charts must work where torch is absent or slow to import."""
+    code = "import specbench.bench.plot, specbench.bench.results, specbench.bench.prompts, sys; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_sweep_summary_table_fits_80_columns_and_flags_differences():
+    """The end-of-sweep table is read in a terminal: nothing may be cut to "…" at 80 columns."""
+    import io
+
+    from rich.console import Console
+
+    from specbench.cli import commands as cli
+    from specbench.bench.results import Summary
+
+    summaries = [
+        Summary("hf-assisted", "model", "hf-defaults", None, 8, 0.6, 8.28, 4.76, 2.06, None, 0, 8),
+        Summary("specbench", "prompt-lookup", "confidence-stop", 12, 8, 0.81, 6.35, 4.25, 1.86, 1.93, 1, 8),
+        Summary("plain", "", "", None, 8, None, 1.0, 2.24, 1.0, None, 0, 0),
+    ]
+    out = io.StringIO()
+    Console(file=out, width=80, no_color=True).print(cli.summary_table(summaries, greedy=True))
+    text = out.getvalue()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
+    assert all(word in text for word in ("hf-assisted", "defaults", "prompt-lookup", "confidence-stop"))  # may wrap
+    assert "8.28" in text and "6.35" in text and "2.06×" in text and "1.93×" in text  # numbers are never cut
+    assert "DIFFERS 1/8" in text and "baseline" in text
+
+
+def test_chart_footer_gives_the_range_of_per_prompt_costs():
+    """A sweep that measured c per prompt names the range, not just the first prompt's."""
+    from specbench.bench.plot import describe
+
+    rows = [{"temperature": "0.0", "prompt_id": "a"}, {"temperature": "0.0", "prompt_id": "b"}]
+    one = describe({"c": 0.22}, rows)
+    many = describe({"c": 0.22, "costs_by_block": {"a/0": {"c": 0.22}, "b/0": {"c": 0.26}, "a/1": {"c": 0.19}}}, rows)
+    assert one.endswith("c = 0.220") and many.endswith("c = 0.190 to 0.260 (per prompt)")

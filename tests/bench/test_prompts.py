@@ -1,0 +1,91 @@
+"""The prompt loader (ours and Spec-Bench's format), its errors, and the shipped sets' counts."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from specbench.bench.prompts import PROMPTS_DIR, Prompt, PromptError, available_sets, load_prompts
+
+MIN_CATEGORIES, MIN_PER_CATEGORY = 6, 8
+
+
+def write_lines(path, records):
+    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in records) + "\n")
+    return path
+
+
+def test_default_set_meets_the_counts():
+    prompts = load_prompts("default")
+    per_category = Counter(p.category for p in prompts)
+    assert len(per_category) >= MIN_CATEGORIES
+    assert min(per_category.values()) >= MIN_PER_CATEGORY
+    assert len({p.id for p in prompts}) == len(prompts)
+    assert any(len(p.turns) > 1 and p.replies for p in prompts)  # real multi-turn conversations
+
+
+def test_quick_set_is_one_default_prompt_per_category():
+    default = {p.id: p for p in load_prompts("default")}
+    quick = load_prompts("quick")
+    assert [p.category for p in quick] == list(dict.fromkeys(p.category for p in default.values()))
+    assert all(default[p.id] == p for p in quick)
+    assert {"default", "quick"} <= set(available_sets())
+
+
+def test_load_by_path_and_filter_by_category():
+    prompts = load_prompts(str(PROMPTS_DIR / "default.jsonl"), ["math", "translation"])
+    assert {p.category for p in prompts} == {"math", "translation"} and len(prompts) >= 16
+
+
+def test_spec_bench_question_file(tmp_path):
+    """Spec-Bench lines use question_id (a number) and user-only turns: only the first turn
+    is sent, since the second answers the model's own first reply."""
+    path = write_lines(tmp_path / "question.jsonl", [
+        {"question_id": 81, "category": "writing", "turns": ["Write a poem.", "Now make it rhyme."]},
+        {"question_id": 82, "category": "math_reasoning", "turns": ["What is 2 + 2?"]},
+    ])  # fmt: skip
+    prompts = load_prompts(str(path))
+    assert [(p.id, p.category) for p in prompts] == [("81", "writing"), ("82", "math_reasoning")]
+    assert prompts[0].messages() == [{"role": "user", "content": "Write a poem."}]
+
+
+def test_replies_make_alternating_messages():
+    prompt = Prompt("x", "multi-turn", ("u1", "u2", "u3"), ("a1", "a2"))
+    roles = [(m["role"], m["content"]) for m in prompt.messages()]
+    assert roles == [("user", "u1"), ("assistant", "a1"), ("user", "u2"), ("assistant", "a2"), ("user", "u3")]
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ('["a list"]', "expected a JSON object"),
+        ({"category": "c", "turns": ["t"]}, "needs an 'id'"),
+        ({"id": "a", "turns": ["t"]}, "category"),
+        ({"id": "a", "category": "c"}, "'turns' must be"),
+        ({"id": "a", "category": "c", "turns": []}, "non-empty list"),
+        ({"id": "a", "category": "c", "turns": ["t", 3]}, "'turns' must be"),
+        ({"id": "a", "category": "c", "turns": ["t1", "t2"], "replies": ["r1", "r2"]}, "need 1 replies"),
+    ],
+)
+def test_malformed_lines_name_file_and_line(tmp_path, line, message):
+    path = write_lines(tmp_path / "p.jsonl", [{"id": "ok", "category": "c", "turns": ["fine"]}, line])
+    with pytest.raises(PromptError, match=message) as info:
+        load_prompts(str(path))
+    assert "p.jsonl:2" in str(info.value)
+
+
+def test_file_level_errors(tmp_path):
+    with pytest.raises(PromptError, match="no prompt file"):
+        load_prompts(str(tmp_path / "missing.jsonl"))
+    with pytest.raises(PromptError, match="default, quick|default"):
+        load_prompts("no-such-set")
+    with pytest.raises(PromptError, match="no prompts"):
+        load_prompts(str(write_lines(tmp_path / "empty.jsonl", [""])))
+    dup = write_lines(tmp_path / "dup.jsonl", [{"id": "a", "category": "c", "turns": ["t"]}] * 2)
+    with pytest.raises(PromptError, match="duplicate prompt id 'a'"):
+        load_prompts(str(dup))
+    with pytest.raises(PromptError, match="no category 'poetry'.*it has: code-writing"):
+        load_prompts("default", ["poetry"])

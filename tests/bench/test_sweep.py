@@ -1,0 +1,526 @@
+"""Sweeps end to end on tiny models: the results schema, resume after Ctrl-C, gamma ranges,
+HF assisted generation's counts, and the `specbench sweep` command (models patched in)."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import json
+from dataclasses import replace
+
+import pytest
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+from typer.testing import CliRunner
+
+from specbench.bench import sweep as bench
+from specbench.cli import commands as cli
+from specbench.bench.sweep import (
+    PlannedRun,
+    SweepConfig,
+    SweepError,
+    make_row,
+    plan_runs,
+    sweep,
+)
+from specbench.core.generate import GenerationConfig, plain_generate
+from specbench.bench.prompts import Prompt
+from specbench.bench.results import (
+    COLUMNS,
+    KEY_COLUMNS,
+    REQUIRED_COLUMNS,
+    GammaRangeError,
+    append_row,
+    parse_gammas,
+    read_rows,
+    row_key,
+)
+from specbench.core.stats import RunStats, walltime_speedup
+
+SPECIALS = ("<unk>", "<|im_start|>", "<|im_end|>")
+CHARS = "abcdefghijklmnopqrstuvwxyz0123456789Ġ.,:;!?'\"()[]{}=+-*/_#<>|"  # Ġ: byte-level space
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}:{{ m['content'] }}<|im_end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant:{% endif %}"
+)
+PROMPTS = [
+    Prompt("p-code", "code", ("def add(a, b):",)),
+    Prompt("p-chat", "chat", ("hi!", "and then?"), ("hello.",)),
+]
+# small and fast: the tiny models decode a few tokens; costs are timed once
+FAST = dict(gammas=(1, 2), max_new_tokens=6, timing_repeats=1, warmup_tokens=2)
+
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """One token per character over the tiny models' 64 ids, with a chat template. A byte-level
+    BPE without merges, the shape of Qwen2's tokenizer, so that a saved folder loads back as
+    the same tokenizer (transformers picks Qwen2Tokenizer from the model's config)."""
+    vocab = {token: i for i, token in enumerate(SPECIALS + tuple(CHARS))}
+    core = Tokenizer(models.BPE(vocab, [], unk_token=None))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    core.add_special_tokens(list(SPECIALS))
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>")
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def run_sweep(pair, tokenizer, out, config, **kwargs):
+    target, drafter = pair
+    return sweep(target, drafter, tokenizer, PROMPTS, config, out, target_name="tiny-target", drafter_name="tiny-drafter", command="test", **kwargs)
+
+
+def header(path):
+    with open(path, newline="") as handle:
+        return next(csv.reader(handle))
+
+
+# ---------------------------------------------------------------------------- gamma ranges
+
+
+@pytest.mark.parametrize(("text", "expected"), [("4", [4]), ("1..4", [1, 2, 3, 4]), ("1,2,4", [1, 2, 4]), ("1..3,8", [1, 2, 3, 8]), (" 2 , 1,2", [1, 2])])
+def test_parse_gammas(text, expected):
+    assert parse_gammas(text) == expected
+
+
+@pytest.mark.parametrize(("text", "message"), [("8..1", "start is above the end"), ("0..3", "must be >= 1"), ("x", "use a number"), ("", "use a number"), ("1..", "use a number"), ("-2", "use a number"), ("1.5", "use a number")])
+def test_parse_gammas_rejects_bad_input(text, message):
+    """Guards against a typo silently sweeping nothing or a nonsense range."""
+    with pytest.raises(GammaRangeError, match=message):
+        parse_gammas(text)
+
+
+# ---------------------------------------------------------------------------- planning
+
+
+def test_plan_interleaves_methods_per_prompt():
+    """The plain baseline runs first for each prompt and repeat, then every combination, so
+    drift hits all methods alike and every speedup has its baseline already measured."""
+    config = SweepConfig(gammas=(1, 3), drafters=("model", "ngram"), policies=("fixed",), repeats=2)
+    plan = plan_runs(config, PROMPTS)
+    per_prompt = 1 + 2 * (2 * 1 + 1) + 1  # plain + gammas x (drafters x policies + hf-assisted) + HF's defaults
+    assert len(plan) == 2 * len(PROMPTS) * per_prompt
+    for start in range(0, len(plan), per_prompt):
+        block = plan[start : start + per_prompt]
+        assert block[0].method == "plain"
+        assert {(r.prompt.id, r.repeat) for r in block} == {(block[0].prompt.id, block[0].repeat)}
+    assert len({r.key for r in plan}) == len(plan)
+
+
+def test_odd_repeats_reverse_the_methods_after_plain():
+    """Over two repeats each method runs as often early in a prompt's block as late; plain
+    stays first, since every other row needs its speed."""
+    config = SweepConfig(gammas=(1, 3), drafters=("model",), policies=("fixed", "heuristic"), repeats=3)
+    plan = plan_runs(config, PROMPTS[:1])
+    blocks = [[r for r in plan if r.repeat == repeat] for repeat in range(3)]
+    label = lambda r: (r.method, r.drafter, r.policy, r.gamma)
+    first, second, third = ([label(r) for r in block] for block in blocks)
+    assert first[0] == second[0] == third[0] == ("plain", "", "", None)
+    assert second[1:] == first[1:][::-1] and third == first
+    assert len(first) > 3
+
+
+def test_hf_defaults_run_uses_transformers_defaults(close_pair, tokenizer, tmp_path):
+    """Issue 7 compares against HF assisted generation as users get it: once per prompt, with
+    HF's own defaults (20 drafts, confidence threshold 0.4), and no gamma of ours; greedy
+    output still equals plain decoding."""
+    from specbench.bench.sweep import HF_DEFAULTS, _assistant_settings
+
+    before = close_pair[1].generation_config.to_dict()
+    config = SweepConfig(gammas=(2,), **{k: v for k, v in FAST.items() if k != "gammas"})
+    rows = read_rows(run_sweep(close_pair, tokenizer, tmp_path / "hf", config).out_dir / "runs.csv")
+    hf = [r for r in rows if r["policy"] == "hf-defaults"]
+    assert len(hf) == len(PROMPTS) and all(r["method"] == "hf-assisted" and r["gamma"] == "" for r in hf)
+    assert all(r["identical_to_baseline"] == "true" for r in hf)
+    assert close_pair[1].generation_config.to_dict() == before  # HF's in-place threshold tuning hit a copy
+
+    settings = _assistant_settings(close_pair[1], None)
+    assert {k: getattr(settings, k) for k in HF_DEFAULTS} == HF_DEFAULTS
+
+
+def test_hf_stock_runs_hf_defaults_on_stock_kernels(close_pair, tokenizer, tmp_path, monkeypatch):
+    """--hf-stock adds one more HF run per prompt, its defaults inside kernels.stock_kernels();
+    greedy output still equals plain decoding."""
+    from specbench.speed import kernels
+
+    seen = []
+    real = bench.measure_hf_assisted
+    monkeypatch.setattr(bench, "measure_hf_assisted", lambda *a, **k: seen.append(kernels._stock[0]) or real(*a, **k))
+    config = SweepConfig(gammas=(2,), hf_fixed=False, hf_stock=True, **{k: v for k, v in FAST.items() if k != "gammas"})
+    rows = read_rows(run_sweep(close_pair, tokenizer, tmp_path / "hf", config).out_dir / "runs.csv")
+    stock = [r for r in rows if r["policy"] == "hf-defaults-stock-kernels"]
+    assert len(stock) == len(PROMPTS) and all(r["identical_to_baseline"] == "true" for r in stock)
+    assert True in seen and False in seen and kernels._stock[0] is False
+
+
+def test_plan_with_hf_defaults_only():
+    config = SweepConfig(gammas=(2, 4), hf_fixed=False)
+    hf = [r for r in plan_runs(config, PROMPTS) if r.method == "hf-assisted"]
+    assert [(r.policy, r.gamma) for r in hf] == [("hf-defaults", None)] * len(PROMPTS)
+
+
+def test_plan_without_drafter_model_skips_hf_assisted():
+    config = SweepConfig(gammas=(2,), drafters=("ngram",))
+    methods = {r.method for r in plan_runs(config, PROMPTS, has_drafter_model=False)}
+    assert methods == {"plain", "specbench"}
+
+
+def test_unknown_names_list_the_choices():
+    with pytest.raises(SweepError, match="choose from"):
+        SweepConfig(drafters=("nope",))
+    with pytest.raises(SweepError, match="choose from"):
+        SweepConfig(policies=("nope",))
+
+
+def test_make_row_speedup_and_parity():
+    """speedup divides by the plain run's tokens/s; greedy parity compares output hashes."""
+    run = PlannedRun("specbench", "model", "fixed", 2, 0.0, PROMPTS[0], 0)
+    stats = RunStats(new_tokens=5, first_pass_tokens=1, drafted=4, accepted=2, rounds=2, target_forwards=3, decode_seconds=0.5)
+    same = bench.Measurement([1, 2, 3, 4, 5], stats)
+    base = bench.Baseline(4.0, bench.output_hash([1, 2, 3, 4, 5]))
+    row = make_row(run, same, base, c=0.25, prompt_tokens=7, seed=0)
+    assert row["tokens_per_second"] == pytest.approx(8.0) and row["speedup"] == pytest.approx(2.0)
+    assert row["identical_to_baseline"] is True and row["acceptance_rate"] == 0.5
+    other = make_row(run, bench.Measurement([1, 2, 3, 4, 6], stats), base, c=0.25, prompt_tokens=7, seed=0)
+    assert other["identical_to_baseline"] is False
+    assert make_row(run, same, None, c=None, prompt_tokens=7, seed=0)["speedup"] is None
+    sampled = PlannedRun("specbench", "model", "fixed", 2, 0.7, PROMPTS[0], 0)
+    assert make_row(sampled, same, base, c=0.25, prompt_tokens=7, seed=0)["identical_to_baseline"] is None
+
+
+# ---------------------------------------------------------------------------- HF assisted
+
+
+def test_walltime_model_prices_each_round():
+    """Rounds (k drafted, tokens emitted, drafter steps); c = 0.25, v(k) = 1 + 0.1 (k - 1): two rounds of 4
+    drafts cost 1 + 1.4 each and a round with none costs 1, for 5 + 2 + 1 tokens."""
+    v = lambda k: 1 + 0.1 * (k - 1)  # noqa: E731
+    assert walltime_speedup([(4, 5, 4), (4, 2, 4), (0, 1, 0)], 0.25, v) == pytest.approx(8 / 5.8)
+    assert walltime_speedup([(0, 1, 0)] * 5, 0.25, v) == pytest.approx(1.0)  # plain steps predict 1x
+    # a copied draft costs no drafter step: 4 drafts verified for v(5) alone
+    assert walltime_speedup([(4, 5, 0), (4, 2, 4), (0, 1, 0)], 0.25, v) == pytest.approx(8 / 4.8)
+    assert walltime_speedup([], 0.25, v) is None
+
+
+def test_predicted_speedup_prices_rounds_in_the_plain_runs_step():
+    """The plain run took 0.5 s a token; the sweep measured t(1) = 0.4 s, a drafter step of
+    0.1 s, v(5) = 1.5 (0.6 s) and u(2) = 1.5. So c = 0.2 and v(5) = 1.2 plain steps, v(1) = 1.
+    Round 1 drafts 4 (4 forwards, 5 tokens): 0.8 + 1.2; round 2 catches up on 2 tokens, then
+    3 more forwards (2 tokens): 4.5 * 0.2 + 1.2; round 3 pays a refused row and is a plain
+    step: 0.2 + 1. 8 tokens for 5.3 steps."""
+    from types import SimpleNamespace
+
+    from specbench.speed.costs import Costs
+
+    costs = Costs(c=0.25, target_step_seconds=0.4, drafter_step_seconds=0.1, verify_cost={1: 1.0, 2: 1.1, 5: 1.5}, context_tokens=10, drafter_cost={1: 1.0, 2: 1.5, 3: 1.8})
+    rounds = ((0, 0, 1, []), (1, 4, 5, [1, 1, 1, 1]), (2, 4, 2, [2, 1, 1, 1]), (3, 0, 1, [1]))
+    def measured(q, feeds=True):  # the rounds, each draft with this q of its token (None: no q)
+        steps = [SimpleNamespace(round=r, draft_tokens=[7] * k, draft_probs=[q] * k, tokens=[1] * n, drafter_feeds=f if feeds else []) for r, k, n, f in rounds]
+        return bench.Measurement(list(range(9)), RunStats(), steps=steps)
+
+    m = measured(0.5)
+    run = PlannedRun("specbench", "model", "cost", 4, 0.0, Prompt("a", "code", ("x",)), 0)
+    assert bench.predicted_speedup(run, m, costs, bench.Baseline(2.0, "")) == pytest.approx(8 / 5.3)
+    # costs measured before u(n) was: every forward is one step
+    from dataclasses import replace
+    assert bench.predicted_speedup(run, m, replace(costs, drafter_cost=None), bench.Baseline(2.0, "")) == pytest.approx(8 / 5.2)
+    ngram = PlannedRun("specbench", "ngram", "cost", 4, 0.0, Prompt("a", "code", ("x",)), 0)
+    assert bench.predicted_speedup(ngram, measured(None, feeds=False), costs, bench.Baseline(2.0, "")) == pytest.approx(8 / 3.4)  # no forwards
+    assert bench.predicted_speedup(run, m, costs, None) is None
+    # model+lookup: round 1 copies its 4 drafts (no forward); round 2 catches up on the 5
+    # tokens round 1 added, u(5) = 2.4 (the line past u(3)): (2.4 + 3) * 0.2 + 1.2
+    m.steps[1].draft_probs, m.steps[1].drafter_feeds = [None] * 4, []
+    m.steps[2].drafter_feeds = [5, 1, 1, 1]
+    hybrid = PlannedRun("specbench", "model+lookup", "cost", 4, 0.0, Prompt("a", "code", ("x",)), 0)
+    assert bench.predicted_speedup(hybrid, m, costs, bench.Baseline(2.0, "")) == pytest.approx(8 / 4.68)
+
+
+def test_resumed_csv_keeps_its_own_columns(tmp_path):
+    """A runs.csv begun by an older version (fewer extra columns) gets rows in its own layout."""
+    path = tmp_path / "runs.csv"
+    path.write_text(",".join(REQUIRED_COLUMNS) + "\n", encoding="utf-8")
+    append_row(path, {"method": "plain", "prompt_id": "p1", "predicted_speedup": 1.5})
+    rows = read_rows(path)
+    assert rows[0]["method"] == "plain" and rows[0]["prompt_id"] == "p1" and "predicted_speedup" not in rows[0]
+    assert header(path) == list(REQUIRED_COLUMNS)
+
+
+def test_hf_assisted_counts_and_matches_greedy(close_pair):
+    """HF's assisted generation is greedy-lossless too; its rounds and drafts are counted
+    from forward hooks (one target forward per round, one drafter forward per draft)."""
+    target, drafter = close_pair
+    gen = GenerationConfig(max_new_tokens=10)
+    ids = [1, 5, 9, 12, 3]
+    settings = drafter.generation_config
+    hf = bench.measure_hf_assisted(target, drafter, ids, gen, gamma=3)
+    assert drafter.generation_config is settings  # the drafter's own settings are restored
+    assert hf.token_ids == plain_generate(target, ids, gen).token_ids
+    s = hf.stats
+    assert hf.acceptance_known and s.new_tokens == 10
+    assert s.target_forwards == s.rounds + 1
+    assert s.accepted == s.new_tokens - s.target_forwards
+    assert 0 <= s.accepted <= s.drafted <= 3 * s.target_forwards
+
+
+# ---------------------------------------------------------------------------- sweeps end to end
+
+
+def test_sweep_writes_results(close_pair, tokenizer, tmp_path):
+    """The results directory: runs.csv with DESIGN.md's columns, a row per planned run,
+    baselines and parity filled in; meta.json with c and v(k); steps.jsonl when asked."""
+    out = tmp_path / "sweep"
+    config = SweepConfig(drafters=("model", "ngram"), steps=True, **FAST)
+    result = run_sweep(close_pair, tokenizer, out, config)
+    rows = read_rows(out / "runs.csv")
+    assert header(out / "runs.csv")[: len(REQUIRED_COLUMNS)] == list(REQUIRED_COLUMNS)
+    assert header(out / "runs.csv") == list(COLUMNS)
+    assert len(rows) == result.written == len(plan_runs(config, PROMPTS))
+    assert len({row_key(r) for r in rows}) == len(rows)
+    assert {r["method"] for r in rows} == {"plain", "specbench", "hf-assisted"}
+    for row in rows:
+        assert float(row["speedup"]) > 0 and float(row["tokens_per_second"]) > 0
+        assert row["c"] and row["category"] in ("code", "chat")
+        if row["method"] == "plain":
+            assert row["speedup"] == "1" and row["acceptance_rate"] == ""
+        else:
+            assert row["identical_to_baseline"] in ("true", "false")
+        if row["method"] == "specbench":  # greedy speculative decoding is lossless
+            assert row["identical_to_baseline"] == "true"
+            assert 0 <= float(row["acceptance_rate"]) <= 1
+            assert float(row["predicted_speedup"]) > 0
+        else:
+            assert row["predicted_speedup"] == ""
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["finished"] is True and meta["c"] > 0
+    assert sorted(meta["verify_cost"], key=int) == [str(k) for k in range(1, 10)] and meta["verify_cost"]["1"] == 1.0
+    assert meta["models"]["target"]["dtype"] == "float32" and meta["models"]["target"]["name"] == "tiny-target"
+    assert meta["command"] == "test" and meta["seed"] == 0 and "torch" in meta["versions"]
+    steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+    assert steps and all(set(s["run"]) == set(KEY_COLUMNS) and s["run"]["method"] == "specbench" for s in steps)
+
+
+def test_cost_policy_gets_the_measured_costs(close_pair, tokenizer, tmp_path):
+    """The "cost" policy cannot run without c and v(k): the sweep hands it what it measured
+    (and c = 0 to model-free drafters, which run no forward pass)."""
+    config = SweepConfig(drafters=("model", "ngram"), policies=("cost",), hf_assisted=False, **FAST)
+    rows = read_rows(run_sweep(close_pair, tokenizer, tmp_path / "cost", config).out_dir / "runs.csv")
+    spec = [r for r in rows if r["method"] == "specbench"]
+    assert {r["drafter"] for r in spec} == {"model", "ngram"} and all(r["policy"] == "cost" for r in spec)
+    assert all(r["identical_to_baseline"] == "true" for r in spec)
+
+
+def test_costs_are_measured_per_prompt_block(close_pair, tokenizer, tmp_path, monkeypatch):
+    """c and v(k) are measured once as each prompt's block starts, on that prompt's context,
+    before any of its rows; each row carries its block's c; meta.json records every
+    measurement; --costs-once measures once for the whole sweep."""
+    import specbench.bench.sweep as bench_module
+
+    calls, order = [], []
+    real = bench_module.measure_costs
+
+    def spy(target, drafter, context, *args, **kwargs):
+        costs = real(target, drafter, context, *args, **kwargs)
+        calls.append(len(context))
+        order.append("costs")
+        return replace(costs, c=0.1 * len(calls))  # a distinct c per measurement, to follow it
+
+    monkeypatch.setattr(bench_module, "measure_costs", spy)
+    config = SweepConfig(policies=("cost",), hf_assisted=False, repeats=2, **FAST)
+    result = run_sweep(close_pair, tokenizer, tmp_path / "per", config, on_row=lambda run, row: order.append(row["prompt_id"]))
+    blocks = [(p.id, r) for r in range(2) for p in PROMPTS]
+    assert len(calls) == len(blocks) and set(result.costs) == {f"{p}/{r}" for p, r in blocks}
+    segments = " ".join(order).split("costs")  # a measurement, then its block's rows
+    assert segments[0] == "" and [set(seg.split()) for seg in segments[1:]] == [{p} for p, _ in blocks]
+    rows = read_rows(tmp_path / "per" / "runs.csv")
+    for p, r in blocks:
+        block_c = [float(row["c"]) for row in rows if (row["prompt_id"], row["repeat"]) == (p, str(r))]
+        assert block_c and block_c == pytest.approx([result.costs[f"{p}/{r}"].c] * len(block_c))
+    meta = json.loads((tmp_path / "per" / "meta.json").read_text())
+    assert set(meta["costs_by_block"]) == set(result.costs) and meta["c"] == result.costs[f"{PROMPTS[0].id}/0"].c
+    lengths = {p.id: len(bench.encode_prompt(tokenizer, p)) for p in PROMPTS}
+    assert len(set(lengths.values())) > 1 and len(set(calls)) > 1  # each block's own prompt context
+
+    calls.clear()
+    once = run_sweep(close_pair, tokenizer, tmp_path / "once", replace(config, costs_per_prompt=False))
+    assert len(calls) == 1 and set(once.costs) == {"sweep"}
+
+
+def test_resumed_sweep_reuses_the_blocks_costs(close_pair, tokenizer, tmp_path, monkeypatch):
+    """A resume measures costs only for blocks that never measured them."""
+    import specbench.bench.sweep as bench_module
+
+    out, config = tmp_path / "sweep", SweepConfig(policies=("cost",), hf_assisted=False, **FAST)
+    seen = []
+
+    def stop(run, row):
+        seen.append(row)
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(close_pair, tokenizer, out, config, on_row=stop)
+    measured = set(json.loads((out / "meta.json").read_text())["costs_by_block"])
+    calls = []
+    real = bench_module.measure_costs
+    monkeypatch.setattr(bench_module, "measure_costs", lambda *a, **k: calls.append(1) or real(*a, **k))
+    result = run_sweep(close_pair, tokenizer, out, config, resume=True)
+    assert len(calls) == len(PROMPTS) - len(measured) and set(result.costs) == {f"{p.id}/0" for p in PROMPTS}
+
+
+def test_sweep_restricts_the_model_drafter(close_pair, tokenizer, tmp_path, monkeypatch):
+    """--draft-vocab reaches specbench's model drafter (and the cost measurement), stays
+    lossless, is recorded, and a resume must use the same value."""
+    import specbench.drafters
+
+    limits = []
+    real_init = specbench.drafters.ModelDrafter.__init__
+
+    def spy(self, model, *args, **kwargs):
+        real_init(self, model, *args, **kwargs)
+        limits.append(self.vocab_limit)
+
+    monkeypatch.setattr(specbench.drafters.ModelDrafter, "__init__", spy)
+    out = tmp_path / "vocab"
+    config = SweepConfig(hf_assisted=False, draft_vocab=16, **FAST)
+    rows = read_rows(run_sweep(close_pair, tokenizer, out, config).out_dir / "runs.csv")
+    assert limits and set(limits) == {16}
+    assert all(r["identical_to_baseline"] == "true" for r in rows if r["method"] == "specbench")
+    assert json.loads((out / "meta.json").read_text())["sweep"]["draft_vocab"] == 16
+    with pytest.raises(SweepError, match="draft_vocab was 16"):
+        run_sweep(close_pair, tokenizer, out, SweepConfig(hf_assisted=False, **FAST), resume=True)
+
+
+def test_interrupted_sweep_keeps_rows_and_resumes(close_pair, tokenizer, tmp_path):
+    """Ctrl-C after three rows keeps those three; --resume runs only the rest, and the rows
+    measured after the resume still get their speedup from the plain run measured before."""
+    out = tmp_path / "sweep"
+    config = SweepConfig(hf_assisted=False, **FAST)
+
+    def interrupt_after_three(run, row, seen=[]):
+        seen.append(row)
+        if len(seen) == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(close_pair, tokenizer, out, config, on_row=interrupt_after_three)
+    assert len(read_rows(out / "runs.csv")) == 3
+    assert json.loads((out / "meta.json").read_text())["finished"] is False
+
+    with pytest.raises(SweepError, match="--resume"):
+        run_sweep(close_pair, tokenizer, out, config)
+    with pytest.raises(SweepError, match="max_new_tokens"):
+        run_sweep(close_pair, tokenizer, out, SweepConfig(hf_assisted=False, **{**FAST, "max_new_tokens": 5}), resume=True)
+
+    result = run_sweep(close_pair, tokenizer, out, config, resume=True)
+    rows = read_rows(out / "runs.csv")
+    assert result.skipped == 3 and result.written == len(rows) - 3
+    assert len({row_key(r) for r in rows}) == len(rows) == len(plan_runs(config, PROMPTS))
+    assert all(r["speedup"] and r["identical_to_baseline"] in ("true", "") for r in rows)
+    assert json.loads((out / "meta.json").read_text())["finished"] is True
+
+
+def test_sampled_sweep_leaves_parity_blank(close_pair, tokenizer, tmp_path):
+    """At temperature > 0 outputs may differ from the baseline by design: no parity claim."""
+    out = tmp_path / "sampled"
+    config = SweepConfig(temperature=0.8, gammas=(2,), max_new_tokens=5, timing_repeats=1, warmup_tokens=2)
+    run_sweep(close_pair, tokenizer, out, config)
+    rows = read_rows(out / "runs.csv")
+    assert {r["method"] for r in rows} == {"plain", "specbench", "hf-assisted"}
+    assert all(r["identical_to_baseline"] == "" and r["temperature"] == "0.8" for r in rows)
+
+
+def test_sweep_needs_the_drafter_model(close_pair, tokenizer, tmp_path):
+    with pytest.raises(SweepError, match="drafter model"):
+        sweep(close_pair[0], None, tokenizer, PROMPTS, SweepConfig(**FAST), tmp_path / "x")
+
+
+# ---------------------------------------------------------------------------- the command
+
+
+@pytest.fixture
+def patched_models(monkeypatch, close_pair, tokenizer):
+    """`specbench sweep` with the tiny pair instead of loading real models."""
+    calls = []
+
+    def load(target, drafter_model, **options):
+        # copies: the command swaps the models' kernels in place, and close_pair is shared
+        calls.append((target, drafter_model))
+        target_copy, drafter_copy = copy.deepcopy(close_pair[0]), copy.deepcopy(close_pair[1])
+        return cli.SweepModels(target_copy, drafter_copy if drafter_model else None, tokenizer, (), "tiny-target", "tiny-drafter")
+
+    monkeypatch.setattr(cli, "load_sweep_models", load)
+    return calls
+
+
+def test_sweep_command_end_to_end(patched_models, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"id": p.id, "category": p.category, "turns": list(p.turns)}) for p in PROMPTS))
+    out = tmp_path / "res"
+    args = ["sweep", "--gamma", "1,2", "--drafter", "model", "--drafter", "ngram", "--prompts", str(prompts), "--category", "code", "--max-new-tokens", "5", "--out", str(out), "--no-hf-assisted", "--timing-repeats", "1"]
+    result = CliRunner().invoke(cli.app, args)
+    assert result.exit_code == 0, result.output
+    assert "Sweep summary" in result.output and "speedup" in result.output
+    rows = read_rows(out / "runs.csv")
+    assert len(rows) == 1 + 2 * 2 and {r["category"] for r in rows} == {"code"}
+    again = CliRunner().invoke(cli.app, args)
+    assert again.exit_code == 2 and "--resume" in again.output
+    resumed = CliRunner().invoke(cli.app, args + ["--resume"])
+    assert resumed.exit_code == 0 and "0 row(s) written, 5 already there" in resumed.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--gamma", "8..1"], "start is above the end"),
+        (["--gamma", "x"], "bad gamma"),
+        (["--drafter", "nope"], "unknown drafter"),
+        (["--gamma-policy", "nope"], "unknown gamma policy"),
+        (["--prompts", "no-such-set"], "no prompt file"),
+        (["--category", "no-such-category"], "no category"),
+        (["--repeats", "0"], "repeats must be >= 1"),
+        (["--temperature", "-1"], "temperature must be >= 0"),
+        (["--timing-repeats", "0"], "timing repeats must be >= 1"),
+        (["--draft-vocab", "-1"], "draft-vocab must be >= 0"),
+    ],
+)
+def test_sweep_command_rejects_bad_input_in_one_line(patched_models, args, message):
+    """User errors are one line on stderr, exit 2, and come before any model loads."""
+    result = CliRunner().invoke(cli.app, ["sweep", *args])
+    assert result.exit_code == 2
+    assert message in result.output and len(result.output.strip().splitlines()) == 1
+    assert patched_models == []
+
+
+def test_sweep_command_model_error_is_one_line(monkeypatch):
+    def broken(*args, **kwargs):
+        raise cli.SweepModelError("cannot load target /nowhere: no such folder")
+
+    monkeypatch.setattr(cli, "load_sweep_models", broken)
+    result = CliRunner().invoke(cli.app, ["sweep", "--prompts", "quick", "--gamma", "2"])
+    assert result.exit_code == 2 and result.output.strip() == "error: cannot load target /nowhere: no such folder"
+
+
+def test_sweep_command_loads_local_folders(close_pair, tokenizer, tmp_path):
+    """The real loading path: tiny models and the tokenizer saved as local folders, loaded by
+    models.load_pair, swept by the command (catches drift between the CLI and models.py)."""
+    folders = []
+    for name, model in zip(("target", "drafter"), close_pair):
+        folder = tmp_path / name
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        folders.append(str(folder))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "a", "category": "code", "turns": ["print(1)"]}) + "\n")
+    out = tmp_path / "res"
+    args = ["sweep", "--target", folders[0], "--drafter-model", folders[1], "--dtype", "float32", "--draft-dtype", "float32",
+            "--gamma", "2", "--prompts", str(prompts), "--max-new-tokens", "4", "--timing-repeats", "1", "--out", str(out)]  # fmt: skip
+    result = CliRunner().invoke(cli.app, args)
+    assert result.exit_code == 0, result.output
+    rows = read_rows(out / "runs.csv")
+    assert [(r["method"], r["policy"]) for r in rows] == [("plain", ""), ("specbench", "fixed"), ("hf-assisted", "fixed"), ("hf-assisted", "hf-defaults")]
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["models"]["target"]["name"] == "target" and meta["models"]["drafter"]["name"] == "drafter"

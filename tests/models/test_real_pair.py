@@ -1,0 +1,68 @@
+"""The embedded default pair, for real: it loads offline and speculative greedy equals plain greedy.
+
+Slow (first run: assembling and dequantizing about 1.6 GB of GGUF, 1-2 minutes, then cached;
+later runs: seconds to load plus about a minute of decoding on 2 CPU cores). Skip locally with
+`pytest -m "not real"`; CI runs it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from specbench.models import defaults
+from specbench.models import loading as models
+from specbench.core.generate import GenerationConfig
+from specbench.policies import make_policy
+
+pytestmark = pytest.mark.real
+
+PROMPT = "Write a Python function that merges two sorted lists into one sorted list."
+NEW_TOKENS = 32
+
+
+@pytest.fixture(scope="module")
+def pair():
+    if any(defaults.status(model).parts_found < model.n_parts for model in defaults.PAIR):
+        pytest.fail(f"the default pair's packages are not installed: {defaults.INSTALL_HINT}")
+    return models.load_pair(models.PairConfig())  # fp32 target, int8 drafter on the CPU: the defaults
+
+
+def test_default_pair_is_cached_and_matched(pair):
+    assert all(defaults.is_cached(model) for model in defaults.PAIR)
+    assert pair.drafter_model is not None and pair.drafter_name == "model"
+    assert pair.new_drafter().name == "model+lookup"  # the parity test below runs the default drafter
+    assert pair.target.name == defaults.TARGET.name and pair.drafter_model.name == defaults.DRAFTER.name
+    assert models.output_vocab_size(pair.target.model) == models.output_vocab_size(pair.drafter_model.model) == 151936
+    assert {151645, 151643} <= set(pair.eos_token_ids)  # <|im_end|> and <|endoftext|>
+
+
+def test_greedy_parity_speculative_vs_plain(pair):
+    """The core promise on real weights: same tokens as plain greedy decoding of the target."""
+    prompt_ids = models.encode_prompt(pair.tokenizer, PROMPT)
+    config = GenerationConfig(max_new_tokens=NEW_TOKENS, eos_token_ids=pair.eos_token_ids)
+    speculative = models.run_generation(pair, prompt_ids, config, make_policy("fixed", 4))
+    plain_pair = models.LoadedPair(pair.target, None, models.NONE)
+    plain = models.run_generation(plain_pair, prompt_ids, config, None)
+
+    assert plain.stats.new_tokens >= 24, "the prompt must produce at least 24 tokens to compare"
+    assert speculative.token_ids == plain.token_ids
+    assert speculative.stats.accepted > 0, "the 0.5B drafter should agree with the 1.5B target on code"
+    assert speculative.stats.target_forwards < plain.stats.target_forwards
+    assert "def " in pair.tokenizer.decode(plain.token_ids)
+
+
+def test_greedy_parity_on_the_onednn_kernels(pair):
+    """The default kernels (--kernels auto) on real weights: speculative and plain decoding on
+    oneDNN both give exactly the tokens of plain decoding on PyTorch's own kernels.
+    Runs last: it swaps the target's Linear layers in place."""
+    from specbench.speed.kernels import onednn_available, use_kernels
+
+    if not onednn_available():
+        pytest.skip("no oneDNN in this torch build")
+    prompt_ids = models.encode_prompt(pair.tokenizer, "Explain in two sentences why the sky is blue.")
+    config = GenerationConfig(max_new_tokens=NEW_TOKENS, eos_token_ids=pair.eos_token_ids)
+    plain_pair = models.LoadedPair(pair.target, None, models.NONE)
+    reference = models.run_generation(plain_pair, prompt_ids, config, None).token_ids
+    assert use_kernels(pair.target.model, "onednn") > 0
+    assert models.run_generation(plain_pair, prompt_ids, config, None).token_ids == reference
+    assert models.run_generation(pair, prompt_ids, config, make_policy("fixed", 5)).token_ids == reference

@@ -1,0 +1,569 @@
+"""Gamma policies on scripted outcomes and scripted distributions (no models).
+
+A round is driven the way decode.py drives it: next_gamma(), keep_drafting(step, q) per
+draft step until it says stop or the drafter runs out, update(n_accepted, n_drafted), info().
+"""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers.generation.candidate_generator import AssistedCandidateGenerator
+
+from specbench.policies import (
+    POLICIES,
+    CostAwareGamma,
+    EntropyGuidedGamma,
+    FixedGamma,
+    HeuristicGamma,
+    Keep,
+    ThresholdStop,
+    confidence_to_gamma,
+    make_policy,
+    normalized_entropy,
+)
+
+V = 16
+# costs for the "cost" policy: a CPU-like verify curve (a jump at k = 2) and a cheap drafter
+COSTS = SimpleNamespace(c=0.1, verify_cost={k: 1.0 + 0.3 * (k > 1) + 0.05 * (k - 1) for k in range(1, 12)})
+
+
+def uniform(v: int = V) -> torch.Tensor:
+    return torch.full((v,), 1.0 / v)
+
+
+def one_hot(token: int = 0, v: int = V) -> torch.Tensor:
+    row = torch.zeros(v)
+    row[token] = 1.0
+    return row
+
+
+def with_entropy(h: float, v: int = V) -> torch.Tensor:
+    """A row whose normalized entropy is h: uniform over the first round(v ** h) tokens.
+
+    Only exact for h in {0, 1/4, 1/2, 3/4, 1} with v = 16 (2 ** (4h) tokens).
+    """
+    k = round(v**h)
+    row = torch.zeros(v)
+    row[:k] = 1.0 / k
+    return row
+
+
+def run_round(policy, rows: list[torch.Tensor | None], n_accepted: int | None = None) -> int:
+    """One round with one row per draft the drafter could make; returns how many were drafted.
+
+    n_accepted None means all drafted tokens are accepted.
+    """
+    gamma = policy.next_gamma()
+    drafted = 0
+    for step, row in enumerate(rows[:gamma]):
+        say = policy.keep_drafting(step, row)
+        if not say:
+            break
+        drafted += 1
+        if say == Keep.LAST:
+            break
+    policy.update(drafted if n_accepted is None else min(n_accepted, drafted), drafted)
+    return drafted
+
+
+# ---------------------------------------------------------------------------- signals
+
+
+def test_normalized_entropy_ends_and_middle():
+    assert normalized_entropy(one_hot()) == pytest.approx(0.0, abs=1e-6)
+    assert normalized_entropy(uniform()) == pytest.approx(1.0)
+    assert normalized_entropy(with_entropy(0.5)) == pytest.approx(0.5)  # uniform over 4 of 16
+    assert normalized_entropy(torch.tensor([1.0])) == 0.0  # V = 1: no log(1) division
+
+
+@pytest.mark.parametrize(
+    "c, expected",
+    [(0.0, 1), (0.10, 1), (0.2499, 1), (0.25, 2), (0.30, 2), (0.60, 3), (0.75, 4), (0.80, 4), (1.0, 4), (1.7, 4), (-0.2, 1)],
+)
+def test_confidence_to_gamma_equal_bins(c, expected):
+    """Guards the documented mapping, and that gamma_max is reached before c = 1."""
+    assert confidence_to_gamma(c, 1, 4) == expected
+
+
+def test_confidence_to_gamma_single_level():
+    assert confidence_to_gamma(0.0, 3, 3) == confidence_to_gamma(1.0, 3, 3) == 3
+
+
+# ---------------------------------------------------------------------------- fixed / heuristic
+
+
+def test_fixed_never_moves():
+    policy = FixedGamma(3)
+    for n_accepted in (3, 0, 1, 3):
+        assert run_round(policy, [None] * 10, n_accepted) == 3
+    assert policy.next_gamma() == 3
+    assert policy.info() == {}
+
+
+def test_heuristic_sequence():
+    """+2 after a fully accepted draft, -1 otherwise, never below 1."""
+    policy = HeuristicGamma(4)
+    outcomes = [(4, 4), (2, 6), (0, 5), (0, 4), (0, 3), (0, 2), (0, 1), (0, 1), (1, 1), (3, 3)]
+    seen = []
+    for n_accepted, n_drafted in outcomes:
+        seen.append(policy.next_gamma())
+        policy.update(n_accepted, n_drafted)
+    assert seen == [4, 6, 5, 4, 3, 2, 1, 1, 1, 3]
+    assert policy.next_gamma() == 5
+
+
+def test_heuristic_all_means_all_drafted_not_gamma():
+    """HF compares with the candidates actually drafted: 2 of 2 at gamma 6 is 'all'."""
+    policy = HeuristicGamma(6)
+    policy.next_gamma()
+    policy.update(2, 2)
+    assert policy.next_gamma() == 8
+
+
+def test_heuristic_empty_round_leaves_gamma():
+    """Deviation from HF (documented): a round that drafted nothing teaches nothing."""
+    policy = HeuristicGamma(4)
+    policy.next_gamma()
+    policy.update(0, 0)
+    assert policy.next_gamma() == 4
+
+
+def test_heuristic_floor_and_cap():
+    policy = HeuristicGamma(3, gamma_min=2, gamma_max=6)
+    seen = []
+    for n_accepted, n_drafted in [(0, 3), (0, 2), (2, 2), (4, 4), (6, 6), (0, 6)]:
+        seen.append(policy.next_gamma())
+        policy.update(n_accepted, n_drafted)
+    assert seen == [3, 2, 2, 4, 6, 6]
+    assert policy.next_gamma() == 5
+
+
+def test_heuristic_info_reports_this_round_after_update():
+    """The loop calls info() after update(): it must still show the round's own gamma."""
+    policy = HeuristicGamma(4)
+    policy.next_gamma()
+    policy.update(4, 4)
+    assert policy.info() == {"gamma": 4, "next_gamma": 6}
+
+
+def hf_schedule(start: int, outcomes: list[tuple[int, int]]) -> list[int]:
+    """transformers' own update_candidate_strategy, run on a stand-in for the generator."""
+    config = SimpleNamespace(num_assistant_tokens_schedule="heuristic", assistant_confidence_threshold=None)
+    gen = SimpleNamespace(assistant_generation_config=config, num_assistant_tokens=start)
+    seen = []
+    for n_accepted, n_drafted in outcomes:
+        seen.append(int(gen.num_assistant_tokens))
+        scores = torch.zeros(1, n_drafted + 1, 2)  # HF: len(scores[0]) - 1 candidates
+        AssistedCandidateGenerator.update_candidate_strategy(gen, None, scores, n_accepted)
+    return seen
+
+
+def test_heuristic_matches_installed_transformers():
+    """Guards against drifting from HF's rule as installed (rounds with >= 1 draft)."""
+    outcomes = [(5, 5), (3, 7), (6, 6), (0, 8), (0, 7), (2, 2), (1, 9), (0, 8), (0, 1), (0, 1), (1, 1)]
+    policy = HeuristicGamma(5)
+    ours = []
+    for n_accepted, n_drafted in outcomes:
+        ours.append(policy.next_gamma())
+        policy.update(n_accepted, n_drafted)
+    assert ours == hf_schedule(5, outcomes)
+
+
+# ---------------------------------------------------------------------------- egag
+
+
+def test_egag_gamma_from_first_step_entropy():
+    """gamma_min=1, gamma_max=5 (L=5): h=1 -> c=0 -> 1; h=.5 -> c=.5 -> 1+floor(2.5)=3;
+    h=.25 -> c=.75 -> 1+floor(3.75)=4; h=0 -> 5."""
+    policy = EntropyGuidedGamma(1, 5)
+    got = []
+    for h in (1.0, 0.5, 0.25, 0.0):
+        # later rows are uniform: only step 0 decides
+        got.append(run_round(policy, [with_entropy(h)] + [uniform()] * 9))
+        assert policy.info()["gamma"] == got[-1]
+        assert policy.info()["entropy"] == pytest.approx(h, abs=1e-6)
+    assert got == [1, 3, 4, 5]
+
+
+def test_egag_reaches_gamma_max_below_zero_entropy():
+    """A plain floor((1-h) * gamma_max) reaches gamma_max only at h = 0; the bins do not."""
+    policy = EntropyGuidedGamma(1, 4)
+    row = torch.tensor([0.97] + [0.03 / (V - 1)] * (V - 1))
+    assert 0.0 < normalized_entropy(row) < 0.25
+    assert run_round(policy, [row] * 10) == 4
+
+
+def test_egag_next_gamma_is_the_upper_bound():
+    policy = EntropyGuidedGamma(2, 6)
+    assert policy.next_gamma() == 6
+    assert policy.keep_drafting(0, uniform()) is True  # gamma_min = 2 allows steps 0 and 1
+    assert policy.keep_drafting(1, uniform()) is True
+    assert policy.keep_drafting(2, uniform()) is False
+
+
+def test_egag_ema():
+    """s_1 = c_1; s_t = beta * s_{t-1} + (1 - beta) * c_t."""
+    policy = EntropyGuidedGamma(1, 5, beta=0.5)
+    expected_s = [1.0, 0.5, 0.25, 0.625]  # c = 1, 0, 0, 1
+    expected_gamma = [5, 3, 2, 4]  # 1 + min(4, floor(5 s))
+    for h, s, gamma in zip((0.0, 1.0, 1.0, 0.0), expected_s, expected_gamma):
+        assert run_round(policy, [with_entropy(h)] * 10) == gamma
+        assert policy.info()["confidence"] == pytest.approx(s, abs=1e-6)
+
+
+def test_egag_without_q_follows_acceptance():
+    """Drafters without q: c = the last round's acceptance ratio, 1.0 at first."""
+    policy = EntropyGuidedGamma(1, 4)
+    assert run_round(policy, [None] * 10, n_accepted=1) == 4  # c = 1 -> 4; then 1/4 accepted
+    assert policy.info() == {"acceptance": 1.0, "confidence": 1.0, "gamma": 4}
+    assert run_round(policy, [None] * 10, n_accepted=0) == 2  # c = .25 -> 1 + floor(1) = 2
+    assert run_round(policy, [None] * 10) == 1  # c = 0 -> 1; all of 1 accepted
+    assert run_round(policy, [None] * 10) == 4  # c = 1
+
+
+def test_egag_round_without_step_zero_has_empty_info():
+    """No draft step (n-gram drafter found no match): nothing decided, and the EMA holds."""
+    policy = EntropyGuidedGamma(1, 4)
+    run_round(policy, [None] * 10, n_accepted=2)  # acceptance 2/4
+    assert run_round(policy, []) == 0
+    assert policy.info() == {}
+    assert run_round(policy, [None] * 10) == 3  # c = .5 from the round before the empty one
+
+
+# ---------------------------------------------------------------------------- stop policies
+
+
+def test_entropy_stop_at_first_flat_step():
+    policy = ThresholdStop(6, threshold=0.6, signal="entropy")
+    rows = [with_entropy(0.0), with_entropy(0.5), with_entropy(0.25), with_entropy(0.75), one_hot()]
+    assert run_round(policy, rows) == 3
+    info = policy.info()
+    assert info["stopped_at"] == 3 and info["threshold"] == 0.6
+    assert info["entropy"] == pytest.approx(0.75)
+
+
+def test_entropy_stop_runs_to_gamma_max_and_reports_worst_step():
+    policy = ThresholdStop(3, threshold=0.6, signal="entropy")
+    assert run_round(policy, [with_entropy(0.25), with_entropy(0.5), one_hot(), uniform()]) == 3
+    assert policy.info()["stopped_at"] is None
+    assert policy.info()["entropy"] == pytest.approx(0.5)
+
+
+def test_confidence_stop_on_top_prob():
+    policy = make_policy("confidence-stop", 5, threshold=0.4)
+    rows = [one_hot(), torch.tensor([0.5, 0.5] + [0.0] * (V - 2)), torch.tensor([0.2] * 5 + [0.0] * (V - 5)), one_hot()]
+    assert run_round(policy, rows) == 2
+    assert policy.info() == {"stopped_at": 2, "top_prob": pytest.approx(0.2), "threshold": 0.4}
+
+
+def test_stop_may_stop_at_step_zero():
+    policy = ThresholdStop(4, threshold=0.4, signal="top_prob")
+    assert run_round(policy, [uniform()] * 4) == 0
+    assert policy.info()["stopped_at"] == 0
+
+
+def test_stop_policies_never_stop_without_q():
+    for name in ("entropy-stop", "confidence-stop"):
+        policy = make_policy(name, 4)
+        assert run_round(policy, [None] * 10) == 4
+        assert policy.info()["stopped_at"] is None
+
+
+def test_stop_state_resets_each_round():
+    policy = ThresholdStop(4, threshold=0.4, signal="top_prob")
+    run_round(policy, [uniform()])
+    assert run_round(policy, [one_hot()] * 4) == 4
+    assert policy.info() == {"stopped_at": None, "top_prob": 1.0, "threshold": 0.4}
+
+
+# ---------------------------------------------------------------------------- factory
+
+
+def test_make_policy_builds_each_name():
+    kinds = {"fixed": FixedGamma, "heuristic": HeuristicGamma, "egag": EntropyGuidedGamma, "entropy-stop": ThresholdStop, "confidence-stop": ThresholdStop, "cost": CostAwareGamma}
+    assert set(POLICIES) == set(kinds)
+    for name in POLICIES:
+        policy = make_policy(name, 4, costs=COSTS)
+        assert isinstance(policy, kinds[name]) and policy.name == name
+
+
+def test_make_policy_defaults():
+    assert make_policy("egag", 6).next_gamma() == 6  # gamma_max defaults to gamma
+    assert make_policy("egag", 6, gamma_min=2, gamma_max=9).next_gamma() == 9
+    assert make_policy("entropy-stop", 5).threshold == 0.15
+    assert make_policy("confidence-stop", 5).threshold == 0.4
+    assert make_policy("heuristic", 3).gamma_max is None
+
+
+@pytest.mark.parametrize(
+    "name, kwargs, message",
+    [
+        ("nope", {}, "unknown gamma policy"),
+        ("fixed", {"gamma": 0}, "gamma must be"),
+        ("egag", {"gamma_min": 5, "gamma_max": 3}, "must not exceed"),
+        ("egag", {"gamma": 2, "gamma_min": 3}, "egag's gamma-max"),
+        ("egag", {"egag_beta": 1.0}, "egag-beta"),
+        ("egag", {"egag_beta": -0.1}, "egag-beta"),
+        ("fixed", {"gamma_min": 0}, "gamma-min must be"),
+        ("entropy-stop", {"threshold": 0.0}, "threshold"),
+        ("confidence-stop", {"threshold": 1.5}, "threshold"),
+        ("heuristic", {"gamma": 8, "gamma_max": 6}, "outside"),
+    ],
+)
+def test_make_policy_rejects_bad_arguments(name, kwargs, message):
+    kwargs = {"gamma": 4, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        make_policy(name, **kwargs)
+
+
+# ---------------------------------------------------------------------------- cost
+
+
+def peaked(top: float, v: int = V) -> torch.Tensor:
+    """A row whose largest probability is `top` (on token 0), the rest spread evenly."""
+    row = torch.full((v,), (1.0 - top) / (v - 1))
+    row[0] = top
+    return row
+
+
+def test_cost_drafts_confident_steps_and_stops_at_an_unsure_one():
+    """Confident rows (top q 0.95 -> prior acceptance 0.95) pay for themselves; a row with top
+    q 0.05 cannot: the chance that every draft so far survives falls below its verify cost."""
+    policy = CostAwareGamma(6, c=0.1, verify_cost=COSTS.verify_cost)
+    assert run_round(policy, [peaked(0.95)] * 3 + [peaked(0.05)] * 3) == 3
+    assert policy.info()["stopped_at"] == 3
+
+
+def test_cost_keeps_a_paid_row_but_does_not_pay_for_one_it_would_refuse():
+    """Top q 0.65 (prior acceptance 0.65), c = 0.3, d_i = 0.05 after the jump d_0 = 0.35.
+    Step 1: P = 0.4225 beats its verify cost, so the row (already paid for) is kept; the next
+    row would bring at most 0.4225 * 0.65 = 0.27 < 0.05 + 0.3, so the drafter is told to stop
+    (LAST) rather than make a third forward that the policy would refuse."""
+    policy = CostAwareGamma(6, c=0.3, verify_cost=COSTS.verify_cost)
+    policy.next_gamma()
+    assert policy.keep_drafting(0, peaked(0.65)) == Keep.YES
+    assert policy.keep_drafting(1, peaked(0.65)) == Keep.LAST
+    assert policy.info() == {"p_all": pytest.approx(0.275, abs=1e-3), "cost": pytest.approx(0.35), "stopped_at": 2, "rate": 1.0}
+
+
+def test_cost_last_step_of_gamma_max_is_last():
+    policy = CostAwareGamma(2, c=0.0, verify_cost=COSTS.verify_cost)
+    policy.next_gamma()
+    assert [policy.keep_drafting(i, peaked(0.95)) for i in range(2)] == [Keep.YES, Keep.LAST]
+    assert policy.info()["stopped_at"] is None
+
+
+def test_cost_refuses_step_zero_then_skips_the_drafter_with_growing_backoff():
+    """A refused first step wasted one drafter step: the next rounds are plain (gamma 0),
+    1 round after the first refusal, 2 after the second, 4 after the third."""
+    policy = CostAwareGamma(4, c=0.3, verify_cost=COSTS.verify_cost)
+    pattern = []
+    for _ in range(10):
+        pattern.append(policy.next_gamma())
+        if pattern[-1]:
+            assert not policy.keep_drafting(0, uniform())
+            policy.update(0, 0)
+        else:
+            assert policy.info() == {"skipped": True}
+            policy.update(0, 0)
+    assert pattern == [4, 0, 4, 0, 0, 4, 0, 0, 0, 0]
+
+
+def test_cost_learns_that_a_confidence_level_is_rejected():
+    """Calibration: top q 0.75 starts as acceptance 0.75 (drafted), but after the target
+    rejects such drafts again and again, the same rows are no longer drafted."""
+    policy = CostAwareGamma(4, c=0.1, verify_cost=COSTS.verify_cost)
+    assert run_round(policy, [peaked(0.75)] * 4, n_accepted=0) >= 1
+    for _ in range(30):
+        run_round(policy, [peaked(0.75)] * 4, n_accepted=0)
+    policy._skip_left = 0  # look at the decision itself, not the back-off
+    assert run_round(policy, [peaked(0.75)] * 4) == 0
+
+
+def test_cost_prices_drafts_at_the_rate_the_generation_runs():
+    """lambda = tokens / cost so far (prior: 2 rounds of 1 token at cost 1). A round of 4
+    accepted drafts yields 5 tokens for 4 * 0.1 + v(5) = 1.9, so lambda = 7 / 3.9; a second
+    draft that breaks even against plain decoding (0.19 expected tokens for 0.15) is then
+    not worth its cost at the faster rate."""
+    fresh = CostAwareGamma(4, c=0.1, verify_cost=COSTS.verify_cost)
+    warmed = CostAwareGamma(4, c=0.1, verify_cost=COSTS.verify_cost)
+    assert run_round(warmed, [peaked(0.95)] * 4) == 4
+    answers = {}
+    for name, policy in (("fresh", fresh), ("warmed", warmed)):
+        policy.next_gamma()
+        answers[name] = [policy.keep_drafting(0, peaked(0.95)), policy.keep_drafting(1, peaked(0.45))]
+    assert answers == {"fresh": [Keep.YES, Keep.YES], "warmed": [Keep.YES, Keep.LAST]}
+    assert fresh.info()["rate"] == 1.0
+    assert warmed.info()["rate"] == pytest.approx(7 / 3.9, abs=1e-3)
+    flat = CostAwareGamma(4, c=0.1, verify_cost=COSTS.verify_cost, at_rate=False)  # lambda stays 1
+    run_round(flat, [peaked(0.95)] * 4)
+    flat.next_gamma()
+    assert [flat.keep_drafting(0, peaked(0.95)), flat.keep_drafting(1, peaked(0.45))] == [Keep.YES, Keep.YES]
+    assert flat.info()["rate"] == 1.0
+
+
+def test_cost_rejections_at_step_zero_do_not_condemn_later_steps():
+    """Step 0 and later steps have their own calibration: after rows of top q 0.75 failed
+    again and again as the first draft, the same confidence after an accepted-looking first
+    draft still counts as 0.75."""
+    drafted = {}
+    for split in (True, False):
+        policy = CostAwareGamma(4, c=0.1, verify_cost=COSTS.verify_cost, split_first=split)
+        for _ in range(30):
+            run_round(policy, [peaked(0.75)] * 4, n_accepted=0)
+        policy._skip_left = 0  # look at the decisions themselves, not the back-off
+        assert run_round(policy, [peaked(0.75)] * 4) == 0
+        policy._skip_left = 0
+        drafted[split] = run_round(policy, [peaked(0.95)] + [peaked(0.75)] * 3)
+    assert drafted == {True: 4, False: 2}  # pooled, the failures at step 0 stop step 1
+
+
+def test_cost_prices_the_next_forward_by_what_followed_this_confidence():
+    """Every round: a confident first draft (top q 0.95) that the target accepts, then an
+    unsure row (top q 0.35) whose draft is rejected, or refused once that is learned. Rows of
+    0.95 never appear after step 0, so the row's own a(0.95) for later steps stays at its prior
+    and the old rule keeps paying a forward for step 1. f(0.95) learns that the forward after
+    such a draft yields nothing, and the round stops after step 0 (LAST)."""
+    answers = {}
+    for follow in (True, False):
+        policy = CostAwareGamma(4, c=0.1, verify_cost=COSTS.verify_cost, follow=follow)
+        for _ in range(30):
+            run_round(policy, [peaked(0.95)] + [peaked(0.35)] * 3, n_accepted=1)
+        policy.next_gamma()
+        answers[follow] = policy.keep_drafting(0, peaked(0.95))
+    assert answers == {True: Keep.LAST, False: Keep.YES}
+
+
+def test_cost_follow_table_counts_a_refused_row_as_a_forward_that_yielded_nothing():
+    """After an accepted draft of bin b, the forward for the next draft either yields an
+    accepted draft, a rejected one, or a row the policy refuses; only the first counts as a
+    success. No forward ran after a LAST: nothing is counted."""
+    policy = CostAwareGamma(6, c=0.3, verify_cost=COSTS.verify_cost)
+    before = (policy._followed[9], policy._follow_runs[9])
+    policy.next_gamma()
+    assert policy.keep_drafting(0, peaked(0.95)) == Keep.YES
+    assert policy.keep_drafting(1, uniform()) == Keep.NO  # the forward ran; its row refused
+    policy.update(1, 1)
+    assert (policy._followed[9], policy._follow_runs[9]) == (before[0], before[1] + 1)
+    policy.next_gamma()
+    assert policy.keep_drafting(0, peaked(0.95)) == Keep.YES
+    assert policy.keep_drafting(1, peaked(0.95)) == Keep.YES
+    assert policy.keep_drafting(2, peaked(0.95)) == Keep.YES
+    policy.update(2, 3)  # drafts 0, 1 accepted; draft 2 rejected
+    assert (policy._followed[9], policy._follow_runs[9]) == (before[0] + 1, before[1] + 3)
+
+
+def test_cost_without_q_uses_running_acceptance():
+    policy = CostAwareGamma(4, c=0.0, verify_cost={k: 1.0 for k in range(1, 6)})
+    assert run_round(policy, [None] * 4) == 4  # free verify and drafter: always draft
+
+
+def test_cost_policy_needs_costs_covering_gamma_max():
+    with pytest.raises(ValueError, match="needs measured costs"):
+        make_policy("cost", 4)
+    with pytest.raises(ValueError, match="need v"):
+        CostAwareGamma(6, c=0.1, verify_cost={1: 1.0})
+
+
+def test_cost_extends_a_short_verify_curve_linearly():
+    """A sweep measures v(k) up to k = 9; gamma-max 12 needs v(13): continue the mean slope
+    from k = 2, and never downwards (noise can make a measured v(9) < v(8))."""
+    policy = CostAwareGamma(12, c=0.1, verify_cost={1: 0.5, 2: 0.8, 3: 0.9, 4: 1.0})
+    assert policy.v[1] == 1.0 and policy.v[4] == pytest.approx(2.0)
+    assert policy.v[13] == pytest.approx(2.0 + 9 * 0.2)
+    noisy = CostAwareGamma(12, c=0.1, verify_cost={1: 1.0, 2: 1.2, 3: 1.1, 4: 1.0})
+    assert noisy.v[13] == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------------------- cost: the drawn token
+
+
+def test_cost_stops_after_a_draft_drawn_from_the_tail_of_q():
+    """Row top q 0.95 (prior acceptance 0.95): drawing that token goes on; drawing a token of
+    q 0.003 (bin 0, prior 0.05) keeps it (the row decided that) but drafts no more, since the
+    round's drafts now all survive with chance 0.05, not 0.95."""
+    answers = {}
+    for token in (0, 5):
+        policy = CostAwareGamma(6, c=0.1, verify_cost=COSTS.verify_cost)
+        policy.next_gamma()
+        answers[token] = policy.keep_drafting(0, peaked(0.95), token)
+    assert answers == {0: Keep.YES, 5: Keep.LAST}
+
+
+def test_cost_learns_how_tail_draws_fare():
+    """The drawn-token table learns from verdicts: tail draws that keep surviving stop
+    stopping the round."""
+    policy = CostAwareGamma(6, c=0.1, verify_cost=COSTS.verify_cost)
+    answers = []
+    for _ in range(3):  # drafts drawn from the tail, accepted anyway
+        policy.next_gamma()
+        answers.append(policy.keep_drafting(0, peaked(0.95), 5))
+        policy.update(1, 1)
+    # prior 0.05 (2 pseudo-verdicts), then (0.1 + 1) / 3 = 0.37: 0.37 * 0.95 beats 0.1 + 0.05
+    assert answers == [Keep.LAST, Keep.YES, Keep.YES]
+
+
+def random_rows(generator: torch.Generator, n: int) -> list[torch.Tensor]:
+    """Rows from sharp to flat: softmax of scaled random logits."""
+    return [torch.softmax(torch.randn(V, generator=generator) * float(torch.rand(1, generator=generator)) * 8, 0) for _ in range(n)]
+
+
+def drive(policy, rows: list[torch.Tensor], tokens: list[int | None], accepted: int) -> list[Keep]:
+    """One round of the cost policy with the given rows and drawn tokens; the answers."""
+    answers = []
+    policy.next_gamma()
+    for step, (row, token) in enumerate(zip(rows, tokens)):
+        answers.append(Keep(int(policy.keep_drafting(step, row, token))))
+        if answers[-1] != Keep.YES:
+            break
+    drafted = sum(a != Keep.NO for a in answers)
+    policy.update(min(accepted, drafted), drafted)
+    return answers
+
+
+def test_cost_under_greedy_the_drawn_token_changes_nothing():
+    """The greedy draft is the row's argmax, whose q is the row's top q: the same bin and the
+    same decisions as a policy that is never told the token."""
+    generator = torch.Generator().manual_seed(0)
+    told = CostAwareGamma(8, c=0.2, verify_cost=COSTS.verify_cost)
+    blind = CostAwareGamma(8, c=0.2, verify_cost=COSTS.verify_cost, read_token=False)
+    kinds = set()
+    for _ in range(60):
+        rows = random_rows(generator, 8)
+        accepted = int(torch.randint(0, 9, (1,), generator=generator))
+        a = drive(told, rows, [int(r.argmax()) for r in rows], accepted)
+        b = drive(blind, rows, [int(r.argmax()) for r in rows], accepted)
+        assert a == b
+        kinds.update(a)
+    assert kinds == {Keep.NO, Keep.YES, Keep.LAST}  # the rounds exercised every answer
+
+
+def test_cost_keep_answer_never_depends_on_the_drawn_token():
+    """Losslessness rule: for any state and row, every token gets the same keep-or-drop
+    answer (only YES against LAST may differ), and the drawn token does change some."""
+    generator = torch.Generator().manual_seed(1)
+    policy = CostAwareGamma(8, c=0.2, verify_cost=COSTS.verify_cost)
+    differed = 0
+    for _ in range(40):
+        rows = random_rows(generator, 8)
+        policy.next_gamma()
+        drafted = 0
+        for step, row in enumerate(rows):
+            answers = []
+            for token in range(V):
+                probe = copy.deepcopy(policy)
+                answers.append(Keep(int(probe.keep_drafting(step, row, token))))
+            assert len({a == Keep.NO for a in answers}) == 1, answers
+            differed += len(set(answers)) > 1
+            token = int(torch.multinomial(row, 1, generator=generator))
+            answer = policy.keep_drafting(step, row, token)
+            drafted += answer != Keep.NO
+            if answer != Keep.YES:
+                break
+        policy.update(min(drafted, int(torch.randint(0, 3, (1,), generator=generator))), drafted)
+        policy._skip_left = 0
+    assert differed > 0

@@ -1,0 +1,77 @@
+"""The lean draft-step forward (lean_step.py) computes what HF's decoder computes: the same
+hidden states and the same cache, for 1..MAX_LEAN_ROWS new tokens, on tiny Qwen2 and Llama
+models, in fp32 and with int8 layers (whose q/k/v and gate/up rows it stacks)."""
+
+import pytest
+import torch
+from conftest import tiny_model
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from specbench.core.cache import crop_cache, new_cache
+from specbench.speed.lean_step import MAX_LEAN_ROWS, lean_decoder, supports
+from specbench.speed.quantize import int8_available, quantize_linears
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+def tiny_llama(seed: int) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    return LlamaForCausalLM(config).eval()
+
+
+def int8_qwen2(seed: int) -> Qwen2ForCausalLM:
+    model = tiny_model(seed).to(torch.bfloat16)
+    quantize_linears(model)
+    return model
+
+
+MODELS = {"qwen2": lambda: tiny_model(0), "llama": lambda: tiny_llama(1)}
+if int8_available():
+    MODELS["qwen2 int8"] = lambda: int8_qwen2(2)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@torch.inference_mode()
+def test_lean_forward_matches_hf_hidden_states_and_cache(name):
+    model = MODELS[name]()
+    decoder = lean_decoder(model)
+    assert decoder is not None
+    prompt = torch.tensor([[3, 14, 15, 9, 26, 5, 35, 8]])
+    theirs, mine = new_cache(model), new_cache(model)
+    for cache in (theirs, mine):
+        model.get_decoder()(input_ids=prompt, past_key_values=cache, use_cache=True)
+    for n in range(1, MAX_LEAN_ROWS + 1):
+        new = torch.arange(n).unsqueeze(0) * 7 % 64
+        expected = model.get_decoder()(input_ids=new, past_key_values=theirs, use_cache=True).last_hidden_state
+        got = decoder(new, mine)
+        torch.testing.assert_close(got, expected, rtol=1e-2 if name.endswith("int8") else 1e-5, atol=1e-2 if name.endswith("int8") else 1e-5)
+        for a, b in zip(theirs.layers, mine.layers):
+            torch.testing.assert_close(b.keys, a.keys)
+            torch.testing.assert_close(b.values, a.values)
+        for cache in (theirs, mine):
+            crop_cache(cache, prompt.shape[1])
+    with pytest.raises(ValueError, match="at most"):
+        decoder(torch.zeros(1, MAX_LEAN_ROWS + 1, dtype=torch.long), mine)
+
+
+@pytest.mark.skipif(not int8_available(), reason="no int8 weight-only kernel in this torch")
+@torch.inference_mode()
+def test_stacking_int8_rows_leaves_hf_forward_unchanged_and_adds_no_memory():
+    model = int8_qwen2(3)
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    before = model(input_ids=ids).logits
+    decoder = lean_decoder(model)
+    attn = model.model.layers[0].self_attn
+    stacked = decoder.qkv[0].packed[0]
+    assert attn.q_proj.qweight.data_ptr() == stacked.data_ptr()  # q's rows are a view of the stack
+    assert attn.k_proj.qweight.untyped_storage().data_ptr() == stacked.untyped_storage().data_ptr()
+    assert torch.equal(model(input_ids=ids).logits, before)
+    assert lean_decoder(model) is decoder  # built once per model
+
+
+def test_other_layouts_take_hf_forward():
+    sliding = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, use_sliding_window=True, sliding_window=4, max_window_layers=0)
+    assert not supports(Qwen2ForCausalLM(sliding))
+    assert not supports(torch.nn.Linear(2, 2))
+    assert supports(tiny_model(0)) and supports(tiny_llama(0))

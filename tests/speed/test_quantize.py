@@ -1,0 +1,119 @@
+"""Weight-only int8 drafter layers: the quantization rule, the one-row int8 kernel against the
+dequantized dense layer, and decoding with an int8 drafter staying lossless."""
+
+import pytest
+import torch
+
+from conftest import PROMPTS, noisy_copy, tiny_model
+from specbench.bench.sweep import _model_meta
+from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
+from specbench.speed import draft_vocab
+from specbench.speed.draft_vocab import restricted_head
+from specbench.drafters import ModelDrafter
+from specbench.policies import FixedGamma
+from specbench.models.loading import ModelError, PairConfig, parse_draft_dtype, parse_dtype, resolve_draft_dtype
+from specbench.speed.quantize import MAX_INT8_ROWS, Int8Linear, dequantize_rows, int8_available, quantize_linears, quantize_rows
+
+needs_int8 = pytest.mark.skipif(not int8_available(), reason="no int8 weight-only kernel in this torch")
+
+
+def test_quantize_rows_rounds_each_row_to_its_own_scale():
+    weight = torch.tensor([[1.0, -0.5, 0.25], [100.0, 50.0, -100.0]])
+    q, scales = quantize_rows(weight)
+    assert q.dtype == torch.int8 and q[0, 0] == 127 and q[1, 2] == -127
+    assert torch.allclose(scales.float(), torch.tensor([1.0, 100.0]) / 127, rtol=1e-2)
+    error = (dequantize_rows(q, scales).float() - weight).abs()
+    assert (error <= scales.float()[:, None] * 0.51 + 1e-2 * weight.abs()).all()
+
+
+@needs_int8
+def test_few_rows_run_the_int8_kernel_and_match_the_dequantized_layer():
+    torch.manual_seed(0)
+    layer = Int8Linear(torch.nn.Linear(64, 96, dtype=torch.bfloat16))
+    with torch.no_grad():
+        for n in range(1, MAX_INT8_ROWS + 1):
+            few = torch.randn(1, n, 64, dtype=torch.bfloat16)
+            fast, dense = layer(few), layer.dense(few)
+            assert fast.shape == dense.shape == (1, n, 96)
+            assert torch.allclose(fast.float(), dense.float(), rtol=2e-2, atol=2e-2)
+            expected = torch._weight_int8pack_mm(few.reshape(n, 64), layer.qweight, layer.scales) + layer.dense.bias
+            assert torch.equal(fast.reshape(n, 96), expected)
+        many = torch.randn(1, MAX_INT8_ROWS + 1, 64, dtype=torch.bfloat16)
+        assert torch.equal(layer(many), layer.dense(many))
+
+
+@needs_int8
+def test_an_int8_drafter_keeps_greedy_parity():
+    target = tiny_model(0)
+    drafter = noisy_copy(target, 0.2, seed=7).to(torch.bfloat16)
+    assert quantize_linears(drafter) == 2 * 7 + 1
+    config = GenerationConfig(max_new_tokens=30)
+    accepted = 0
+    for prompt in PROMPTS:
+        result = speculative_generate(target, ModelDrafter(drafter), prompt, config, FixedGamma(4))
+        assert result.token_ids == plain_generate(target, prompt, config).token_ids
+        accepted += result.stats.accepted
+    assert accepted > 0
+
+
+def test_int8_is_for_drafters_on_the_cpu():
+    with pytest.raises(ModelError, match="drafter dtype"):
+        parse_dtype("int8")
+    with pytest.raises(ModelError, match="CPU only"):
+        parse_draft_dtype("int8", "cuda")
+    assert parse_draft_dtype("bf16", "cpu") == torch.bfloat16
+
+
+def test_auto_drafter_dtype_is_int8_on_the_cpu_and_bf16_elsewhere(monkeypatch):
+    expected_cpu = "int8" if int8_available() else "bfloat16"
+    assert resolve_draft_dtype("auto", "cpu") == expected_cpu
+    assert PairConfig().draft_dtype == expected_cpu  # the default is auto, resolved on creation
+    assert resolve_draft_dtype("auto", "cuda") == resolve_draft_dtype("auto", "auto") == "bfloat16"
+    assert PairConfig(device="cuda:1").draft_dtype == "bfloat16"
+    assert resolve_draft_dtype("float32", "cpu") == "float32"  # named dtypes pass through
+    monkeypatch.setattr("specbench.models.loading.int8_available", lambda: False)
+    assert resolve_draft_dtype("auto", "cpu") == "bfloat16"  # a torch without the int8 kernel
+
+
+@needs_int8
+def test_a_sweep_records_an_int8_drafter_as_int8():
+    drafter = tiny_model(0).to(torch.bfloat16)
+    assert _model_meta(drafter, "d")["dtype"] == "bfloat16"
+    quantize_linears(drafter)
+    assert _model_meta(drafter, "d")["dtype"] == "int8"
+
+
+@needs_int8
+def test_a_restricted_head_over_an_int8_drafter_scores_through_its_int8_rows():
+    torch.manual_seed(0)
+    drafter = tiny_model(0).to(torch.bfloat16)
+    quantize_linears(drafter)
+    head = restricted_head(drafter, 10, [40])
+    assert head is not None and head.int8 is drafter.lm_head
+    head.add(torch.tensor([50, 3]))  # 50 is new: it goes into the small second part
+    ids = head.ids
+    assert ids.tolist() == [*range(10), 40, 50]
+    with torch.no_grad():
+        for n in (1, MAX_INT8_ROWS, MAX_INT8_ROWS + 1):
+            hidden = torch.randn(n, drafter.config.hidden_size, dtype=torch.bfloat16)
+            logits, full = head(hidden), drafter.lm_head(hidden)  # n rows: int8 kernel or dense twin, as the full head
+            torch.testing.assert_close(logits[:, ids], full[:, ids], rtol=1e-2, atol=1e-2)
+            assert (logits[:, 20] == torch.finfo(torch.bfloat16).min).all()  # an id left out
+
+
+@needs_int8
+def test_an_int8_drafter_with_a_restricted_head_keeps_greedy_parity(monkeypatch):
+    target = tiny_model(0)
+    drafter = noisy_copy(target, 0.2, seed=7).to(torch.bfloat16)
+    quantize_linears(drafter)
+    head_rows = []  # output rows of each int8 call through a restricted head
+    real = draft_vocab.fast_int8_linear
+    monkeypatch.setattr(draft_vocab, "fast_int8_linear", lambda x, q, *rest: head_rows.append(q.shape[0]) or real(x, q, *rest))
+    config = GenerationConfig(max_new_tokens=30)
+    accepted = 0
+    for prompt in PROMPTS:
+        result = speculative_generate(target, ModelDrafter(drafter, vocab_limit=16), prompt, config, FixedGamma(4))
+        assert result.token_ids == plain_generate(target, prompt, config).token_ids
+        accepted += result.stats.accepted
+    assert accepted > 0
+    assert head_rows and max(head_rows) < drafter.config.vocab_size  # drafts were scored by int8 kept rows

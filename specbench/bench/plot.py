@@ -28,10 +28,9 @@ from specbench.bench.results import (
     read_meta,
     read_rows,
     summarize,
-    verify_cost_at,
     verify_costs,
 )
-from specbench.core.stats import expected_tokens_per_round, predicted_speedup
+from specbench.core.stats import expected_tokens_per_round, predicted_speedup, verify_cost_at
 
 CHARTS = (
     "acceptance_rate.png",

@@ -21,13 +21,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from specbench.errors import PromptError
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompt_sets"
 DEFAULT_SET = "default"
-
-
-class PromptError(ValueError):
-    """A prompt file is missing, malformed, or a filter leaves nothing."""
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from specbench.errors import OptionError as GammaRangeError, ResultsError
 from specbench.core.stats import RunStats, expected_tokens_per_round
 
 RUNS_CSV = "runs.csv"
@@ -39,14 +40,6 @@ KEY_COLUMNS = ("method", "drafter", "policy", "gamma", "temperature", "prompt_id
 BASELINE_METHOD = "plain"
 MODEL_DRAFTER = "model"  # the drafter that drafts with the drafter model (drafters.py)
 FIXED_POLICY = "fixed"  # the fixed-gamma policy (gamma.py), the setting of the theory
-
-
-class ResultsError(ValueError):
-    """A results directory or one of its files is missing or malformed."""
-
-
-class GammaRangeError(ValueError):
-    """A --gamma value that is not a number, a range or a list of them."""
 
 
 # ---------------------------------------------------------------------------- gamma ranges
@@ -314,19 +307,3 @@ def estimate_alpha(points: list[tuple[int, float, float]]) -> float | None:
         else:
             hi = mid
     return (lo + hi) / 2
-
-
-def verify_cost_at(costs: dict[int, float], k: int) -> float | None:
-    """v(k) from the measured curve; linear extrapolation past its end; None when unmeasured."""
-    if not costs:
-        return None
-    if k in costs:
-        return costs[k]
-    ks = sorted(costs)
-    if k < ks[0]:
-        return costs[ks[0]]
-    if len(ks) < 2:
-        return costs[ks[-1]]
-    k1, k2 = ks[-2], ks[-1]
-    slope = (costs[k2] - costs[k1]) / (k2 - k1)
-    return costs[k2] + slope * (k - k2)

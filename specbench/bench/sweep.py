@@ -37,6 +37,7 @@ from typing import Callable
 
 import torch
 
+from specbench.errors import SweepError
 from specbench import __version__
 from specbench.speed import native
 from specbench.core.generate import GenerationConfig, context_limit, model_device, plain_generate, speculative_generate, sync
@@ -58,11 +59,10 @@ from specbench.bench.results import (
     read_rows,
     row_key,
     run_key,
-    verify_cost_at,
     write_meta,
 )
 from specbench.core.sampling import SamplingConfig
-from specbench.core.stats import RunStats, StepRecord, drafter_cost, walltime_speedup
+from specbench.core.stats import RunStats, StepRecord, drafter_cost, walltime_speedup, verify_cost_at
 
 SPECBENCH, HF_ASSISTED = "specbench", "hf-assisted"
 METHODS = (BASELINE_METHOD, SPECBENCH, HF_ASSISTED)
@@ -72,10 +72,6 @@ HF_STOCK_POLICY = "hf-defaults-stock-kernels"  # the same, on PyTorch's own Line
 # transformers' own defaults (GenerationConfig._get_default_generation_params in 5.x), pinned
 # here so that a drafter's generation_config.json cannot change what "HF's defaults" means
 HF_DEFAULTS = {"num_assistant_tokens": 20, "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.4}
-
-
-class SweepError(ValueError):
-    """A sweep that cannot start as asked (bad names, an existing results directory...)."""
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from specbench.errors import TraceFileError
 from specbench.core.stats import FIRST, RunStats, StepRecord
 
 TokenText = Callable[[int], str]
@@ -472,10 +473,6 @@ def tee(*callbacks: OnStep | None) -> OnStep:
 
 
 # ---------------------------------------------------------------------------- the trace file
-
-
-class TraceFileError(ValueError):
-    """A trace file that is missing or not what `specbench trace` can read."""
 
 
 class TraceWriter:

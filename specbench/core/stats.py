@@ -137,3 +137,31 @@ def drafter_cost(feeds: list[int], step_cost) -> float:
     policy refused included."""
     return sum(1.0 if n == 1 else step_cost(n) for n in feeds)
 
+
+def verify_cost_at(costs: dict[int, float], k: int) -> float | None:
+    """v(k) from a measured curve {k: cost}; the one rule for reading a curve past its end.
+
+    Measured points are returned as they are; below the first measured k, its value. Past the
+    largest k measured without gaps from the first, the curve goes on linearly at the mean
+    slope from its second point to that k, never below 0: single neighbouring points are
+    noisy, and a measured v(9) < v(8) must not make longer drafts look cheaper than shorter
+    ones. None when nothing was measured.
+    verify_cost_at({1: 1.0, 2: 1.4, 3: 1.6}, 5) == 2.0 (slope (1.6 - 1.4) / 1 = 0.2).
+    """
+    if not costs:
+        return None
+    costs = {int(j): float(v) for j, v in costs.items()}
+    if k in costs:
+        return costs[k]
+    ks = sorted(costs)
+    if k < ks[0]:
+        return costs[ks[0]]
+    top = ks[0]
+    while top + 1 in costs:
+        top += 1
+    if k < top:  # a gap inside the measured range cannot be reached here: k would be in costs
+        return costs[top]
+    second = ks[1] if len(ks) > 1 and ks[1] <= top else top
+    slope = max(0.0, (costs[top] - costs[second]) / (top - second)) if top > second else 0.0
+    return costs[top] + (k - top) * slope
+

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+from specbench.errors import ChecksumError, DefaultModelError
 
 CACHE_ENV = "SPECBENCH_CACHE"
 CACHE_FORMAT = 1  # bump when the layout of a cached model changes; older entries are rebuilt
@@ -36,14 +37,6 @@ Progress = Callable[[str, float, "float | None"], None]
 
 def _no_progress(task: str, done: float, total: float | None) -> None:
     """The do-nothing default."""
-
-
-class DefaultModelError(RuntimeError):
-    """The embedded pair cannot be used: a package is missing or the assembled file is wrong."""
-
-
-class ChecksumError(DefaultModelError):
-    """The assembled GGUF does not have the sha256 it must have."""
 
 
 # ---------------------------------------------------------------------------- the pair

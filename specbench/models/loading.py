@@ -24,6 +24,7 @@ from typing import Callable
 
 import torch
 
+from specbench.errors import ModelError, PromptError, VocabMismatch
 from specbench.models import defaults
 from specbench.core.generate import GenerationConfig, GenerationResult, check_prompt, context_limit, model_device, plain_generate, speculative_generate
 from specbench.speed.draft_vocab import output_head
@@ -45,18 +46,6 @@ NONE = "none"  # drafter spec for plain decoding
 DEFAULT = "default"  # model spec for the embedded pair
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-
-
-class ModelError(Exception):
-    """A model cannot be found, loaded or paired; the message is one line for the user."""
-
-
-class VocabMismatch(ModelError):
-    """Drafter and target do not share a vocabulary, so draft ids mean nothing to the target."""
-
-
-class PromptError(ValueError):
-    """The prompt cannot be generated from (empty, or longer than the context)."""
 
 
 # ---------------------------------------------------------------------------- specs

@@ -11,6 +11,7 @@ import math
 import torch
 
 from specbench.core.protocols import Keep
+from specbench.core.stats import verify_cost_at
 from specbench.policies.simple import _check_gamma, top_prob
 
 
@@ -201,18 +202,10 @@ def _bin(probability: float, bins: int) -> int:
 
 
 def _verify_curve(verify_cost: dict[int, float], up_to: int) -> dict[int, float]:
-    """v(1..up_to) relative to v(1), continued linearly past the largest measured k.
-
-    The continuation uses the mean slope from k = 2 to the last measured k, never below 0:
-    single neighbouring points are noisy (a measured v(9) < v(8) must not make longer
-    drafts look cheaper than shorter ones).
-    """
+    """v(1..up_to) relative to v(1), continued past the largest measured k by the one rule
+    every caller shares (core.stats.verify_cost_at)."""
     measured = {int(k): float(v) for k, v in verify_cost.items()}
     if 1 not in measured or 2 not in measured or measured[1] <= 0:
         raise ValueError("verify costs need v(1) > 0 and v(2)")
-    v = {k: t / measured[1] for k, t in measured.items()}
-    top = max(k for k in range(1, max(v) + 1) if all(j in v for j in range(1, k + 1)))
-    slope = max(0.0, (v[top] - v[2]) / (top - 2)) if top > 2 else 0.0
-    for k in range(top + 1, up_to + 1):
-        v[k] = v[top] + (k - top) * slope
-    return v
+    return {k: verify_cost_at(measured, k) / measured[1] for k in range(1, up_to + 1)}
+

@@ -29,13 +29,12 @@ from rich.table import Table
 from rich.text import Text
 
 from specbench.errors import TraceFileError
-from specbench.core.stats import FIRST, RunStats, StepRecord
+from specbench.core.stats import BONUS, CORRECTION, FIRST, RunStats, StepRecord
 
 TokenText = Callable[[int], str]
 OnStep = Callable[[StepRecord], None]
 
 FORMAT_VERSION = 1
-BONUS, CORRECTION = "bonus", "correction"  # StepRecord.emitted_kind (verify.py imports torch)
 DRAFT = "draft"  # an accepted draft token, in the text view
 
 # How each kind of output token looks: a colour, and brackets for consoles without colour.

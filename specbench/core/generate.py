@@ -16,10 +16,10 @@ from typing import Callable
 import torch
 
 from specbench.core.cache import crop_cache, new_cache
-from specbench.core.protocols import Drafter, GammaPolicy
+from specbench.core.protocols import Draft, Drafter, GammaPolicy
 from specbench.core.sampling import SamplingConfig, choose, greedy_tokens, logits_to_probs
 from specbench.core.stats import FIRST, RunStats, StepRecord
-from specbench.core.verify import verify_greedy, verify_sampling
+from specbench.core.verify import Verdict, verify_greedy, verify_sampling
 
 
 class ContextLimitError(ValueError):
@@ -181,12 +181,7 @@ def speculative_generate(
 
         # 3. verify [last token] + drafts in ONE target forward over the cache
         t0 = time.perf_counter()
-        logits = _target_forward(target, torch.cat([seq[-1:], draft.tokens]), cache, k + 1)  # [k+1, vocab]
-        target_probs = logits_to_probs(logits, sampling)  # [k+1, vocab]
-        if sampling.greedy:
-            verdict = verify_greedy(draft.tokens, greedy_tokens(logits))
-        else:
-            verdict = verify_sampling(draft.tokens, draft.probs, target_probs, generator)
+        verdict, target_probs = _verify(target, seq[-1:], draft, cache, sampling, generator)
         n = verdict.n_accepted
 
         # 4. roll both caches back to the accepted prefix; tell the drafter and the policy
@@ -196,36 +191,51 @@ def speculative_generate(
         sync(device)
         verify_seconds = time.perf_counter() - t0
 
-        stats.rounds += 1
-        stats.target_forwards += 1
-        stats.drafted += k
-        stats.accepted += n
-        stats.draft_seconds += draft.seconds
-        stats.verify_seconds += verify_seconds
-        drafted = draft.tokens.tolist()
-        record = StepRecord(
-            round=stats.rounds,
-            position=len(output),
-            gamma=gamma,
-            draft_tokens=drafted,
-            draft_probs=_probs_of(draft.probs, drafted),
-            target_probs=_probs_of(target_probs[:k], drafted),
-            draws=verdict.draws,
-            accepted=n,
-            emitted_token=verdict.next_token,
-            emitted_kind=verdict.kind,
-            emitted_prob=float(target_probs[n, verdict.next_token]) if sampling.greedy else verdict.next_prob,
-            tokens=[],
-            draft_seconds=draft.seconds,
-            verify_seconds=verify_seconds,
-            drafter_feeds=draft.feeds,
-            policy_info=policy.info(),
-        )
-        reason = emit(record, drafted[:n] + [verdict.next_token])
+        stats.add_round(k, n, draft.seconds, verify_seconds)
+        record = _round_record(stats.rounds, len(output), gamma, draft, verdict, target_probs, sampling, verify_seconds, policy.info())
+        reason = emit(record, record.draft_tokens[:n] + [verdict.next_token])
 
     stats.decode_seconds = time.perf_counter() - decode_start
     stats.new_tokens = len(output)
     return GenerationResult(output, stats, steps, reason)
+
+
+def _verify(target, last: torch.Tensor, draft: Draft, cache, sampling: SamplingConfig, generator) -> tuple[Verdict, torch.Tensor]:
+    """Score [last token] + drafts ([1 + k]) in one target forward and run the acceptance test:
+    exact match under greedy, rejection sampling (Leviathan et al.) otherwise. Returns the
+    verdict and the target's processed rows p ([k + 1, vocab])."""
+    k = draft.tokens.shape[0]
+    logits = _target_forward(target, torch.cat([last, draft.tokens]), cache, k + 1)  # [k+1, vocab]
+    target_probs = logits_to_probs(logits, sampling)  # [k+1, vocab]
+    if sampling.greedy:
+        return verify_greedy(draft.tokens, greedy_tokens(logits)), target_probs
+    return verify_sampling(draft.tokens, draft.probs, target_probs, generator), target_probs
+
+
+def _round_record(
+    round_: int, position: int, gamma: int, draft: Draft, verdict: Verdict, target_probs: torch.Tensor, sampling: SamplingConfig, verify_seconds: float, policy_info: dict
+) -> StepRecord:
+    """The StepRecord of one verified round (its tokens and stop reason are set by emit)."""
+    drafted = draft.tokens.tolist()
+    n, k = verdict.n_accepted, len(drafted)
+    return StepRecord(
+        round=round_,
+        position=position,
+        gamma=gamma,
+        draft_tokens=drafted,
+        draft_probs=_probs_of(draft.probs, drafted),
+        target_probs=_probs_of(target_probs[:k], drafted),
+        draws=verdict.draws,
+        accepted=n,
+        emitted_token=verdict.next_token,
+        emitted_kind=verdict.kind,
+        emitted_prob=float(target_probs[n, verdict.next_token]) if sampling.greedy else verdict.next_prob,
+        tokens=[],
+        draft_seconds=draft.seconds,
+        verify_seconds=verify_seconds,
+        drafter_feeds=draft.feeds,
+        policy_info=policy_info,
+    )
 
 
 def _probs_of(rows: torch.Tensor | None, tokens: list[int]) -> list[float | None]:

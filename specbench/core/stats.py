@@ -10,7 +10,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 
-FIRST = "first"  # StepRecord.emitted_kind of the first-target pass
+# StepRecord.emitted_kind: where the token a round adds after its accepted drafts came from
+FIRST = "first"  # the first-target pass (round 0)
+BONUS = "bonus"  # every draft was accepted: drawn from p at position k + 1
+CORRECTION = "correction"  # a draft was rejected: drawn from the residual norm(max(0, p - q))
 
 
 @dataclass
@@ -57,6 +60,15 @@ class RunStats:
     decode_seconds: float = 0.0  # wall time after the first-target pass
     draft_seconds: float = 0.0  # inside drafter.propose
     verify_seconds: float = 0.0  # inside the target's verify forwards
+
+    def add_round(self, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
+        """Count one verified round: one target forward, its drafts and their seconds."""
+        self.rounds += 1
+        self.target_forwards += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        self.draft_seconds += draft_seconds
+        self.verify_seconds += verify_seconds
 
     @property
     def acceptance_rate(self) -> float:

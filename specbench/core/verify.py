@@ -22,9 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specbench.core.sampling import sample
-
-BONUS = "bonus"
-CORRECTION = "correction"
+from specbench.core.stats import BONUS, CORRECTION
 
 
 @dataclass(frozen=True)

@@ -86,8 +86,8 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
 
     Token i is drawn when u falls in [cdf(i - 1), cdf(i)), u uniform on [0, total): exactly
     p(i) / total, and never a token of probability 0 (its interval is empty). The CDF is
-    summed in float64. On a CPU this took 0.8 ms for a 151,936-id row where
-    torch.multinomial took 3.5 ms, more than a tenth of an int8 drafter step.
+    summed in float64. Why not torch.multinomial: on a CPU it was several times slower over a
+    150k-id row, a visible share of a drafter step (docs/log.md has the timing).
     """
     flat = probs.reshape(-1, probs.shape[-1])
     cdf = torch.cumsum(flat, dim=-1, dtype=torch.float64)

@@ -3,11 +3,11 @@
 On a cache of --context prompt tokens (the first quick prompt, repeated), interleaved,
 median of --repeats: a forward over 1 and 2 new tokens (a draft step; a round's catch-up)
 with the restricted head (--draft-vocab, default 65536), through
-  - HF's decoder and the head's bf16 rows (how every step ran before),
+  - HF's decoder and the head's bf16 rows,
   - HF's decoder and the head's int8 rows (draft_vocab.RestrictedHead given its Int8Linear),
   - lean_step.py's forward and the int8 rows through PyTorch's int8 kernel,
-  - the same through specbench's own kernel (native.py, int8_gemv.c; how a draft step runs
-    now where it builds).
+  - the same through specbench's own kernel (native.py, int8_gemv.c): the step the model
+    drafter runs (draft_vocab.RestrictedStep) where that kernel builds.
 Prints milliseconds and whether the argmax agrees with the first way's.
 
     python bench/drafter_step.py [--context 144] [--repeats 21]

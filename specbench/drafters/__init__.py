@@ -3,6 +3,9 @@
 The Drafter protocol (propose, start, prefill, commit) is core's: specbench/core/protocols.py.
 A drafter owns its own state (the model drafter its KV cache, fed lazily: the first
 propose prefills the prompt). It knows nothing about the target or about verification.
+The model drafter's forward is a draft step (step.py), the model's own by default;
+make_drafter plugs in specbench/speed's restricted step for vocab_limit > 0, the one place
+this package reaches into speed/ (and only then: importing drafters loads nothing of it).
 
 Drafters (DRAFTERS, built by make_drafter):
   model          a small causal LM (ModelDrafter), with q rows;
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 from specbench.core.protocols import Draft, Drafter, KeepDrafting
 from specbench.drafters.model import LookupFirstDrafter, ModelDrafter
+from specbench.drafters.step import DraftStep, ModelForward
 from specbench.drafters.tables import (
     LookupIndex,
     NgramDrafter,
@@ -47,10 +51,22 @@ def make_drafter(name: str, drafter_model=None, vocab_limit: int = 0, keep_ids: 
     if uses_model(name):
         if drafter_model is None:
             raise ValueError(f"the {name} drafter needs a drafter model")
-        model = ModelDrafter(drafter_model, vocab_limit=vocab_limit, keep_ids=keep_ids)
+        model = ModelDrafter(drafter_model, step=draft_step(drafter_model, vocab_limit, keep_ids))
         return model if name == "model" else LookupFirstDrafter(model)
     if name == "ngram":
         return NgramDrafter()
     if name == "prompt-lookup":
         return PromptLookupDrafter()
     raise ValueError(f"unknown drafter {name!r}; choose from {', '.join(DRAFTERS)}")
+
+
+def draft_step(drafter_model, vocab_limit: int = 0, keep_ids: tuple[int, ...] = ()) -> DraftStep:
+    """The model's own forward (vocab_limit 0), else speed/'s RestrictedStep over ids below
+    vocab_limit, the prompt's and keep_ids; a model without a plain output head is refused
+    now (ValueError), not mid-generation."""
+    if not vocab_limit:
+        return ModelForward()
+    # speed/ only when asked for (and draft_vocab, which imports step.py, after this package)
+    from specbench.speed.draft_vocab import RestrictedStep
+
+    return RestrictedStep.for_model(drafter_model, vocab_limit, keep_ids)

@@ -2,9 +2,11 @@
 
 ModelDrafter feeds only what its cache has not seen (the prompt on its first round, then what
 the target accepted or emitted since), draws each draft with the target's sampling processor,
-and crops its cache back on commit. LookupFirstDrafter copies from the context when the
-context repeats itself and asks the model otherwise. Neither knows about the target or about
-verification.
+and crops its cache back on commit. Each forward is its draft step's (step.py): the model's
+own forward unless a faster step is plugged in (make_drafter plugs in specbench/speed's for
+--draft-vocab). LookupFirstDrafter copies from the context when the context repeats itself
+and asks the model otherwise. Neither knows about the target, about verification, or about
+how a step makes its logits.
 """
 
 from __future__ import annotations
@@ -16,28 +18,30 @@ import torch
 from specbench.core.cache import cache_length, crop_cache, new_cache
 from specbench.core.protocols import Draft, Keep, KeepDrafting
 from specbench.core.sampling import SamplingConfig, choose
+from specbench.drafters.step import DraftStep, ModelForward
 from specbench.drafters.tables import PromptLookupDrafter, table_draft
-from specbench.speed.draft_vocab import RestrictedHead, covers_output, output_head, restricted_head, restricted_logits
 
 
 class ModelDrafter:
     """A small causal LM that drafts autoregressively over its own DynamicCache.
 
-    vocab_limit > 0 scores only ids below it, plus the prompt's ids, keep_ids (the EOS ids)
-    and every id the context gains, through a RestrictedHead built when a generation's
-    prompt arrives (draft_vocab.py), until the output strays outside that subset too often
-    (draft_vocab.covers_output). 0 scores the whole vocabulary with the model's own head.
+    Every forward goes through `step` (a DraftStep, default ModelForward: the model's own
+    forward). The drafter tells the step about the context: start() with the prompt on a
+    generation's first call, observe() with the ids the context gains after that.
     """
 
-    def __init__(self, model, name: str = "model", vocab_limit: int = 0, keep_ids: tuple[int, ...] = ()):
+    def __init__(self, model, name: str = "model", step: DraftStep | None = None):
         self.model = model
         self.name = name
         self.device = next(model.parameters()).device
-        self.vocab_limit = vocab_limit
-        self.keep_ids = tuple(keep_ids)
-        if vocab_limit:
-            output_head(model)  # refuse a model without a plain head now, not mid-generation
+        self.step = step if step is not None else ModelForward()
         self.start(SamplingConfig(), None)
+
+    @property
+    def vocab_limit(self) -> int:
+        """The vocabulary limit of the step (draft_vocab.RestrictedStep's), 0 when it scores
+        every id. Drafting never reads it; it says what was asked for."""
+        return getattr(self.step, "vocab_limit", 0)
 
     def start(self, sampling: SamplingConfig, generator: torch.Generator | None) -> None:
         self.sampling = sampling
@@ -47,28 +51,22 @@ class ModelDrafter:
         self.generator = generator
         self.cache = new_cache(self.model)
         self._context_len = 0  # length of the context at the last propose (or the prompt's)
-        self.head: RestrictedHead | None = None  # built from the prompt when one is restricted
-        self._head_chosen = not self.vocab_limit
-        self._missed = self._output_tokens = 0  # ids the output needed beyond the subset, of how many
+        self._step_started = False  # whether the step has had this generation's prompt
 
-    def _restrict(self, context: torch.Tensor) -> None:
-        """Build this generation's restricted head from its prompt, on the first call; later,
-        keep the ids that the context ([n] ids) gained since."""
-        if not self._head_chosen:
-            self._head_chosen = True
-            self.head = restricted_head(self.model, self.vocab_limit, [*context.tolist(), *self.keep_ids])
-        elif self.head is not None and context.shape[0] > self._context_len:
-            new = context[self._context_len :]
-            self._missed += self.head.add(new)
-            self._output_tokens += new.shape[0]
-            if not covers_output(self._missed, self._output_tokens):
-                self.head = None  # the reply lives outside the subset: score every id from now on
+    def _observe(self, context: torch.Tensor) -> None:
+        """Tell the step about the context ([n] ids): start it with the prompt on the first
+        call of a generation; later, pass on the ids the context gained since."""
+        if not self._step_started:
+            self._step_started = True
+            self.step.start(self.model, context)
+        elif context.shape[0] > self._context_len:
+            self.step.observe(context[self._context_len :])
         self._context_len = context.shape[0]
 
     @torch.inference_mode()
     def prefill(self, prompt: torch.Tensor) -> None:
         """Feed the prompt into the cache; the first propose then feeds only what followed."""
-        self._restrict(prompt)
+        self._observe(prompt)
         unread = prompt[cache_length(self.cache):]
         if unread.shape[0] > 0:
             self._forward(unread)
@@ -76,7 +74,7 @@ class ModelDrafter:
     @torch.inference_mode()
     def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
         start = time.perf_counter()
-        self._restrict(context)  # also moves _context_len on to this context
+        self._observe(context)  # also moves _context_len on to this context
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
         feeds: list[int] = []
@@ -102,11 +100,7 @@ class ModelDrafter:
 
     def _forward(self, new_tokens: torch.Tensor) -> torch.Tensor:
         """Logits for the next token after feeding new_tokens ([n] ids) -> [vocab]."""
-        input_ids = new_tokens.to(self.device).unsqueeze(0)
-        if self.head is not None:
-            return restricted_logits(self.model, self.head, input_ids, self.cache)[0]
-        out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
-        return out.logits[0, -1]
+        return self.step(self.model, new_tokens.to(self.device).unsqueeze(0), self.cache)
 
     def commit(self, n_accepted: int) -> None:
         # The cache holds the context plus every draft except the last (never fed), and a

@@ -8,14 +8,14 @@ drafter's catch-up curve u(n).
            a model drafter feeds 2 tokens after a fully accepted round (its last draft was
            never fed) and more after a copy or a skipped round
 
-Measured with the models as loaded (dtypes, kernels, device), by medians of timed forwards.
+Measured with the models as loaded (dtypes, kernels, device), by medians of timed forwards;
+a drafter forward is its draft step (drafters/step.py), the one the model drafter runs.
 The forwards are interleaved (each round times k = 1..max_k and a drafter step once), so a
 machine that slows down mid-measurement slows every point alike. v(k) for k >= 2 is a line
-fitted to the medians (t(k) = a + b*k, b >= 0): on a noisy 2-core CPU single points scatter
-by 20% and more (a v(2) of 1.34 one run and 0.97 the next), while the curve itself is close
-to a line. t(1) keeps its own point: one row often runs a different kernel than several;
-so does the drafter's t(2) (a half-precision drafter runs two rows on its half weight,
-kernels.HybridLinear).
+fitted to the medians (t(k) = a + b*k, b >= 0): on a small, busy CPU single points scatter
+from run to run far more than the curve itself, which is close to a line. t(1) keeps its
+own point: one row often runs a different kernel than several; so does the drafter's t(2)
+(a half-precision drafter runs two rows on its half weight, kernels.HybridLinear).
 The sweep measures them once per sweep and records them in meta.json; `generate` with the
 cost policy measures them once per model pair and settings and keeps them in the cache
 folder (costs/*.json), so later runs start at once. Knows nothing about decoding.
@@ -36,8 +36,7 @@ import torch
 
 from specbench.core.cache import crop_cache, new_cache
 from specbench.core.generate import model_device, sync
-from specbench.speed.draft_vocab import restricted_head, restricted_logits
-from specbench.drafters import uses_model
+from specbench.drafters import DraftStep, draft_step, uses_model
 
 MAX_VERIFY_K = 9  # v(k) is measured for k = 1..MAX_VERIFY_K
 METHOD = 5  # how costs are measured; part of the on-disk cache key (1: one k at a time, no fit; 2: no u(n); 3: draft steps through HF's decoder and bf16 head rows; 4: PyTorch's int8 kernel in the draft step)
@@ -81,26 +80,28 @@ def _curve(raw: dict | None) -> dict[int, float] | None:
 class ForwardTimer:
     """Times forwards over k new tokens on a cache that holds `context`, cropped back after each.
 
-    With vocab_limit > 0 a forward is what a restricted model drafter runs (draft_vocab.py):
-    the model's body, then a RestrictedHead over ids below the limit and the context's ids.
+    Without a step a forward is the target's as verification runs it: the logits of every
+    new row. With a draft step (drafters/step.py) it is that step, as the model drafter runs
+    it: the last row's logits (through a restricted head for draft_vocab.RestrictedStep).
     """
 
-    def __init__(self, model, context: list[int], vocab_limit: int = 0):
-        self.model, self.context = model, context
+    def __init__(self, model, context: list[int], step: DraftStep | None = None):
+        self.model, self.context, self.step = model, context, step
         self.device = model_device(model)
         self.cache = new_cache(model)
-        self.head = restricted_head(model, vocab_limit, context) if vocab_limit else None
-        model(input_ids=torch.tensor([context], device=self.device), past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        prompt = torch.tensor([context], device=self.device)  # [1, n]
+        if step is not None:
+            step.start(model, prompt[0])
+        model(input_ids=prompt, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
 
-    def seconds(self, k: int, rows: int | None = None) -> float:
-        """One forward over k new tokens, with logits for the last `rows` (default all k)."""
+    def seconds(self, k: int) -> float:
+        """One forward over k new tokens."""
         new = torch.tensor([(self.context * k)[:k]], device=self.device)  # [1, k] ordinary token ids
-        rows = k if rows is None else rows
         start = time.perf_counter()
-        if self.head is None:
-            self.model(input_ids=new, past_key_values=self.cache, use_cache=True, logits_to_keep=rows)
+        if self.step is None:
+            self.model(input_ids=new, past_key_values=self.cache, use_cache=True, logits_to_keep=k)
         else:
-            restricted_logits(self.model, self.head, new, self.cache, rows)
+            self.step(self.model, new, self.cache)
         sync(self.device)
         elapsed = time.perf_counter() - start
         crop_cache(self.cache, len(self.context))
@@ -140,7 +141,7 @@ def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k
 
     repeats + 1 interleaved rounds; the first is a warm-up and is not counted."""
     target_timer = ForwardTimer(target, context)
-    drafter_timer = ForwardTimer(drafter_model, context, draft_vocab) if drafter_model is not None else None
+    drafter_timer = ForwardTimer(drafter_model, context, draft_step(drafter_model, draft_vocab)) if drafter_model is not None else None
     target_times: dict[int, list[float]] = {k: [] for k in range(1, max_k + 1)}
     drafter_times: dict[int, list[float]] = {n: [] for n in range(1, max_k + 1)} if drafter_timer else {}
     for round_ in range(repeats + 1):
@@ -149,7 +150,7 @@ def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k
             if round_:
                 target_times[k].append(elapsed)
             if drafter_timer is not None:
-                elapsed = drafter_timer.seconds(k, rows=1)
+                elapsed = drafter_timer.seconds(k)
                 if round_:
                     drafter_times[k].append(elapsed)
     medians = {k: statistics.median(times) for k, times in target_times.items()}

@@ -1,30 +1,31 @@
-"""A drafter that scores only part of the vocabulary (`--draft-vocab N`).
+"""A model drafter that scores only part of the vocabulary (`--draft-vocab N`).
 
-Why: the default drafter's output head is 151,936 x 896 weights, over a quarter of what a
-drafter step reads, yet nearly every token it drafts comes from a small frequent subset.
-A byte-pair tokenizer numbers its merges in the order it learned them, most frequent first,
-so the first N ids are a good data-free choice of that subset. To them we add every id of
-the prompt (names and words a reply copies), the end-of-sequence ids, and every id the
-output produces as it goes: on the quick set, Qwen's "```" (id 73594) and LaTeX's "\\["
-(78045) lie past 65536 yet recur within one reply.
+Why: a small drafter's output head (vocabulary x hidden; 151,936 x 896 for Qwen2.5-0.5B) is
+a large share of the weights a draft step reads, yet nearly every token it drafts comes from
+a small frequent subset. A byte-pair tokenizer numbers its merges in the order it learned
+them, most frequent first, so the first N ids are a good data-free choice of that subset. To
+them we add every id of the prompt (names and words a reply copies), the end-of-sequence
+ids, and every id the output produces as it goes: tokens such as Qwen's "```" (id 73594) or
+LaTeX's "\\[" (78045) lie past 65536 yet recur within one reply.
 
 Lossless: q is the drafter's distribution over the kept ids and zero elsewhere. Greedy
 verification compares a draft with the target's argmax, whatever the drafter could score;
 rejection sampling accepts x with min(1, p(x)/q(x)) and on a rejection samples from
 max(0, p - q), which holds all of p's mass outside the subset. The target is untouched.
 When the subset does not cover a reply (text in another script or language), the drafter
-goes back to every id for the rest of the generation: once its output has brought in at
-least MISSES_TO_WIDEN ids the subset lacked, and more than MISS_SHARE_TO_WIDEN of its tokens
-(`covers_output`). On the quick set's translation prompt at temperature 0.7 the drafter put
-11% of its mass outside the first 65536 ids, and the expected acceptance sum_x min(p, q) on
-the same contexts fell from 0.69 to 0.58; on the other seven prompts it fell by 0.015 at most.
+puts much of its mass outside it and acceptance falls, so it goes back to every id for the
+rest of the generation: once its output has brought in at least MISSES_TO_WIDEN ids the
+subset lacked, and more than MISS_SHARE_TO_WIDEN of its tokens (`covers_output`).
 
 The logits come from the bare head weights: a model that post-processes its logits (Gemma
 2's soft-capping) drafts from a slightly different q, which is still lossless.
 
-Knows nothing about decoding: the model drafter (drafters.py) builds a RestrictedHead
-(restricted_head) once per generation, adds the ids its context gains (or drops the head when covers_output says
-so), and calls it on its model's last hidden state. Measured in `bench/draft_vocab.py` (README, "A smaller drafter head").
+RestrictedStep is the model drafter's draft step (drafters/step.py) that does all this:
+make_drafter plugs it in for vocab_limit > 0. It builds a RestrictedHead (restricted_head)
+once per generation from the prompt, adds the ids the context gains (or drops the head when
+covers_output says so), and scores the model's last hidden state with it (restricted_logits,
+through lean_step.py's forward where the model's layout allows). Knows nothing about
+decoding beyond that contract. The measurements behind the default limit are in docs/log.md.
 """
 
 from __future__ import annotations
@@ -34,8 +35,56 @@ from collections.abc import Iterable
 import torch
 import torch.nn.functional as F
 
+from specbench.drafters.step import ModelForward
 from specbench.speed.lean_step import MAX_LEAN_ROWS, lean_decoder
 from specbench.speed.quantize import Int8Linear, fast_int8_linear, runs_int8
+
+
+class RestrictedStep(ModelForward):
+    """The model drafter's draft step over part of the vocabulary (drafters/step.py's
+    contract; make_drafter plugs it in for vocab_limit > 0).
+
+    start builds the generation's RestrictedHead over ids below vocab_limit, the prompt's and
+    keep_ids (no head when that is every id); observe keeps the ids the context gains, and
+    drops the head once covers_output fails; a step runs restricted_logits through the head,
+    or the model's own forward (ModelForward) when there is none.
+    """
+
+    def __init__(self, vocab_limit: int, keep_ids: Iterable[int] = ()):
+        if vocab_limit < 1:
+            raise ValueError(f"a draft vocabulary needs at least one token, got {vocab_limit}")
+        self.vocab_limit = vocab_limit
+        self.keep_ids = tuple(int(i) for i in keep_ids)  # kept whatever the prompt (the EOS ids)
+        self.head: RestrictedHead | None = None
+        self.missed = self.output_tokens = 0  # ids the output needed beyond the subset, of how many
+
+    @classmethod
+    def for_model(cls, model, vocab_limit: int, keep_ids: Iterable[int] = ()) -> RestrictedStep:
+        """A RestrictedStep for this model; a model without a plain output head is refused
+        now (output_head's ValueError), not mid-generation."""
+        output_head(model)
+        return cls(vocab_limit, keep_ids)
+
+    def start(self, model, prompt: torch.Tensor) -> None:
+        self.head = restricted_head(model, self.vocab_limit, [*prompt.tolist(), *self.keep_ids])
+        self.missed = self.output_tokens = 0
+
+    def observe(self, new_ids: torch.Tensor) -> None:
+        if self.head is None:
+            return
+        self.missed += self.head.add(new_ids)
+        self.output_tokens += new_ids.shape[0]
+        if not covers_output(self.missed, self.output_tokens):
+            self.head = None  # the reply lives outside the subset: score every id from now on
+
+    def __call__(self, model, input_ids: torch.Tensor, cache) -> torch.Tensor:
+        """input_ids [1, n] after the cache -> the next token's logits [vocab]."""
+        if self.head is None:
+            return super().__call__(model, input_ids, cache)
+        return restricted_logits(model, self.head, input_ids, cache)[0]
+
+
+# ---------------------------------------------------------------------------- the pieces
 
 
 def draft_token_ids(limit: int, vocab_size: int, extra: Iterable[int] = ()) -> torch.Tensor:
@@ -104,9 +153,9 @@ class RestrictedHead:
 
     Over an Int8Linear head it keeps the int8 rows of the same ids as well as its dense
     twin's, and scores a drafter step (up to MAX_INT8_ROWS rows) through them
-    (quantize.fast_int8_linear), as the full int8 head scores through its own: in a scratch
-    profile on the AVX-512 machine the 65,536 bf16 rows took 7.3 ms of a 46 ms int8 drafter
-    step (bench/drafter_step.py times the step both ways).
+    (quantize.fast_int8_linear), as the full int8 head scores through its own: the kept bf16
+    rows are twice the bytes, and a draft step is bound by reading weights
+    (bench/drafter_step.py times the step both ways).
     """
 
     def __init__(self, head: torch.nn.Module, ids: torch.Tensor):

@@ -1,5 +1,5 @@
-/* A weight-only int8 matrix-vector kernel for a drafter's draft steps (specbench/native.py
- * builds and loads it; quantize.fast_int8_linear calls it).
+/* A weight-only int8 matrix-vector kernel for a drafter's draft steps (speed/native.py builds
+ * and loads it; quantize.fast_int8_linear calls it).
  *
  *   y[m, n] = x_scale[m] * w_scale[n] * sum_k xq[m, k] * w[n, k]  (+ bias[n])
  *
@@ -10,10 +10,9 @@
  * accumulating exactly in int32: no overflow for K < 65536 (|xq w| <= 32767 * 127, and
  * each int32 lane adds 2 * K / 32 such products). Rows are split between OpenMP threads
  * (the runtime PyTorch already loaded), each weight row is read once for all M rows, and
- * the next rows are prefetched. On the 2-core AVX-512 machine a scratch loop over the
- * drafter's 24 layers of int8 shapes (weights out of cache) read them at ~14 GB/s through
- * PyTorch's int8 kernel and at ~26 GB/s through this one; bench/drafter_step.py times the
- * whole draft step both ways (README, "A faster drafter").
+ * the next rows are prefetched: a draft step is bound by reading weights, and this loop
+ * reads them faster than PyTorch's int8 kernel does. bench/drafter_step.py times the whole
+ * draft step both ways; the measurements so far are in docs/log.md.
  *
  * Compiled with -march=native; on a CPU without AVX512BW/VNNI it builds only
  * specbench_int8_ready(), which returns 0, and callers keep PyTorch's kernel.

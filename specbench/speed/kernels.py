@@ -1,26 +1,28 @@
 """Faster CPU matrix kernels for the Linear layers of a model (`--kernels`, default auto).
 
-Why: on AVX2 CPUs PyTorch's default fp32 GEMM (MKL) is slow for a few rows: verifying 5
-tokens cost about 2.7 single steps on the default target, which eats most of what
+Why: on AVX2 CPUs PyTorch's default fp32 GEMM (MKL) is slow for a few rows: verifying a
+handful of tokens on an fp32 target costs several single steps, which eats most of what
 speculation saves. oneDNN's prepacked linear (`torch.ops.mkldnn._linear_pointwise`, the
-kernel torch.compile uses on CPU) is much cheaper for 2..16 rows, and for one row too: a
-single-token step of the default fp32 target took 323 ms through it against 383 ms through
-MKL's GEMV (200 cached tokens; 314 vs 382 ms at 600). So an fp32 Linear runs every row
-through its packed weight. Results agree with the dense kernel to float32 rounding (tested),
-and plain decoding uses the very same model objects, so the baseline gets the same kernels.
+kernel torch.compile uses on CPU) is much cheaper for 2..16 rows, and cheaper than MKL's
+GEMV for one row too. So an fp32 Linear runs every row through its packed weight. Results
+agree with the dense kernel to float32 rounding (tested), and plain decoding uses the very
+same model objects, so the baseline gets the same kernels.
 
-bf16 and fp16 layers (the default drafter is bf16) are worse off: without AVX-512 bf16
-PyTorch's half GEMM costs about one GEMV per row (a 130-token prompt took the bf16 drafter
-4.6 s, 6x its fp32 oneDNN time), and oneDNN refuses bf16 weights. So a half-precision
-Linear keeps its half weight for one row (a GEMV reads half the bytes of fp32, which is
-what makes the bf16 drafter fast: 75 ms a step for the default drafter, 122 ms through the
-packed fp32 copy) and for two: a model drafter feeds two tokens after every fully accepted
-round (its last draft and the bonus token), and two half rows still beat the packed copy
-(`bench/catch_up_rows.py`: a two-token forward of the default drafter took 1.44 single
-steps, against 1.70 through the packed copy; three rows on the half weight gained
-nothing). More rows run through the packed fp32 copy: the input is widened to fp32 and
-the output rounded back. Packed results agree with the half kernel to half
-rounding, not bit for bit; that is harmless for a drafter, whose q is whatever it computed.
+Half-precision layers are worse off: without AVX-512 bf16 PyTorch's half GEMM costs about
+one GEMV per row (a prompt takes several times its fp32 oneDNN time), and oneDNN refuses
+bf16 weights. So a half-precision Linear keeps its half weight for one row (a GEMV reads
+half the bytes of fp32, which is what makes a bf16 drafter step fast) and for two: a model
+drafter feeds two tokens after every fully accepted round (its last draft and the bonus
+token), and two half rows still beat the packed copy, while three gained nothing. More rows
+run through the packed fp32 copy: the input is widened to fp32 and the output rounded back.
+Packed results agree with the half kernel to half rounding, not bit for bit; that is
+harmless for a drafter, whose q is whatever it computed.
+
+Which drafter takes which path: on a CPU the default drafter is int8 weight-only where
+PyTorch has the kernel (quantize.py; models/loading.py's resolve_draft_dtype). Its draft
+steps run the int8 kernel, and the bf16 Linear each int8 layer keeps for many rows (a
+prompt) is swapped here like any other. A bf16 drafter (`--draft-dtype bfloat16`, or a
+PyTorch without the int8 kernel) takes the half-precision path above.
 
 This module only swaps modules; it knows nothing about decoding.
 """

@@ -10,7 +10,8 @@ Where q/k/v (and gate/up) are int8 (quantize.py), their rows are stacked into on
 and run as one int8 kernel call; the modules' own buffers become views of the stacked
 ones, so no memory is added and HF's forward reads the very same numbers.
 
-Measured by `python bench/drafter_step.py` (README, "A faster drafter").
+`python bench/drafter_step.py` times it against HF's forward on this machine; the
+measurements so far are in docs/log.md.
 
 Only few-token steps (at most quantize.MAX_INT8_ROWS new tokens) take this path; a prompt,
 and any model of another layout (Qwen2/Llama with sliding windows, Qwen3's q/k norms,

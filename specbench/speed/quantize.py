@@ -1,22 +1,21 @@
-"""Weight-only int8 Linear layers for a drafter (`--draft-dtype int8`).
+"""Weight-only int8 Linear layers for a drafter (`--draft-dtype int8`, the CPU default where
+PyTorch has the kernel).
 
-Why: a single-token forward of the bf16 0.5B drafter is bound by reading its weights, and
+Why: a single-token forward of a small bf16 drafter is bound by reading its weights, and
 int8 weights are half the bytes. Each output row of a weight gets one scale (absmax / 127);
 activations stay bf16, so the drafter loses little: quantizing the activations as well
-(PyTorch's dynamic int8) cut the default drafter's greedy agreement with the target from
-0.90 to 0.77 on code. Up to MAX_INT8_ROWS rows (a draft step, a round's catch-up) run
-`torch._weight_int8pack_mm`, the int8 kernel PyTorch ships for CPUs; more rows (a prompt)
-run an ordinary bf16 Linear over the dequantized weight, which `--kernels` may swap like any
-other. Where the two meet (scratch microbenchmark, this 2-core AVX2 machine, the default
-drafter's 4864x896 MLP weight): int8 0.22/0.29/0.42/0.79 ms for 1/2/4/6 rows against
-0.39/0.37/0.57/0.60 ms through the packed fp32 oneDNN copy that `--kernels` gives the dense
-layer; the 65536-row head is the same story (4.4/5.0/7.1/11.5 against 8.0/8.6/10.1/11.1).
+(PyTorch's dynamic int8) cut the drafter's greedy agreement with the target markedly. Up to
+MAX_INT8_ROWS rows (a draft step, a round's catch-up) run `torch._weight_int8pack_mm`, the
+int8 kernel PyTorch ships for CPUs; more rows (a prompt) run an ordinary bf16 Linear over
+the dequantized weight, which `--kernels` may swap like any other. MAX_INT8_ROWS is where
+the two meet: the int8 kernel's time grows with the rows faster than the packed fp32 oneDNN
+copy that `--kernels` gives the dense layer, for the MLP weights and the head alike.
 
 Only drafters: a target's one-token and several-token forwards would round differently, and
 greedy parity with plain decoding needs them to agree. The drafter's q is whatever it
 computed, so verification stays lossless.
 
-Knows nothing about decoding or loading; models.py calls quantize_linears.
+Knows nothing about decoding or loading; models/loading.py calls quantize_linears.
 """
 
 from __future__ import annotations

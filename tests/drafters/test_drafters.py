@@ -14,6 +14,7 @@ from specbench.drafters import (
     LookupFirstDrafter,
     LookupIndex,
     ModelDrafter,
+    ModelForward,
     NgramDrafter,
     NgramTable,
     PromptLookupDrafter,
@@ -371,3 +372,71 @@ def test_generation_records_each_drafter_forward(close_pair, name):
             assert any(n >= 2 for n in feeds)  # some forward caught up on more than one token
     finally:
         hook.remove()
+
+
+# ---------------------------------------------------------------------------- the draft step
+
+
+class FavourSeven(ModelForward):
+    """A draft step that runs the model's forward (so the cache stays in step), records what
+    the drafter tells it, and returns logits that favour token 7."""
+
+    def __init__(self):
+        self.started, self.observed = [], []
+
+    def start(self, model, prompt):
+        self.started.append(prompt.tolist())
+
+    def observe(self, new_ids):
+        self.observed.append(new_ids.tolist())
+
+    def __call__(self, model, input_ids, cache):
+        logits = super().__call__(model, input_ids, cache)
+        return torch.zeros_like(logits).index_fill_(0, torch.tensor([7]), 10.0)
+
+
+def test_model_drafter_drafts_with_the_step_it_is_given(tiny_pair):
+    """Every forward is the step's: a step that favours 7 drafts 7s. The step hears the prompt
+    once per generation (start) and after that only what the context gained (observe), so a
+    per-generation step (draft_vocab.RestrictedStep) never re-reads the context."""
+    from specbench.core.sampling import SamplingConfig
+
+    _, drafter_model = tiny_pair
+    step = FavourSeven()
+    drafter = ModelDrafter(drafter_model, step=step)
+    drafter.prefill(torch.tensor([3, 17, 42]))
+    assert drafter.propose(torch.tensor([3, 17, 42, 8]), 3, always).tokens.tolist() == [7, 7, 7]
+    drafter.commit(1)
+    drafter.propose(torch.tensor([3, 17, 42, 8, 7, 9]), 2, always)
+    assert step.started == [[3, 17, 42]] and step.observed == [[8], [7, 9]]
+    drafter.start(SamplingConfig(), None)
+    drafter.propose(torch.tensor([5, 6]), 1, always)
+    assert step.started == [[3, 17, 42], [5, 6]] and len(step.observed) == 2
+    assert isinstance(ModelDrafter(drafter_model).step, ModelForward)  # the default: the model's own forward
+
+
+def test_the_model_drafter_never_imports_the_speed_machinery():
+    """drafters/ reaches into speed/ only in make_drafter, lazily, for a vocabulary limit: a
+    reader of the model drafter never steps through an AVX-512 build path, and importing
+    specbench.drafters loads nothing of speed/. Reads the source, every import statement."""
+    import ast
+    from pathlib import Path
+
+    import specbench.drafters
+
+    def speed_imports(nodes) -> list[str]:
+        names = []
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                names += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                module = "specbench." * (node.level >= 2) + (node.module or "")  # from ..speed import x
+                names += [module] + [f"{module}.{alias.name}" for alias in node.names]
+        return [name for name in names if name.startswith("specbench.speed")]
+
+    folder = Path(specbench.drafters.__file__).parent
+    for path in sorted(folder.glob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        nodes = tree.body if path.name == "__init__.py" else list(ast.walk(tree))  # __init__: top level only
+        assert not speed_imports(nodes), f"drafters/{path.name} imports {speed_imports(nodes)}"
+    assert speed_imports(ast.walk(ast.parse((folder / "__init__.py").read_text())))  # the check sees the lazy one

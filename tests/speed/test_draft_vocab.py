@@ -24,8 +24,9 @@ from mock_lm import random_trigram
 
 from specbench.speed.costs import measure_costs
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
-from specbench.speed.draft_vocab import RestrictedHead, covers_output, draft_token_ids, output_head
-from specbench.drafters import ModelDrafter, make_drafter
+from specbench.speed.draft_vocab import RestrictedHead, RestrictedStep, covers_output, draft_token_ids, output_head
+from specbench.core.cache import new_cache
+from specbench.drafters import ModelForward, make_drafter
 from specbench.policies import FixedGamma, make_policy
 from specbench.core.sampling import SamplingConfig, logits_to_probs
 
@@ -53,9 +54,28 @@ def test_restricted_head_scores_kept_ids_like_the_model(tiny_pair):
     assert probs[:, left_out].sum() == 0 and torch.allclose(probs.sum(-1), torch.ones(3))
 
 
+@torch.inference_mode()
+def test_the_restricted_step_scores_kept_ids_as_the_models_own_forward(tiny_pair):
+    """RestrictedStep (the lean forward, then the head) gives the kept ids the logits the
+    default step (the model's own forward) gives them, and every other id the lowest value;
+    make_drafter plugs it in only for a vocabulary limit."""
+    _, drafter = tiny_pair
+    prompt = torch.tensor([3, 17, 42, 8, 29])
+    step, own = RestrictedStep(10, keep_ids=[63]), ModelForward()
+    step.start(drafter, prompt)
+    assert step.head.ids.tolist() == [*range(10), 17, 29, 42, 63]
+    caches = new_cache(drafter), new_cache(drafter)
+    for fed in (prompt, torch.tensor([5]), torch.tensor([40, 2])):  # a prompt, a step, a catch-up
+        logits, full = step(drafter, fed[None], caches[0]), own(drafter, fed[None], caches[1])
+        assert logits.shape == full.shape == (64,)
+        torch.testing.assert_close(logits[step.head.ids], full[step.head.ids])
+        assert logits[20] == torch.finfo(logits.dtype).min
+    assert isinstance(make_drafter("model", drafter).step, ModelForward) and isinstance(make_drafter("model", drafter, 8).step, RestrictedStep)
+
+
 def test_a_model_without_an_output_head_is_refused():
     with pytest.raises(ValueError, match="plain linear output head"):
-        ModelDrafter(random_trigram(6, seed=0), vocab_limit=3)
+        make_drafter("model", random_trigram(6, seed=0), vocab_limit=3)
 
 
 def assert_drafts_kept(result, prompt, limit) -> int:
@@ -126,7 +146,7 @@ def sample_restricted(target, drafter_model, n=SAMPLES):
     outputs, drafted, accepted = [], 0, 0
     for seed in range(n):
         config = GenerationConfig(max_new_tokens=3, sampling=SAMPLING, seed=seed)
-        drafter = ModelDrafter(drafter_model, vocab_limit=LIMIT)
+        drafter = make_drafter("model", drafter_model, vocab_limit=LIMIT)
         result = speculative_generate(target, drafter, PROMPT, config, FixedGamma(2))
         outputs.append(tuple(result.token_ids))
         assert_drafts_kept(result, PROMPT, LIMIT)
@@ -178,12 +198,12 @@ def test_covers_output():
 def test_the_drafter_scores_every_id_once_the_output_strays(tiny_pair):
     """Two ids from outside the subset are kept; a third within 40 tokens gives it up."""
     _, model = tiny_pair
-    drafter = ModelDrafter(model, vocab_limit=8)
+    drafter = make_drafter("model", model, vocab_limit=8)
     prompt = [1, 2, 3]
     drafter.prefill(torch.tensor(prompt))
     context = prompt + [50, 51] + [1] * 30  # 2 misses over 32 output tokens
     drafter.propose(torch.tensor(context), 2, lambda step, q, token=None: True)
-    assert drafter.head is not None and {50, 51} <= set(drafter.head.ids.tolist())
+    assert drafter.step.head is not None and {50, 51} <= set(drafter.step.head.ids.tolist())
     drafter.commit(0)
     drafter.propose(torch.tensor(context + [60]), 2, lambda step, q, token=None: True)
-    assert drafter.head is None
+    assert drafter.step.head is None

@@ -9,7 +9,7 @@ from specbench.bench.sweep import _model_meta
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
 from specbench.speed import draft_vocab
 from specbench.speed.draft_vocab import restricted_head
-from specbench.drafters import ModelDrafter
+from specbench.drafters import ModelDrafter, make_drafter
 from specbench.policies import FixedGamma
 from specbench.models.loading import ModelError, PairConfig, parse_draft_dtype, parse_dtype, resolve_draft_dtype
 from specbench.speed.quantize import MAX_INT8_ROWS, Int8Linear, dequantize_rows, int8_available, quantize_linears, quantize_rows
@@ -112,7 +112,7 @@ def test_an_int8_drafter_with_a_restricted_head_keeps_greedy_parity(monkeypatch)
     config = GenerationConfig(max_new_tokens=30)
     accepted = 0
     for prompt in PROMPTS:
-        result = speculative_generate(target, ModelDrafter(drafter, vocab_limit=16), prompt, config, FixedGamma(4))
+        result = speculative_generate(target, make_drafter("model", drafter, vocab_limit=16), prompt, config, FixedGamma(4))
         assert result.token_ids == plain_generate(target, prompt, config).token_ids
         accepted += result.stats.accepted
     assert accepted > 0

@@ -24,7 +24,7 @@ from specbench.core.cache import crop_cache, new_cache
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
 from specbench.policies import FixedGamma
 from specbench.speed.kernels import use_kernels
-from specbench.models.loading import PairConfig, encode_prompt, load_pair
+from specbench.models import PairConfig, encode_prompt, load_pair
 
 PROMPT = "Write a Python function that merges two sorted lists into one sorted list, with a docstring."
 

@@ -5,11 +5,15 @@ it on stderr and exits 2, never with a traceback. Anything else that escapes is 
 Subclasses name the layer that raised, so library callers can catch narrowly; those that
 replace a ValueError of the standard library keep ValueError as a base.
 
-The lossless core (specbench/core) raises plain ValueErrors and knows nothing of this module:
-the layer that calls it (models.loading) turns them into PromptError.
+The lossless core (specbench/core), the drafters and the policies raise plain ValueErrors and
+know nothing of this module: the layer that calls them (models/, bench.sweep) turns them into
+a subclass here, with `reraise_as`.
 """
 
 from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
 
 
 class SpecbenchError(Exception):
@@ -52,3 +56,15 @@ class ResultsError(SpecbenchError, ValueError):
 
 class TraceFileError(SpecbenchError, ValueError):
     """A trace file that is missing or not what `specbench trace` can read."""
+
+
+@contextmanager
+def reraise_as(error: type[SpecbenchError]) -> Iterator[None]:
+    """Within the block, a plain ValueError (a lower layer's check of a value the user gave)
+    is raised again as `error` with the same message; SpecbenchErrors pass unchanged."""
+    try:
+        yield
+    except SpecbenchError:
+        raise
+    except ValueError as exc:
+        raise error(str(exc)) from exc

@@ -3,17 +3,18 @@
 This module owns the benchmark protocol: what runs in which order, how each method is timed,
 the cost measurements (c and the verify cost curve v(k)), and writing the results directory
 (runs.csv appended row by row, meta.json, optional steps.jsonl). It receives models that are
-already loaded and a tokenizer; it knows nothing about where models come from, and it renders
-nothing: progress and tables go through callbacks to the caller.
+already loaded (the CLI loads them with models.load_pair, as `generate` does) and a tokenizer;
+it knows nothing about where models come from, and it renders nothing: progress and tables go
+through callbacks to the caller. Prompts become ids by models.encode_prompt, the one rule.
 
 Methods:
   plain        specbench's plain_generate, the baseline of every speedup;
   specbench    speculative_generate with make_drafter(drafter) and make_policy(policy, gamma);
                the model drafter scores ids below config.draft_vocab (draft_vocab.py);
-  hf-assisted  transformers' `target.generate(assistant_model=drafter_model)` on the same
-               model objects, with a constant schedule of gamma draft tokens (label policy
-               "fixed", drafter "model"), or with HF's own defaults; HF's drafter scores
-               its whole vocabulary (the restricted head is specbench's).
+  hf-assisted  transformers' assisted generation (hf_assisted.py) on the same model objects,
+               with a constant schedule of gamma draft tokens (label policy "fixed", drafter
+               "model"), or with HF's own defaults; HF's drafter scores its whole vocabulary
+               (the restricted head is specbench's).
 
 Protocol: for each repeat, for each prompt, the plain run first and then every other
 combination, so machine drift hits all methods alike; one short warm-up generation per
@@ -24,12 +25,11 @@ costs_per_prompt=False; a resumed sweep reuses what its blocks measured).
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import platform
 import sys
-import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,15 +37,18 @@ from typing import Callable
 
 import torch
 
-from specbench.errors import SweepError
 from specbench import __version__
-from specbench.speed import native
-from specbench.core.generate import GenerationConfig, context_limit, model_device, plain_generate, speculative_generate, sync
-from specbench.drafters import DRAFTERS, make_drafter, uses_model
-from specbench.policies import POLICIES, make_policy
-from specbench.speed.kernels import KERNELS, stock_kernels
-from specbench.speed.costs import Costs, for_drafter, measure_costs, timing_context
+from specbench.bench.hf_assisted import measure_hf_assisted
 from specbench.bench.prompts import Prompt
+from specbench.core.generate import GenerationConfig, context_limit, plain_generate, speculative_generate
+from specbench.drafters import DRAFTERS, make_drafter, uses_model
+from specbench.errors import PromptError, SweepError, reraise_as
+from specbench.models.specs import check_draft_vocab, check_kernels, check_names
+from specbench.models.text import check_prompt_fits, encode_prompt
+from specbench.policies import POLICIES, make_policy
+from specbench.speed import native
+from specbench.speed.costs import Costs, for_drafter, measure_costs, timing_context
+from specbench.speed.kernels import stock_kernels
 from specbench.bench.results import (
     BASELINE_METHOD,
     FIXED_POLICY,
@@ -67,11 +70,8 @@ from specbench.core.stats import RunStats, StepRecord, drafter_cost, walltime_sp
 SPECBENCH, HF_ASSISTED = "specbench", "hf-assisted"
 METHODS = (BASELINE_METHOD, SPECBENCH, HF_ASSISTED)
 HF_POLICY = FIXED_POLICY  # HF's constant num_assistant_tokens schedule is a fixed gamma
-HF_DEFAULTS_POLICY = "hf-defaults"  # HF as it comes: 20 drafts, confidence threshold 0.4 (adjusted online)
+HF_DEFAULTS_POLICY = "hf-defaults"  # HF as it comes: hf_assisted.HF_DEFAULTS (its threshold adjusted online)
 HF_STOCK_POLICY = "hf-defaults-stock-kernels"  # the same, on PyTorch's own Linear kernels (HF without specbench)
-# transformers' own defaults (GenerationConfig._get_default_generation_params in 5.x), pinned
-# here so that a drafter's generation_config.json cannot change what "HF's defaults" means
-HF_DEFAULTS = {"num_assistant_tokens": 20, "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.4}
 
 
 @dataclass(frozen=True)
@@ -94,30 +94,19 @@ class SweepConfig:
     costs_per_prompt: bool = True  # measure c and v(k) before each prompt's runs (else once per sweep)
 
     def __post_init__(self) -> None:
+        """The options `generate` shares are checked by the same functions (core's configs,
+        models.specs); an out-of-range value raises SweepError or OptionError, both user errors."""
         if not self.gammas or min(self.gammas) < 1:
             raise SweepError("gammas must be a non-empty list of integers >= 1")
         if self.repeats < 1:
             raise SweepError(f"repeats must be >= 1, got {self.repeats}")
-        if self.max_new_tokens < 1:
-            raise SweepError(f"max-new-tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise SweepError(f"temperature must be >= 0, got {self.temperature}")
         if self.timing_repeats < 1:
             raise SweepError(f"timing repeats must be >= 1, got {self.timing_repeats}")
-        if self.draft_vocab < 0:
-            raise SweepError(f"draft-vocab must be >= 0 (0 scores every id), got {self.draft_vocab}")
-        _check_names(self.drafters, DRAFTERS, "drafter")
-        if self.kernels not in KERNELS:
-            raise SweepError(f"unknown kernels {self.kernels!r}; choose from {', '.join(KERNELS)}")
-        _check_names(self.policies, POLICIES, "gamma policy")
-
-
-def _check_names(names: tuple[str, ...], known: tuple[str, ...], what: str) -> None:
-    if not names:
-        raise SweepError(f"choose at least one {what} ({', '.join(known)})")
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise SweepError(f"unknown {what} {', '.join(map(repr, unknown))}; choose from {', '.join(known)}")
+        generation_config(self, ())  # max-new-tokens, temperature: core's checks
+        check_draft_vocab(self.draft_vocab)
+        check_names(self.drafters, DRAFTERS, "drafter")
+        check_kernels(self.kernels)
+        check_names(self.policies, POLICIES, "gamma policy")
 
 
 def drafts_with_model(config: SweepConfig) -> bool:
@@ -197,12 +186,14 @@ class Measurement:
 
 
 def generation_config(config: SweepConfig, eos_token_ids: tuple[int, ...], repeat: int = 0, max_new_tokens: int | None = None) -> GenerationConfig:
-    return GenerationConfig(
-        max_new_tokens=max_new_tokens or config.max_new_tokens,
-        sampling=SamplingConfig(temperature=config.temperature),
-        eos_token_ids=tuple(eos_token_ids),
-        seed=config.seed + repeat,
-    )
+    """The settings of one run (repeat r uses seed + r); a bad value raises SweepError."""
+    with reraise_as(SweepError):
+        return GenerationConfig(
+            max_new_tokens=max_new_tokens or config.max_new_tokens,
+            sampling=SamplingConfig(temperature=config.temperature),
+            eos_token_ids=tuple(eos_token_ids),
+            seed=config.seed + repeat,
+        )
 
 
 def measure_plain(target, prompt_ids: list[int], gen: GenerationConfig) -> Measurement:
@@ -220,153 +211,6 @@ def measure_specbench(
     made = make_drafter(drafter, drafter_model, draft_vocab, gen.eos_token_ids)
     result = speculative_generate(target, made, prompt_ids, gen, make_policy(policy, gamma, costs=costs))
     return Measurement(result.token_ids, result.stats, steps=result.steps, stop_reason=result.stop_reason)
-
-
-class _RoundClock:
-    """A generate() streamer that notes when each batch of tokens arrives. generate() first
-    puts the prompt, then assisted decoding puts each round's accepted tokens plus one."""
-
-    def __init__(self) -> None:
-        self.times: list[float] = []
-        self.sizes: list[int] = []
-
-    def put(self, value) -> None:
-        self.times.append(time.perf_counter())
-        self.sizes.append(int(value.numel()))
-
-    def end(self) -> None:
-        pass
-
-
-class _ForwardCounter:
-    """Counts a module's forward calls while in a `with` block."""
-
-    def __init__(self, module) -> None:
-        self.module, self.calls = module, 0
-
-    def __enter__(self) -> "_ForwardCounter":
-        self.handle = self.module.register_forward_hook(self._count)
-        return self
-
-    def _count(self, *_) -> None:
-        self.calls += 1
-
-    def __exit__(self, *_) -> None:
-        self.handle.remove()
-
-
-def _hf_generation_config(gen: GenerationConfig):
-    """transformers' GenerationConfig matching ours: same sampling, same stops, no extras
-    (explicit values win over whatever the checkpoint's generation_config.json says)."""
-    from transformers import GenerationConfig as HFGenerationConfig
-
-    sampling = gen.sampling
-    options = dict(
-        max_new_tokens=gen.max_new_tokens,
-        eos_token_id=list(gen.eos_token_ids),
-        pad_token_id=gen.eos_token_ids[0] if gen.eos_token_ids else 0,
-        repetition_penalty=1.0,
-        do_sample=not sampling.greedy,
-    )
-    if not sampling.greedy:
-        options.update(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
-    return HFGenerationConfig(**options)
-
-
-def _assistant_settings(drafter_model, gamma: int | None):
-    """A copy of the drafter's generation_config asking HF for exactly gamma drafts a round
-    (constant schedule, no confidence threshold to stop a draft early), or, for gamma None,
-    HF's defaults. A copy, because HF adjusts the threshold in place as it goes."""
-    settings = copy.deepcopy(drafter_model.generation_config)
-    chosen = HF_DEFAULTS if gamma is None else {"num_assistant_tokens": gamma, "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0}
-    for name, value in chosen.items():
-        setattr(settings, name, value)
-    return settings
-
-
-@torch.inference_mode()
-def measure_hf_assisted(target, drafter_model, prompt_ids: list[int], gen: GenerationConfig, gamma: int | None) -> Measurement:
-    """HF's assisted generation, timed and counted like specbench's own runs.
-
-    Timing: HF has no separate first-target pass (its first round drafts from the prompt and
-    the target prefills prompt + drafts in one forward), so its first round plays that part.
-    A streamer notes when each round's tokens arrive; tokens_per_second = tokens after the
-    first round / wall seconds from the end of the first round to the return of generate(),
-    and prefill_seconds is the time to the end of the first round (setup included).
-
-    Counting: forward hooks count target forwards (one per round) and drafter forwards (one per
-    draft token). drafted = drafter forwards; accepted = new tokens - rounds (each round emits
-    its accepted drafts plus one token). When the target forwards do not match the rounds seen,
-    the count is not trusted and acceptance is reported as unknown.
-    """
-    from transformers.utils import logging as hf_logging
-
-    device = model_device(target)
-    input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
-    clock = _RoundClock()
-    saved_settings, saved_verbosity = drafter_model.generation_config, hf_logging.get_verbosity()
-    drafter_model.generation_config = _assistant_settings(drafter_model, gamma)
-    hf_logging.set_verbosity_error()  # HF warns about flags it ignores; the progress bar needs stderr
-    try:
-        torch.manual_seed(gen.seed)  # HF samples from the global generator
-        with _ForwardCounter(target) as target_calls, _ForwardCounter(drafter_model) as drafter_calls:
-            start = time.perf_counter()
-            output = target.generate(
-                input_ids,
-                attention_mask=torch.ones_like(input_ids),
-                assistant_model=drafter_model,
-                generation_config=_hf_generation_config(gen),
-                streamer=clock,
-            )
-            sync(device)
-            end = time.perf_counter()
-    finally:
-        drafter_model.generation_config = saved_settings
-        hf_logging.set_verbosity(saved_verbosity)
-    token_ids = output[0, len(prompt_ids):].tolist()
-    stats = _hf_stats(token_ids, clock.times[1:], clock.sizes[1:], start, end, target_calls.calls, drafter_calls.calls)
-    known = target_calls.calls == len(clock.sizes) - 1
-    return Measurement(token_ids, stats, acceptance_known=known, stop_reason=_hf_stop_reason(token_ids, gen))
-
-
-def _hf_stop_reason(token_ids: list[int], gen: GenerationConfig) -> str | None:
-    """Why HF stopped, in the Stopper's words (None: neither EOS nor the length limit)."""
-    if token_ids and token_ids[-1] in gen.eos_token_ids:
-        return "eos"
-    return "max_new_tokens" if len(token_ids) >= gen.max_new_tokens else None
-
-
-def _hf_stats(token_ids: list[int], times: list[float], sizes: list[int], start: float, end: float, target_forwards: int, drafter_forwards: int) -> RunStats:
-    """RunStats of an HF assisted run from its per-round arrival times and sizes."""
-    rounds = len(sizes)
-    first_end = times[0] if times else end
-    return RunStats(
-        new_tokens=len(token_ids),
-        first_pass_tokens=sizes[0] if sizes else 0,  # HF's first round stands in for the first pass
-        drafted=drafter_forwards,
-        accepted=max(0, len(token_ids) - rounds),
-        rounds=max(0, rounds - 1),
-        target_forwards=target_forwards,
-        prefill_seconds=first_end - start,
-        decode_seconds=end - first_end,
-    )
-
-
-# ---------------------------------------------------------------------------- prompts -> ids
-
-
-def encode_prompt(tokenizer, prompt: Prompt) -> list[int]:
-    """Token ids of a prompt: the chat template when the tokenizer has one, else a plain
-    'User:/Assistant:' transcript (a single turn is sent as its text alone)."""
-    messages = prompt.messages()
-    if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    if len(messages) == 1:
-        text = messages[0]["content"]
-    else:
-        text = "\n\n".join(f"{m['role'].title()}: {m['content']}" for m in messages) + "\n\nAssistant:"
-    return list(tokenizer(text)["input_ids"])
 
 
 # ---------------------------------------------------------------------------- rows (pure)
@@ -395,7 +239,7 @@ def predicted_speedup(run: PlannedRun, m: Measurement, costs: Costs | None, base
     over n tokens as u(n) steps (stats.drafter_cost; a copy or a table's guess runs none),
     v(k >= 2) = the measured t(k) / that step, v(1) = 1 (a round without drafts is a plain
     step). The plain run, not the start-of-sweep t(1), sets the unit because the
-    target's step time drifts by +-15% over a sweep on a busy CPU; the interleaved plain run
+    target's step time drifts over a sweep on a busy CPU; the interleaved plain run
     sees the same machine as the run it is compared with. None for other methods."""
     if run.method != SPECBENCH or not m.steps or costs is None or not costs.verify_cost or baseline is None or not baseline.tokens_per_second:
         return None
@@ -476,8 +320,15 @@ class SweepRunner:
         self._ids: dict[str, list[int]] = {}
 
     def prompt_ids(self, prompt: Prompt) -> list[int]:
+        """The prompt's ids (models.encode_prompt); one too long for the target raises
+        PromptError, naming the prompt."""
         if prompt.id not in self._ids:
-            self._ids[prompt.id] = encode_prompt(self.tokenizer, prompt)
+            ids = encode_prompt(self.tokenizer, prompt.messages())
+            try:
+                check_prompt_fits(ids, context_limit(self.target))
+            except PromptError as exc:
+                raise PromptError(f"prompt {prompt.id}: {exc}") from None
+            self._ids[prompt.id] = ids
         return self._ids[prompt.id]
 
     def measure(self, run: PlannedRun, max_new_tokens: int | None = None) -> Measurement:
@@ -487,11 +338,10 @@ class SweepRunner:
             return measure_plain(self.target, ids, gen)
         if run.method == SPECBENCH:
             return measure_specbench(self.target, self.drafter_model, ids, gen, run.drafter, run.policy, run.gamma, self.costs_for(run), self.config.draft_vocab)
-        if run.method == HF_ASSISTED and run.policy == HF_STOCK_POLICY:
-            with stock_kernels():
-                return measure_hf_assisted(self.target, self.drafter_model, ids, gen, None)
-        if run.method == HF_ASSISTED:
-            return measure_hf_assisted(self.target, self.drafter_model, ids, gen, run.gamma)
+        if run.method == HF_ASSISTED:  # the stock-kernels run is HF's defaults (gamma None)
+            with stock_kernels() if run.policy == HF_STOCK_POLICY else nullcontext():
+                hf = measure_hf_assisted(self.target, self.drafter_model, ids, gen, run.gamma)
+            return Measurement(hf.token_ids, hf.stats, acceptance_known=hf.acceptance_known, stop_reason=hf.stop_reason)
         raise SweepError(f"unknown method {run.method!r}; choose from {', '.join(METHODS)}")
 
     def warm_up(self, plan: list[PlannedRun]) -> None:
@@ -512,7 +362,7 @@ class SweepRunner:
         """The costs of run's block, measured when the block first asks (just before its first
         run, on its prompt's context), so that the cost policy and the predicted speedup use
         forward times taken minutes before the runs rather than at the start of an hour-long
-        sweep, on a machine whose speed drifts by 10% and more."""
+        sweep, on a machine whose speed drifts."""
         key = self.costs_key(run)
         if key not in self.block_costs:
             self.block_costs[key] = self.costs(run.prompt)
@@ -594,6 +444,25 @@ def check_resume_meta(meta: dict, fresh: dict) -> None:
             raise SweepError(f"cannot resume: {key} was {old[key]!r} in that sweep, now {fresh['sweep'].get(key)!r}")
 
 
+def carry_over_meta(meta: dict, old_meta: dict) -> None:
+    """A resumed sweep's meta.json keeps what the interrupted one measured and when it began."""
+    meta["finished"] = False
+    for key in ("costs", "c", "verify_cost", "costs_by_block"):
+        if key in old_meta:
+            meta[key] = old_meta[key]
+    if old_meta:
+        meta["created"], meta["resumed"] = old_meta.get("created"), meta["created"]
+
+
+def add_costs_meta(meta: dict, key: str, costs: Costs) -> None:
+    """Record one measurement of c and v(k) under costs_by_block[key]; the first one also
+    stands for the sweep (meta's costs, c and verify_cost, read by charts and tables)."""
+    recorded = costs.as_meta()
+    if "costs" not in meta:
+        meta.update(costs=recorded, c=costs.c, verify_cost=recorded["verify_cost"])
+    meta.setdefault("costs_by_block", {})[key] = recorded
+
+
 def _model_meta(model, name: str | None) -> dict | None:
     if model is None:
         return None
@@ -669,6 +538,9 @@ def sweep(
         raise SweepError("no prompts to run")
     if needs_drafter_model(config) and drafter_model is None:
         raise SweepError("this sweep drafts with the drafter model (the model drafter or hf-assisted) but none was given")
+    runner = SweepRunner(target, drafter_model, tokenizer, config, eos_ids)
+    for prompt in prompts:  # a prompt too long for the context fails now, not an hour in
+        runner.prompt_ids(prompt)
     # 1. the directory, and what an interrupted sweep there already measured
     out_dir = Path(out_dir)
     done_rows = prepare_out_dir(out_dir, resume)
@@ -680,22 +552,13 @@ def sweep(
     # (a resume reuses the blocks' recorded costs), and meta.json records every measurement
     plan = plan_runs(config, prompts, has_drafter_model=drafter_model is not None)
     todo = pending_runs(plan, done_rows)
-    runner = SweepRunner(target, drafter_model, tokenizer, config, eos_ids)
     runner.block_costs = {key: Costs.from_meta(raw) for key, raw in old_meta.get("costs_by_block", {}).items()}
-    meta["finished"] = False
-    for key in ("costs", "c", "verify_cost", "costs_by_block"):
-        if key in old_meta:
-            meta[key] = old_meta[key]
-    if old_meta:
-        meta["created"], meta["resumed"] = old_meta.get("created"), meta["created"]
+    carry_over_meta(meta, old_meta)
     write_meta(out_dir, meta)
 
     def record_costs(key: str, costs: Costs) -> None:
         status(f"measured c and v(k) for {key}: c = {costs.c:.3f}" if costs.c is not None else f"measured v(k) for {key}")
-        recorded = costs.as_meta()
-        if "costs" not in meta:  # the first measurement also stands for the sweep (charts, tables)
-            meta.update(costs=recorded, c=costs.c, verify_cost=recorded["verify_cost"])
-        meta.setdefault("costs_by_block", {})[key] = recorded
+        add_costs_meta(meta, key, costs)
         write_meta(out_dir, meta)
 
     runner.on_costs = record_costs

@@ -1,19 +1,21 @@
 """The `specbench` command line: parse, build configs, call the library, render.
 
-No torch logic lives here. User errors are one line on stderr and a non-zero exit.
-Modules that import torch (models, decode, bench, ...) are imported inside the commands,
+No torch logic lives here. User errors are SpecbenchErrors (errors.py), raised by the library
+or here; `command` catches them once, around every command, as one line on stderr and exit 2.
+Modules that import torch (models, core, bench, ...) are imported inside the commands,
 so that `--help`, `models`, `trace` and `plot` start fast.
 """
 
 from __future__ import annotations
 
+import functools
 import json as _json
 import sys as _sys
-from dataclasses import dataclass as _dataclass
+from contextlib import contextmanager
 from dataclasses import replace as _replace
 from datetime import datetime as _datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Callable, Iterator
 
 import typer
 from rich.console import Console
@@ -27,8 +29,10 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.markup import escape
 from rich.table import Table
 
+from specbench.errors import OptionError, PromptError, SpecbenchError, SweepError
 from specbench.models import defaults
 from specbench.bench import prompts as prompt_sets
 from specbench.bench import results as sweep_results
@@ -47,11 +51,28 @@ err_console = Console(stderr=True)
 
 def fail(message: str, code: int = 2) -> None:
     """Print one error line on stderr and exit non-zero."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
-# ---------------------------------------------------------------------------- generate, models
+def command(name: str) -> Callable:
+    """app.command(name), with the one catch of user errors: a SpecbenchError the command
+    raises becomes `fail(message)`. Anything else is a bug and keeps its traceback."""
+
+    def register(function: Callable) -> Callable:
+        @functools.wraps(function)
+        def run(*args, **kwargs):
+            try:
+                return function(*args, **kwargs)
+            except SpecbenchError as exc:
+                fail(str(exc))
+
+        return app.command(name)(run)
+
+    return register
+
+
+# ---------------------------------------------------------------------------- loading with progress
 
 
 class _BytesColumn(DownloadColumn):
@@ -76,11 +97,10 @@ def _loading_progress() -> Progress:
     )
 
 
-def load_pair_with_progress(config):
-    """models.load_pair under a progress display; a ModelError becomes one line and exit 2."""
-    from specbench.models import loading as models
-
-    models.quiet_transformers()
+@contextmanager
+def _progress_bars() -> Iterator[Callable[[str, float, float | None], None]]:
+    """A models Progress callback, (task, done, total), drawn as rich bars on stderr: the one
+    rendering of loading progress (assembling, dequantizing, loading), cleared when done."""
     with _loading_progress() as progress:
         tasks: dict[str, int] = {}
 
@@ -89,14 +109,23 @@ def load_pair_with_progress(config):
                 tasks[task] = progress.add_task(task, total=total)
             progress.update(tasks[task], completed=done, total=total)
 
+        yield report
+
+
+def load_pair_with_progress(config, *, mismatch_hint: str):
+    """models.load_pair under progress bars: how `generate` and `sweep` load their models.
+    mismatch_hint ends the message of a VocabMismatch (which option to change)."""
+    from specbench import models
+
+    models.quiet_transformers()
+    with _progress_bars() as report:
         try:
             return models.load_pair(config, report)
         except models.VocabMismatch as exc:
-            progress.stop()
-            fail(f"{exc}; pick a drafter with the target's tokenizer, or --drafter none")
-        except models.ModelError as exc:
-            progress.stop()
-            fail(str(exc))
+            raise models.VocabMismatch(f"{exc}; {mismatch_hint}") from None
+
+
+# ---------------------------------------------------------------------------- generate
 
 
 def _summary_line(result, pair) -> str:
@@ -131,7 +160,7 @@ def generation_json(result, pair, prompt_ids: list[int], settings: dict) -> dict
     }
 
 
-@app.command("generate")
+@command("generate")
 def generate_command(
     prompt: Annotated[str, typer.Argument(help="The prompt (a user turn of the chat template unless --raw).", show_default=False)],
     target: Annotated[str, typer.Option("--target", help="Target model: default, a local folder, a .gguf file or a cached hub id.")] = "default",
@@ -159,51 +188,63 @@ def generate_command(
     trace_out: Annotated[Path | None, typer.Option("--trace-out", help="Save the rounds as JSONL for `specbench trace FILE`.", show_default=False)] = None,
 ) -> None:
     """Generate text with speculative decoding, streaming it as the target accepts tokens."""
-    from specbench.models import loading as models
-    from specbench.core.generate import GenerationConfig
-    from specbench.policies import default_gamma, make_policy
-    from specbench.core.sampling import SamplingConfig
+    from specbench import models
+    from specbench.policies import default_gamma
 
-    if gamma is None:
-        gamma = default_gamma(gamma_policy)
-
-    def build_policy(costs=None):
-        return make_policy(gamma_policy, gamma, gamma_min=gamma_min, gamma_max=gamma_max, egag_beta=egag_beta, threshold=threshold, costs=costs)
-
+    gamma = default_gamma(gamma_policy) if gamma is None else gamma
+    knobs = dict(gamma_min=gamma_min, gamma_max=gamma_max, egag_beta=egag_beta, threshold=threshold)
     # 1. everything that can be checked before minutes of model loading
     if not prompt.strip():
-        fail("the prompt is empty")
+        raise PromptError("the prompt is empty")
     if trace and as_json:
-        fail("--trace and --json both want the terminal; save the trace with --trace-out instead")
-    try:
-        sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
-        config = GenerationConfig(max_new_tokens=max_new_tokens, sampling=sampling, seed=seed)
-        policy = build_policy(_STAND_IN_COSTS if gamma_policy == "cost" else None)  # checks the options
-        pair_config = models.PairConfig(target=target, drafter=drafter, dtype=dtype, draft_dtype=draft_dtype, device=device, draft_vocab=draft_vocab, lookup=lookup)
-        models.validate_pair_config(pair_config)
-        _check_kernels(kernels)
-    except (ValueError, models.ModelError) as exc:
-        fail(str(exc))
+        raise OptionError("--trace and --json both want the terminal; save the trace with --trace-out instead")
+    config = models.generation_config(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    models.check_policy(gamma_policy, gamma, **knobs)
+    pair_config = models.PairConfig(target=target, drafter=drafter, dtype=dtype, draft_dtype=draft_dtype, device=device, draft_vocab=draft_vocab, lookup=lookup)
+    models.validate_pair_config(pair_config)
+    models.check_kernels(kernels)
 
-    # 2. models (with the chosen kernels), then the prompt, then the cost policy's costs
-    pair = load_pair_with_progress(pair_config)
-    _apply_kernels(kernels, pair.target.model, pair.drafter_model and pair.drafter_model.model)
-    try:
-        prompt_ids = models.encode_prompt(pair.tokenizer, prompt, raw=raw)
-        models.check_prompt_fits(prompt_ids, pair.context_limit)
-    except models.PromptError as exc:
-        fail(str(exc))
+    # 2. the models (with the chosen kernels), the prompt, then the policy (the cost policy's costs)
+    pair = load_pair_with_progress(pair_config, mismatch_hint="pick a drafter with the target's tokenizer, or --drafter none")
+    pair.use_kernels(kernels)
+    prompt_ids = models.encode_prompt(pair.tokenizer, prompt, raw=raw)
+    models.check_prompt_fits(prompt_ids, pair.context_limit)
     config = _replace(config, eos_token_ids=pair.eos_token_ids)
-    if gamma_policy == "cost" and pair.drafter_name != models.NONE:  # plain decoding runs no policy
-        try:
-            policy = build_policy(_pair_costs(pair, pair_config, kernels, prompt_ids, max_new_tokens))
-        except ValueError as exc:
-            fail(str(exc))
+    policy = _generate_policy(pair, pair_config, kernels, prompt_ids, config, gamma_policy, gamma, knobs)
 
-    # 3. generate, streaming unless --json or --trace
+    # 3. generate, streaming unless --json or --trace; 4. the ending
+    settings = dict(gamma=gamma, gamma_policy=gamma_policy, lookup=pair.lookup, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     stream = models.TextStream(pair.tokenizer)
     on_tokens = None if (as_json or trace) else (lambda tokens: console.out(stream.push(tokens), end="", highlight=False))
-    tracer, writer = _tracers(trace, trace_out, pair, prompt, settings=dict(gamma=gamma, policy=gamma_policy, lookup=pair.lookup, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens))
+    result, tracer = _run_traced(pair, prompt, prompt_ids, config, policy, on_tokens, settings, trace=trace, trace_out=trace_out)
+    if tracer is not None:
+        tracer.finish(result.stats)
+    elif as_json:
+        typer.echo(_json.dumps(generation_json(result, pair, prompt_ids, {**settings, "raw": raw}), ensure_ascii=False))
+    else:
+        console.out(stream.finish(), highlight=False)  # whatever was held back, then a newline
+        err_console.print(f"[dim]{_summary_line(result, pair)}[/]", highlight=False, soft_wrap=True)
+
+
+def _generate_policy(pair, pair_config, kernels: str, prompt_ids: list[int], config, name: str, gamma: int, knobs: dict):
+    """The gamma policy of the run; None for plain decoding, which runs none. The cost
+    policy gets its costs from the cache or a measurement (_pair_costs)."""
+    from specbench import models
+
+    if pair.drafter_name == models.NONE:
+        return None
+    costs = _pair_costs(pair, pair_config, kernels, prompt_ids, config.max_new_tokens) if name == "cost" else None
+    return models.gamma_policy(name, gamma, costs=costs, **knobs)
+
+
+def _run_traced(pair, prompt: str, prompt_ids: list[int], config, policy, on_tokens, settings: dict, *, trace: bool, trace_out: Path | None):
+    """models.run_generation with the live tracer (--trace) and the trace file (--trace-out);
+    returns the result and the live tracer, if any. Ctrl-C keeps a partial trace file."""
+    from specbench import models
+
+    header = dict(gamma=settings["gamma"], policy=settings["gamma_policy"], lookup=pair.lookup, temperature=settings["temperature"],
+                  top_k=settings["top_k"], top_p=settings["top_p"], seed=settings["seed"], max_new_tokens=config.max_new_tokens)  # fmt: skip
+    tracer, writer = _tracers(trace, trace_out, pair, prompt, header)
     on_step = tracing.tee(tracer and tracer.on_step, writer and writer.on_step)
     try:
         result = models.run_generation(pair, prompt_ids, config, policy, on_tokens=on_tokens, on_step=on_step)
@@ -212,46 +253,10 @@ def generate_command(
             writer.close()  # a partial trace still replays
         err_console.print("\ninterrupted", highlight=False)
         raise typer.Exit(130)
-    except models.PromptError as exc:
-        fail(str(exc))
     if writer is not None:
         writer.close(result.stats)
         err_console.print(f"[dim]trace saved to {trace_out}; replay it with `specbench trace {trace_out}`[/]", highlight=False, soft_wrap=True)
-    if tracer is not None:
-        tracer.finish(result.stats)
-        return
-
-    # 4. the ending
-    if as_json:
-        settings = {"gamma": gamma, "gamma_policy": gamma_policy, "lookup": pair.lookup, "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed, "raw": raw}
-        typer.echo(_json.dumps(generation_json(result, pair, prompt_ids, settings), ensure_ascii=False))
-        return
-    console.out(stream.finish(), highlight=False)  # whatever was held back, then a newline
-    err_console.print(f"[dim]{_summary_line(result, pair)}[/]", highlight=False, soft_wrap=True)
-
-
-# a syntactically complete costs object, so that `--gamma-policy cost` arguments are checked
-# before the models load; the real costs are measured (or read from the cache) after loading
-_STAND_IN_COSTS = type("StandInCosts", (), {"c": 0.1, "verify_cost": {1: 1.0, 2: 1.0}})()
-
-
-def _check_kernels(kernels: str) -> None:
-    from specbench.speed.kernels import KERNELS
-
-    if kernels not in KERNELS:
-        raise ValueError(f"unknown kernels {kernels!r}; choose from {', '.join(KERNELS)}")
-
-
-def _apply_kernels(kernels: str, *models) -> None:
-    """Swap the Linear kernels of the models (float CPU layers only; others are left alone)."""
-    from specbench.speed.kernels import use_kernels
-
-    try:
-        for model in models:
-            if model is not None:
-                use_kernels(model, kernels)
-    except ValueError as exc:
-        fail(str(exc))
+    return result, tracer
 
 
 def _pair_costs(pair, pair_config, kernels: str, prompt_ids: list[int], max_new_tokens: int):
@@ -276,12 +281,7 @@ def _tracers(trace: bool, trace_out, pair, prompt: str, settings: dict):
     tokenizer = pair.tokenizer
     token_text = lambda token: tokenizer.decode([token])  # noqa: E731
     header = {"prompt": prompt, "target": pair.target.name, "drafter": _drafter_label(pair), **settings}
-    writer = None
-    if trace_out is not None:
-        try:
-            writer = tracing.TraceWriter(trace_out, token_text, header)
-        except tracing.TraceFileError as exc:
-            fail(str(exc))
+    writer = tracing.TraceWriter(trace_out, token_text, header) if trace_out is not None else None
     tracer = tracing.live_tracer(console, token_text, header) if trace else None
     return tracer, writer
 
@@ -292,7 +292,7 @@ def _size(n: int) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
 
 
-@app.command("models")
+@command("models")
 def models_command() -> None:
     """List the embedded default pair: its packages, whether it is cached, and the sizes."""
     table = Table(title="Default model pair", title_justify="left")
@@ -313,7 +313,7 @@ def models_command() -> None:
     console.print(f"cache: {defaults.models_dir()} (move it with ${defaults.CACHE_ENV}; empty it with `specbench clear-cache`)", highlight=False, soft_wrap=True)
 
 
-@app.command("clear-cache")
+@command("clear-cache")
 def clear_cache_command() -> None:
     """Delete the cached default models (rebuilt from the installed packages on next use)."""
     where = defaults.models_dir()
@@ -329,67 +329,18 @@ def clear_cache_command() -> None:
 # Imported here, not at the top, so this section stays self-contained while others edit above.
 
 
-@app.command("trace")
+@command("trace")
 def trace_command(
     path: Annotated[Path, typer.Argument(help="A trace file written by `specbench generate --trace-out`.", show_default=False)],
 ) -> None:
     """Replay a saved step-by-step trace: every round, the summary and the marked text. Needs no models."""
-    try:
-        saved = tracing.read_trace(path)
-    except tracing.TraceFileError as exc:
-        fail(str(exc))
-    tracing.replay(saved, console)
+    tracing.replay(tracing.read_trace(path), console)
 
 
 # ---------------------------------------------------------------------------- sweep, plot
 
 # Imports for this section stay here so that it is self-contained; results and prompts use only
 # the standard library, and the torch-heavy modules load inside the sweep command.
-
-
-@_dataclass
-class SweepModels:
-    """What a sweep needs from model loading."""
-
-    target: object
-    drafter_model: object | None
-    tokenizer: object
-    eos_ids: tuple[int, ...]
-    target_name: str
-    drafter_name: str | None
-
-
-class SweepModelError(ValueError):
-    """Loading the sweep's models failed; the message is one line."""
-
-
-def load_sweep_models(target: str, drafter_model: str | None, *, dtype: str | None, draft_dtype: str | None, device: str) -> SweepModels:
-    """Load the pair through models.load_pair (drafter_model None: the target only)."""
-    from specbench.models import loading as models
-
-    models.quiet_transformers()
-    options = {k: v for k, v in (("dtype", dtype), ("draft_dtype", draft_dtype)) if v}
-    config = models.PairConfig(target=target, drafter=drafter_model or models.NONE, device=device, **options)
-    shown: set[str] = set()
-
-    def progress(task: str, done: float, total: float | None) -> None:
-        if task not in shown:
-            shown.add(task)
-            console.print(f"[dim]{task}…[/]", highlight=False)
-
-    try:
-        pair = models.load_pair(config, progress)
-    except models.ModelError as exc:
-        raise SweepModelError(str(exc)) from exc
-    drafter = pair.drafter_model
-    return SweepModels(
-        pair.target.model,
-        drafter.model if drafter is not None else None,
-        pair.tokenizer,
-        pair.eos_token_ids,
-        pair.target.name,
-        drafter.name if drafter is not None else None,
-    )
 
 
 def summary_table(summaries: list, greedy: bool) -> Table:
@@ -449,7 +400,7 @@ def _run_label(run) -> str:
     return f"{run.method} {setting} · {run.prompt.id}".replace("  ", " ")
 
 
-@app.command("sweep")
+@command("sweep")
 def sweep_command(
     gamma: Annotated[str, typer.Option("--gamma", help="Draft lengths: 4, a range 1..8, or a list 1,2,4.")] = "1..4",
     drafter: Annotated[list[str] | None, typer.Option("--drafter", help="Drafter to compare (repeat for several); default: model.", show_default=False)] = None,
@@ -469,7 +420,7 @@ def sweep_command(
     steps: Annotated[bool, typer.Option("--steps", help="Also write every speculative round to steps.jsonl.")] = False,
     seed: Annotated[int, typer.Option("--seed", help="Seed of repeat 0 (repeat r uses seed + r).")] = 0,
     timing_repeats: Annotated[int, typer.Option("--timing-repeats", help="Timed forwards per point of c and v(k) (the median counts).")] = 5,
-    costs_per_prompt: Annotated[bool, typer.Option("--costs-per-prompt/--costs-once", help="Measure c and v(k) before each prompt's runs, on its context (about 20 s each on the default CPU pair), or once at the start.")] = True,
+    costs_per_prompt: Annotated[bool, typer.Option("--costs-per-prompt/--costs-once", help="Measure c and v(k) before each prompt's runs, on its context (seconds each), or once at the start.")] = True,
     dtype: Annotated[str | None, typer.Option("--dtype", help="Target weights dtype (default: the pair's).", show_default=False)] = None,
     draft_dtype: Annotated[str | None, typer.Option("--draft-dtype", help="Drafter weights dtype (default: the pair's).", show_default=False)] = None,
     device: Annotated[str, typer.Option("--device", help="cpu, cuda, mps or auto.")] = "cpu",
@@ -477,44 +428,45 @@ def sweep_command(
     draft_vocab: Annotated[int, typer.Option("--draft-vocab", help="specbench's model drafter scores only ids below this (plus the prompt's and EOS); 0 scores all. hf-assisted's drafter scores all.")] = defaults.DEFAULT_DRAFT_VOCAB,
 ) -> None:
     """Benchmark drafters, gamma policies and gammas against plain decoding; write results/NAME."""
+    from specbench import models
     from specbench.bench import sweep as bench
 
-    try:
-        gammas = sweep_results.parse_gammas(gamma)
-        config = bench.SweepConfig(
-            gammas=tuple(gammas),
-            drafters=tuple(drafter or (sweep_results.MODEL_DRAFTER,)),
-            policies=tuple(gamma_policy or (sweep_results.FIXED_POLICY,)),
-            temperature=temperature,
-            max_new_tokens=max_new_tokens,
-            repeats=repeats,
-            seed=seed,
-            hf_assisted=hf_assisted,
-            hf_fixed=hf_fixed,
-            hf_stock=hf_stock,
-            steps=steps,
-            timing_repeats=timing_repeats,
-            costs_per_prompt=costs_per_prompt,
-            kernels=kernels,
-            draft_vocab=draft_vocab,
-        )
-        prompt_list = prompt_sets.load_prompts(prompts, category or ())
-    except (sweep_results.GammaRangeError, bench.SweepError, prompt_sets.PromptError) as exc:
-        fail(str(exc))
+    # 1. everything that can be checked before minutes of model loading
+    config = bench.SweepConfig(
+        gammas=tuple(sweep_results.parse_gammas(gamma)),
+        drafters=tuple(drafter or (sweep_results.MODEL_DRAFTER,)),
+        policies=tuple(gamma_policy or (sweep_results.FIXED_POLICY,)),
+        temperature=temperature,
+        max_new_tokens=max_new_tokens,
+        repeats=repeats,
+        seed=seed,
+        hf_assisted=hf_assisted,
+        hf_fixed=hf_fixed,
+        hf_stock=hf_stock,
+        steps=steps,
+        timing_repeats=timing_repeats,
+        costs_per_prompt=costs_per_prompt,
+        kernels=kernels,
+        draft_vocab=draft_vocab,
+    )
+    prompt_list = prompt_sets.load_prompts(prompts, category or ())
     out_dir = out or Path("results") / _datetime.now().strftime("sweep-%Y%m%d-%H%M%S")
     if not resume and (out_dir / sweep_results.RUNS_CSV).exists():
-        fail(f"{out_dir / sweep_results.RUNS_CSV} already exists: pass --resume to continue that sweep, or choose another --out")
-    need_drafter = bench.needs_drafter_model(config)
-    try:
-        loaded = load_sweep_models(target, drafter_model if need_drafter else None, dtype=dtype, draft_dtype=draft_dtype, device=device)
-    except (ValueError, OSError) as exc:  # SweepModelError included
-        fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-    _apply_kernels(kernels, loaded.target, loaded.drafter_model)
-    _run_sweep(bench, loaded, prompt_list, config, out_dir, resume=resume, prompts_source=prompts)
+        raise SweepError(f"{out_dir / sweep_results.RUNS_CSV} already exists: pass --resume to continue that sweep, or choose another --out")
+    # 2. the models, loaded as `generate` loads them (the drafter only when the sweep drafts with it)
+    drafter_spec = drafter_model if bench.needs_drafter_model(config) else models.NONE
+    dtypes = {k: v for k, v in (("dtype", dtype), ("draft_dtype", draft_dtype)) if v}  # else the pair's defaults
+    pair_config = models.PairConfig(target=target, drafter=drafter_spec, device=device, draft_vocab=draft_vocab, **dtypes)
+    pair = load_pair_with_progress(pair_config, mismatch_hint="pick a --drafter-model with the target's tokenizer")
+    pair.use_kernels(kernels)
+    # 3. the sweep, then its table
+    _run_sweep(bench, pair, prompt_list, config, out_dir, resume=resume, prompts_source=prompts)
 
 
-def _run_sweep(bench, loaded: SweepModels, prompt_list, config, out_dir: Path, *, resume: bool, prompts_source: str) -> None:
-    """Run the sweep under a progress bar; Ctrl-C keeps the finished rows; then the table."""
+def _run_sweep(bench, pair, prompt_list, config, out_dir: Path, *, resume: bool, prompts_source: str) -> None:
+    """Run the sweep on a loaded pair under a progress bar; Ctrl-C keeps the finished rows;
+    then the table."""
+    drafter = pair.drafter_model  # None: the sweep drafts without a model
     written = 0
     with _sweep_progress() as progress:
         task = progress.add_task("starting", total=None)
@@ -526,9 +478,9 @@ def _run_sweep(bench, loaded: SweepModels, prompt_list, config, out_dir: Path, *
 
         try:
             result = bench.sweep(
-                loaded.target, loaded.drafter_model, loaded.tokenizer, prompt_list, config, out_dir,
-                resume=resume, target_name=loaded.target_name, drafter_name=loaded.drafter_name,
-                prompts_source=prompts_source, command="specbench " + " ".join(_sys.argv[1:]), eos_ids=loaded.eos_ids,
+                pair.target.model, drafter.model if drafter else None, pair.tokenizer, prompt_list, config, out_dir,
+                resume=resume, target_name=pair.target.name, drafter_name=drafter.name if drafter else None,
+                prompts_source=prompts_source, command="specbench " + " ".join(_sys.argv[1:]), eos_ids=pair.eos_token_ids,
                 on_status=lambda text: progress.update(task, description=text),
                 on_start=lambda total, skipped: progress.update(task, total=total, completed=skipped),
                 on_row=on_row,
@@ -537,9 +489,6 @@ def _run_sweep(bench, loaded: SweepModels, prompt_list, config, out_dir: Path, *
             progress.stop()
             err_console.print(f"interrupted: {written} new row(s) kept in {out_dir / sweep_results.RUNS_CSV}; add --resume to finish the sweep", highlight=False, soft_wrap=True)
             raise typer.Exit(130)
-        except ValueError as exc:  # SweepError, ResultsError, a prompt too long for the context
-            progress.stop()
-            fail(str(exc))
     render_sweep_end(out_dir, result, config)
 
 

@@ -1,15 +1,32 @@
 """Models: specs, ONE pair loader (with progress), the embedded default pair, prompt encoding.
 
-`from specbench import models; models.load_pair(...)` reads the names of loading.py; they are
-imported on first use, so that `specbench --help` and the embedded pair's status stay fast.
+    specs.py     what a model spec, a drafter spec, a device or a kernels name means
+    loading.py   load_pair: the target and the drafter, dtypes, the vocabulary check, kernels
+    defaults.py  the embedded default pair, assembled from its packages and cached
+    text.py      encode_prompt (the one prompt rule) and TextStream
+    run.py       generation settings and the gamma policy from user values; run_generation
+
+`from specbench import models; models.load_pair(...)` reads the names of these modules; they
+are imported on first use, so that `specbench --help` and the embedded pair's status stay fast.
 """
 
 from __future__ import annotations
 
 import importlib
 
+_MODULES = ("loading", "specs", "text", "run")  # searched in this order for a name
+
 
 def __getattr__(name: str):
-    if name in ("defaults", "loading"):
+    if name in ("defaults", *_MODULES):
         return importlib.import_module(f"specbench.models.{name}")
-    return getattr(importlib.import_module("specbench.models.loading"), name)
+    if name.startswith("__"):
+        raise AttributeError(name)
+    for module in _MODULES:
+        found = getattr(importlib.import_module(f"specbench.models.{module}"), name, _MISSING)
+        if found is not _MISSING:
+            return found
+    raise AttributeError(f"module 'specbench.models' has no attribute {name!r}")
+
+
+_MISSING = object()

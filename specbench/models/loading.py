@@ -1,37 +1,27 @@
-"""Loading models from a spec, checking that a pair can work together, and setting up a run.
+"""Loading models from a spec, checking that a pair can work together: ONE pair loader.
 
-A model spec is one string:
-    "default"          the embedded pair (defaults.py builds and caches it)
-    a local folder     written by save_pretrained (config.json inside)
-    a .gguf file       dequantized by transformers on load
-    a Hugging Face id  "org/name", from the local Hugging Face cache only (never downloads)
-A drafter spec is a model spec, "none" (plain decoding), or a drafter name from
-drafters.DRAFTERS other than "model" (e.g. an n-gram drafter, which needs no model).
-
-This module owns model loading (dtype, device), the vocabulary check, prompt encoding with the
-chat template, end-of-sequence ids, incremental detokenizing, and one function that runs a
-generation with the right engine. It names no model (defaults.py does), prints nothing, and
-knows nothing about the command line: progress goes through a callback.
+This module owns model loading (dtype, device, kernels), the vocabulary check and
+end-of-sequence ids; `generate`, the sweep and the bench scripts all load through load_pair.
+What a spec names is specs.py's. It names no model (defaults.py does), prints nothing, and
+knows nothing about the command line: progress goes through a callback, and the CLI draws it.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
-from specbench.errors import ModelError, PromptError, VocabMismatch
+from specbench.core.generate import context_limit, model_device
+from specbench.drafters import Drafter, make_drafter, uses_model
+from specbench.errors import ModelError, OptionError, VocabMismatch, reraise_as
 from specbench.models import defaults
-from specbench.core.generate import GenerationConfig, GenerationResult, check_prompt, context_limit, model_device, plain_generate, speculative_generate
+from specbench.models.specs import DEFAULT, NONE, ModelSpec, check_device, check_draft_vocab, drafter_kind, parse_model_spec
 from specbench.speed.draft_vocab import output_head
-from specbench.drafters import DRAFTERS, Drafter, make_drafter, uses_model
-from specbench.policies import GammaPolicy
+from specbench.speed.kernels import use_kernels
 from specbench.speed.quantize import INT8, int8_available, quantize_linears
-from specbench.core.stats import StepRecord
 
 DTYPES = {
     "float32": torch.float32,
@@ -41,60 +31,10 @@ DTYPES = {
     "float16": torch.float16,
     "fp16": torch.float16,
 }
-DEVICES = ("cpu", "cuda", "mps", "auto")  # auto: accelerate's device_map="auto" for the target
-NONE = "none"  # drafter spec for plain decoding
-DEFAULT = "default"  # model spec for the embedded pair
-
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+AUTO = "auto"
 
 
-# ---------------------------------------------------------------------------- specs
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    kind: str  # "default", "dir", "gguf" or "hub"
-    source: str  # the folder, the .gguf file or the hub id; "default" for the embedded pair
-
-    def __str__(self) -> str:
-        return self.source
-
-
-def parse_model_spec(spec: str) -> ModelSpec:
-    """What a model spec names; a clear error for a path that does not exist."""
-    spec = spec.strip()
-    if not spec:
-        raise ModelError("empty model spec")
-    if spec == DEFAULT:
-        return ModelSpec(DEFAULT, DEFAULT)
-    path = Path(spec).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ModelError(f"{spec} is a folder without config.json, not a model saved with save_pretrained")
-        return ModelSpec("dir", str(path))
-    if path.is_file():
-        if path.suffix.lower() != ".gguf":
-            raise ModelError(f"{spec} is a file but not a .gguf model; give a .gguf file, a model folder or a hub id")
-        return ModelSpec("gguf", str(path))
-    if _looks_like_path(spec):
-        raise ModelError(f"no such model file or folder: {spec}")
-    if not _HUB_ID.match(spec):
-        raise ModelError(f"{spec!r} is not a model path, a Hugging Face id (org/name) or 'default'")
-    return ModelSpec("hub", spec)
-
-
-def _looks_like_path(spec: str) -> bool:
-    return spec.startswith(("/", ".", "~")) or spec.lower().endswith(".gguf") or spec.count("/") > 1 or "\\" in spec
-
-
-def drafter_kind(spec: str) -> str:
-    """"none", a model-free drafter name from DRAFTERS, or "model" for a model spec."""
-    spec = spec.strip()
-    if spec == NONE:
-        return NONE
-    if spec in DRAFTERS and not uses_model(spec):
-        return spec
-    return "model"
+# ---------------------------------------------------------------------------- dtypes
 
 
 def parse_dtype(name: str) -> torch.dtype:
@@ -104,9 +44,6 @@ def parse_dtype(name: str) -> torch.dtype:
         if name.lower() == INT8:
             raise ModelError("int8 is a drafter dtype (--draft-dtype int8): a target's one- and several-token forwards must round alike") from None
         raise ModelError(f"unknown dtype {name!r}; choose from float32, bfloat16, float16") from None
-
-
-AUTO = "auto"
 
 
 def resolve_draft_dtype(name: str, device: str) -> str:
@@ -126,18 +63,6 @@ def parse_draft_dtype(name: str, device: str) -> torch.dtype:
     if not int8_available():
         raise ModelError("--draft-dtype int8: this PyTorch build has no int8 weight-only kernel")
     return torch.bfloat16
-
-
-def check_device(device: str) -> str:
-    """The device name if this machine has it; a clear error otherwise ("cuda:1" is fine)."""
-    kind = device.split(":")[0]
-    if kind not in DEVICES or (kind != device and kind not in ("cuda", "mps")):
-        raise ModelError(f"unknown device {device!r}; choose from {', '.join(DEVICES)}")
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise ModelError(f"--device {device}: PyTorch sees no CUDA device on this machine")
-    if kind == "mps" and not torch.backends.mps.is_available():
-        raise ModelError(f"--device {device}: PyTorch sees no Apple MPS device on this machine")
-    return device
 
 
 # ---------------------------------------------------------------------------- loading
@@ -169,7 +94,8 @@ def load_model(
 
     device "auto" spreads the model with accelerate (device_map="auto"); other devices load
     the whole model there. share_tokenizer_with: a model whose tokenizer is reused when its
-    tokenizer files are byte-identical to this one's (the default pair's are; it saves ~1.5 s).
+    tokenizer files are byte-identical to this one's (the default pair's are; a large
+    tokenizer takes seconds to load).
     """
     torch_dtype = parse_draft_dtype(dtype, device) if role == "drafter" else parse_dtype(dtype)
     check_device(device)
@@ -193,10 +119,7 @@ def _locate(spec: ModelSpec, role: str, progress: Progress) -> tuple[str, dict, 
     """(folder or id for from_pretrained, extra kwargs, display name)."""
     if spec.kind == DEFAULT:
         embedded = defaults.TARGET if role == "target" else defaults.DRAFTER
-        try:
-            folder = defaults.ensure_cached(embedded, progress)
-        except defaults.DefaultModelError as error:
-            raise ModelError(str(error)) from error
+        folder = defaults.ensure_cached(embedded, progress)  # DefaultModelError is a ModelError
         return str(folder), {}, embedded.name
     if spec.kind == "gguf":
         path = Path(spec.source)
@@ -391,6 +314,14 @@ class LoadedPair:
         name = "model+lookup" if self.lookup and self.drafter_name == "model" else self.drafter_name
         return make_drafter(name, model, self.draft_vocab, self.eos_token_ids)
 
+    def use_kernels(self, kernels: str) -> None:
+        """Swap both models' Linear kernels (speed.kernels; float CPU layers only); a choice
+        this machine cannot run raises OptionError."""
+        with reraise_as(OptionError):
+            for loaded in (self.target, self.drafter_model):
+                if loaded is not None:
+                    use_kernels(loaded.model, kernels)
+
 
 def validate_pair_config(config: PairConfig) -> None:
     """Cheap checks before anything loads: specs parse, dtypes and device exist."""
@@ -398,8 +329,7 @@ def validate_pair_config(config: PairConfig) -> None:
     parse_dtype(config.dtype)
     check_device(config.device)
     parse_draft_dtype(config.draft_dtype, config.device)
-    if config.draft_vocab < 0:
-        raise ModelError(f"--draft-vocab must be >= 0 (0 scores every id), got {config.draft_vocab}")
+    check_draft_vocab(config.draft_vocab)
     if uses_model(config.drafter.strip()):
         raise ModelError(f"--drafter {config.drafter.strip()}: give the drafter model instead (default, a folder, a .gguf file or a hub id); --lookup/--no-lookup says whether it copies from the context")
     if drafter_kind(config.drafter) == "model":
@@ -426,91 +356,8 @@ def load_pair(config: PairConfig, progress: Progress = defaults._no_progress) ->
     )
     check_vocab(target, drafter)
     if config.draft_vocab:
-        try:
-            output_head(drafter.model)
-        except ValueError as exc:
-            raise ModelError(str(exc)) from None
+        with reraise_as(ModelError):
+            output_head(drafter.model)  # the restricted head needs a plain one
     return LoadedPair(target, drafter, "model", config.draft_vocab, config.lookup)
 
 
-# ---------------------------------------------------------------------------- prompts and text
-
-
-def encode_prompt(tokenizer, prompt: str, *, raw: bool = False) -> list[int]:
-    """Prompt ids: the chat template with one user turn (unless raw or there is none)."""
-    if not prompt.strip():
-        raise PromptError("the prompt is empty")
-    if raw or not getattr(tokenizer, "chat_template", None):
-        return list(tokenizer(prompt)["input_ids"])
-    text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
-def check_prompt_fits(prompt_ids: list[int], limit: int) -> None:
-    """decode.check_prompt's rule, raised as PromptError for the CLI's one-line errors."""
-    try:
-        check_prompt(len(prompt_ids), limit)
-    except ValueError as exc:
-        raise PromptError(str(exc)) from None
-
-
-class TextStream:
-    """Turns tokens into text as they arrive: push(ids) returns only the new text.
-
-    Decodes the whole output each time (token boundaries can split characters and change
-    spacing) and holds back text that ends inside a multi-byte character.
-    """
-
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-        self.ids: list[int] = []
-        self.shown = ""
-
-    def push(self, ids: list[int]) -> str:
-        self.ids.extend(ids)
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        if text.endswith("\ufffd"):
-            return ""
-        return self._advance(text)
-
-    def finish(self) -> str:
-        """The rest of the text, a trailing partial character included."""
-        return self._advance(self.tokenizer.decode(self.ids, skip_special_tokens=True))
-
-    def _advance(self, text: str) -> str:
-        new = text[len(self.shown) :] if text.startswith(self.shown) else ""
-        self.shown = text
-        return new
-
-
-# ---------------------------------------------------------------------------- running
-
-
-def run_generation(
-    pair: LoadedPair,
-    prompt_ids: list[int],
-    config: GenerationConfig,
-    policy: GammaPolicy | None,
-    *,
-    on_tokens: Callable[[list[int]], None] | None = None,
-    on_step: Callable[[StepRecord], None] | None = None,
-) -> GenerationResult:
-    """One generation: speculative with the pair's drafter, or plain when the drafter is "none".
-
-    on_tokens gets the tokens appended to the output as they are accepted; on_step gets each
-    StepRecord (speculative only).
-    """
-    check_prompt_fits(prompt_ids, pair.context_limit)
-    decode = pair.tokenizer.decode if pair.tokenizer is not None else None
-    drafter = pair.new_drafter()
-    if drafter is None:
-        on_token = (lambda token: on_tokens([token])) if on_tokens else None
-        return plain_generate(pair.target.model, prompt_ids, config, decode=decode, on_token=on_token)
-
-    def step(record: StepRecord) -> None:
-        if on_step is not None:
-            on_step(record)
-        if on_tokens is not None:
-            on_tokens(record.tokens)
-
-    return speculative_generate(pair.target.model, drafter, prompt_ids, config, policy, decode=decode, on_step=step)

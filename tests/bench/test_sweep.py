@@ -15,6 +15,8 @@ from typer.testing import CliRunner
 
 from specbench.bench import sweep as bench
 from specbench.cli import commands as cli
+from specbench.errors import ModelError, SpecbenchError
+from specbench.models import LoadedModel, LoadedPair, ModelSpec, encode_prompt
 from specbench.bench.sweep import (
     PlannedRun,
     SweepConfig,
@@ -128,7 +130,7 @@ def test_hf_defaults_run_uses_transformers_defaults(close_pair, tokenizer, tmp_p
     """Issue 7 compares against HF assisted generation as users get it: once per prompt, with
     HF's own defaults (20 drafts, confidence threshold 0.4), and no gamma of ours; greedy
     output still equals plain decoding."""
-    from specbench.bench.sweep import HF_DEFAULTS, _assistant_settings
+    from specbench.bench.hf_assisted import HF_DEFAULTS, _assistant_settings
 
     before = close_pair[1].generation_config.to_dict()
     config = SweepConfig(gammas=(2,), **{k: v for k, v in FAST.items() if k != "gammas"})
@@ -170,10 +172,12 @@ def test_plan_without_drafter_model_skips_hf_assisted():
 
 
 def test_unknown_names_list_the_choices():
-    with pytest.raises(SweepError, match="choose from"):
+    with pytest.raises(SpecbenchError, match="choose from"):
         SweepConfig(drafters=("nope",))
-    with pytest.raises(SweepError, match="choose from"):
+    with pytest.raises(SpecbenchError, match="choose from"):
         SweepConfig(policies=("nope",))
+    with pytest.raises(SpecbenchError, match="choose from"):
+        SweepConfig(kernels="fast")
 
 
 def test_make_row_speedup_and_parity():
@@ -341,7 +345,7 @@ def test_costs_are_measured_per_prompt_block(close_pair, tokenizer, tmp_path, mo
         assert block_c and block_c == pytest.approx([result.costs[f"{p}/{r}"].c] * len(block_c))
     meta = json.loads((tmp_path / "per" / "meta.json").read_text())
     assert set(meta["costs_by_block"]) == set(result.costs) and meta["c"] == result.costs[f"{PROMPTS[0].id}/0"].c
-    lengths = {p.id: len(bench.encode_prompt(tokenizer, p)) for p in PROMPTS}
+    lengths = {p.id: len(encode_prompt(tokenizer, p.messages())) for p in PROMPTS}
     assert len(set(lengths.values())) > 1 and len(set(calls)) > 1  # each block's own prompt context
 
     calls.clear()
@@ -438,6 +442,19 @@ def test_sweep_needs_the_drafter_model(close_pair, tokenizer, tmp_path):
         sweep(close_pair[0], None, tokenizer, PROMPTS, SweepConfig(**FAST), tmp_path / "x")
 
 
+def test_a_prompt_too_long_fails_before_any_row(tokenizer, tmp_path):
+    """A prompt longer than the target's context is a one-line PromptError naming it, raised
+    before the sweep writes anything (it once surfaced as a ValueError mid-sweep)."""
+    from conftest import tiny_model
+    from specbench.errors import PromptError
+
+    short = tiny_model(0, max_positions=48)  # holds p-code (32 tokens with the template)
+    prompts = [PROMPTS[0], Prompt("long", "code", ("x" * 60,))]
+    with pytest.raises(PromptError, match="prompt long: the prompt is"):
+        sweep(short, None, tokenizer, prompts, SweepConfig(drafters=("ngram",), hf_assisted=False, **FAST), tmp_path / "x")
+    assert not (tmp_path / "x" / "runs.csv").exists()
+
+
 # ---------------------------------------------------------------------------- the command
 
 
@@ -446,13 +463,16 @@ def patched_models(monkeypatch, close_pair, tokenizer):
     """`specbench sweep` with the tiny pair instead of loading real models."""
     calls = []
 
-    def load(target, drafter_model, **options):
+    def load(config, **options):
         # copies: the command swaps the models' kernels in place, and close_pair is shared
-        calls.append((target, drafter_model))
-        target_copy, drafter_copy = copy.deepcopy(close_pair[0]), copy.deepcopy(close_pair[1])
-        return cli.SweepModels(target_copy, drafter_copy if drafter_model else None, tokenizer, (), "tiny-target", "tiny-drafter")
+        calls.append((config.target, config.drafter))
+        target = LoadedModel(copy.deepcopy(close_pair[0]), tokenizer, ModelSpec("dir", "tiny-target"), "tiny-target")
+        if config.drafter == "none":
+            return LoadedPair(target, None, "none")
+        drafter = LoadedModel(copy.deepcopy(close_pair[1]), tokenizer, ModelSpec("dir", "tiny-drafter"), "tiny-drafter")
+        return LoadedPair(target, drafter, "model", config.draft_vocab)
 
-    monkeypatch.setattr(cli, "load_sweep_models", load)
+    monkeypatch.setattr(cli, "load_pair_with_progress", load)
     return calls
 
 
@@ -481,6 +501,7 @@ def test_sweep_command_end_to_end(patched_models, tmp_path):
         (["--gamma-policy", "nope"], "unknown gamma policy"),
         (["--prompts", "no-such-set"], "no prompt file"),
         (["--category", "no-such-category"], "no category"),
+        (["--category", "[code]"], "no category '[code]'"),  # printed as is, not as rich markup
         (["--repeats", "0"], "repeats must be >= 1"),
         (["--temperature", "-1"], "temperature must be >= 0"),
         (["--timing-repeats", "0"], "timing repeats must be >= 1"),
@@ -497,9 +518,9 @@ def test_sweep_command_rejects_bad_input_in_one_line(patched_models, args, messa
 
 def test_sweep_command_model_error_is_one_line(monkeypatch):
     def broken(*args, **kwargs):
-        raise cli.SweepModelError("cannot load target /nowhere: no such folder")
+        raise ModelError("cannot load target /nowhere: no such folder")
 
-    monkeypatch.setattr(cli, "load_sweep_models", broken)
+    monkeypatch.setattr(cli, "load_pair_with_progress", broken)
     result = CliRunner().invoke(cli.app, ["sweep", "--prompts", "quick", "--gamma", "2"])
     assert result.exit_code == 2 and result.output.strip() == "error: cannot load target /nowhere: no such folder"
 

@@ -174,7 +174,7 @@ def test_streams_the_text_then_a_summary(tiny):
 
 def test_streaming_happens_during_generation(tiny, monkeypatch):
     """Text must reach stdout round by round, not all at the end."""
-    from specbench.models import loading as models
+    from specbench import models
 
     seen: list[str] = []
     original = models.TextStream.push

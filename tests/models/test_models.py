@@ -17,7 +17,7 @@ import torch
 
 from conftest import tiny_model
 from specbench.models import defaults
-from specbench.models import loading as models
+from specbench import models
 from tiny_hf import EOS, char_tokenizer, char_vocab, one_thread, save_tiny, write_tiny_gguf
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -258,6 +258,23 @@ def test_encode_prompt_chat_template_raw_and_empty():
     assert models.encode_prompt(char_tokenizer(chat_template=None), "hi") == [char_vocab()["h"], char_vocab()["i"]]
     with pytest.raises(models.PromptError, match="empty"):
         models.encode_prompt(tokenizer, "  \n")
+
+
+def test_encode_prompt_one_rule_for_strings_and_messages():
+    """One encode_prompt for `generate` and the sweep (they once differed without a chat
+    template): a string is one user turn; with a template, messages go through it; without
+    one, a single turn is its text alone and a conversation a User:/Assistant: transcript."""
+    vocab, tokenizer = char_vocab(), char_tokenizer()
+    turn = [{"role": "user", "content": "hi"}]
+    assert models.encode_prompt(tokenizer, turn) == models.encode_prompt(tokenizer, "hi")
+    talk = [*turn, {"role": "assistant", "content": "yo"}, {"role": "user", "content": "ok"}]
+    assert tokenizer.decode(models.encode_prompt(tokenizer, talk)).endswith("<|im_start|>user:ok<|im_end|><|im_start|>assistant:")
+    plain = char_tokenizer(chat_template=None)
+    assert models.encode_prompt(plain, turn) == [vocab["h"], vocab["i"]]
+    transcript = "User: hi\n\nAssistant: yo\n\nUser: ok\n\nAssistant:"
+    assert models.encode_prompt(plain, talk) == plain(transcript)["input_ids"]
+    with pytest.raises(models.PromptError, match="empty"):
+        models.encode_prompt(tokenizer, [{"role": "user", "content": " "}])
 
 
 def test_check_prompt_fits():

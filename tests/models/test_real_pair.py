@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from specbench.models import defaults
-from specbench.models import loading as models
+from specbench import models
 from specbench.core.generate import GenerationConfig
 from specbench.policies import make_policy
 

@@ -1,0 +1,161 @@
+"""transformers' assisted generation, timed and counted like specbench's own runs.
+
+`target.generate(assistant_model=drafter_model)` on the same model objects the sweep gives
+specbench, with a constant schedule of gamma draft tokens a round, or with HF's own defaults
+(HF_DEFAULTS, pinned here). HF's drafter scores its whole vocabulary. Rounds are seen through
+a streamer and forward hooks; nothing inside transformers is patched. This module knows
+nothing of the sweep: it returns an AssistedRun, which the sweep records like its own runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+
+import torch
+
+from specbench.core.generate import GenerationConfig, model_device, sync
+from specbench.core.stats import RunStats
+
+# transformers' own defaults (GenerationConfig._get_default_generation_params in 5.x), pinned
+# here so that a drafter's generation_config.json cannot change what "HF's defaults" means
+HF_DEFAULTS = {"num_assistant_tokens": 20, "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.4}
+
+
+@dataclass
+class AssistedRun:
+    token_ids: list[int]  # the new tokens
+    stats: RunStats
+    acceptance_known: bool  # False when the forward counts do not match the rounds seen
+    stop_reason: str | None  # "eos", "max_new_tokens", or None (neither)
+
+
+class _RoundClock:
+    """A generate() streamer that notes when each batch of tokens arrives. generate() first
+    puts the prompt, then assisted decoding puts each round's accepted tokens plus one."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.sizes: list[int] = []
+
+    def put(self, value) -> None:
+        self.times.append(time.perf_counter())
+        self.sizes.append(int(value.numel()))
+
+    def end(self) -> None:
+        pass
+
+
+class _ForwardCounter:
+    """Counts a module's forward calls while in a `with` block."""
+
+    def __init__(self, module) -> None:
+        self.module, self.calls = module, 0
+
+    def __enter__(self) -> "_ForwardCounter":
+        self.handle = self.module.register_forward_hook(self._count)
+        return self
+
+    def _count(self, *_) -> None:
+        self.calls += 1
+
+    def __exit__(self, *_) -> None:
+        self.handle.remove()
+
+
+def _hf_generation_config(gen: GenerationConfig):
+    """transformers' GenerationConfig matching ours: same sampling, same stops, no extras
+    (explicit values win over whatever the checkpoint's generation_config.json says)."""
+    from transformers import GenerationConfig as HFGenerationConfig
+
+    sampling = gen.sampling
+    options = dict(
+        max_new_tokens=gen.max_new_tokens,
+        eos_token_id=list(gen.eos_token_ids),
+        pad_token_id=gen.eos_token_ids[0] if gen.eos_token_ids else 0,
+        repetition_penalty=1.0,
+        do_sample=not sampling.greedy,
+    )
+    if not sampling.greedy:
+        options.update(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
+    return HFGenerationConfig(**options)
+
+
+def _assistant_settings(drafter_model, gamma: int | None):
+    """A copy of the drafter's generation_config asking HF for exactly gamma drafts a round
+    (constant schedule, no confidence threshold to stop a draft early), or, for gamma None,
+    HF's defaults. A copy, because HF adjusts the threshold in place as it goes."""
+    settings = copy.deepcopy(drafter_model.generation_config)
+    chosen = HF_DEFAULTS if gamma is None else {"num_assistant_tokens": gamma, "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0}
+    for name, value in chosen.items():
+        setattr(settings, name, value)
+    return settings
+
+
+@torch.inference_mode()
+def measure_hf_assisted(target, drafter_model, prompt_ids: list[int], gen: GenerationConfig, gamma: int | None) -> AssistedRun:
+    """HF's assisted generation, timed and counted like specbench's own runs.
+
+    Timing: HF has no separate first-target pass (its first round drafts from the prompt and
+    the target prefills prompt + drafts in one forward), so its first round plays that part.
+    A streamer notes when each round's tokens arrive; tokens_per_second = tokens after the
+    first round / wall seconds from the end of the first round to the return of generate(),
+    and prefill_seconds is the time to the end of the first round (setup included).
+
+    Counting: forward hooks count target forwards (one per round) and drafter forwards (one per
+    draft token). drafted = drafter forwards; accepted = new tokens - rounds (each round emits
+    its accepted drafts plus one token). When the target forwards do not match the rounds seen,
+    the count is not trusted and acceptance is reported as unknown.
+    """
+    from transformers.utils import logging as hf_logging
+
+    device = model_device(target)
+    input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
+    clock = _RoundClock()
+    saved_settings, saved_verbosity = drafter_model.generation_config, hf_logging.get_verbosity()
+    drafter_model.generation_config = _assistant_settings(drafter_model, gamma)
+    hf_logging.set_verbosity_error()  # HF warns about flags it ignores; the progress bar needs stderr
+    try:
+        torch.manual_seed(gen.seed)  # HF samples from the global generator
+        with _ForwardCounter(target) as target_calls, _ForwardCounter(drafter_model) as drafter_calls:
+            start = time.perf_counter()
+            output = target.generate(
+                input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                assistant_model=drafter_model,
+                generation_config=_hf_generation_config(gen),
+                streamer=clock,
+            )
+            sync(device)
+            end = time.perf_counter()
+    finally:
+        drafter_model.generation_config = saved_settings
+        hf_logging.set_verbosity(saved_verbosity)
+    token_ids = output[0, len(prompt_ids):].tolist()
+    stats = _hf_stats(token_ids, clock.times[1:], clock.sizes[1:], start, end, target_calls.calls, drafter_calls.calls)
+    known = target_calls.calls == len(clock.sizes) - 1
+    return AssistedRun(token_ids, stats, known, _hf_stop_reason(token_ids, gen))
+
+
+def _hf_stop_reason(token_ids: list[int], gen: GenerationConfig) -> str | None:
+    """Why HF stopped, in the Stopper's words (None: neither EOS nor the length limit)."""
+    if token_ids and token_ids[-1] in gen.eos_token_ids:
+        return "eos"
+    return "max_new_tokens" if len(token_ids) >= gen.max_new_tokens else None
+
+
+def _hf_stats(token_ids: list[int], times: list[float], sizes: list[int], start: float, end: float, target_forwards: int, drafter_forwards: int) -> RunStats:
+    """RunStats of an HF assisted run from its per-round arrival times and sizes."""
+    rounds = len(sizes)
+    first_end = times[0] if times else end
+    return RunStats(
+        new_tokens=len(token_ids),
+        first_pass_tokens=sizes[0] if sizes else 0,  # HF's first round stands in for the first pass
+        drafted=drafter_forwards,
+        accepted=max(0, len(token_ids) - rounds),
+        rounds=max(0, rounds - 1),
+        target_forwards=target_forwards,
+        prefill_seconds=first_end - start,
+        decode_seconds=end - first_end,
+    )

@@ -492,6 +492,7 @@ def build_meta(target, drafter_model, config: SweepConfig, prompts: list[Prompt]
             "processor": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(),
+            "cpu": native.cpu_description(),  # model name and the instruction sets that pick fast paths
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         },
         # what runs an int8 drafter's draft steps in specbench (HF's generation runs the

@@ -95,6 +95,24 @@ def _cpu_signature() -> str:
     return "\n".join(dict.fromkeys(wanted))
 
 
+# The instruction sets that decide which fast path runs on an x86 CPU: AVX2 and FMA for
+# PyTorch's fp32 and int8 kernels; AVX512BW + AVX512_VNNI for specbench's int8 kernel;
+# AVX512_BF16 / AMX for oneDNN's bf16 paths.
+SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile")
+
+
+def cpu_description() -> dict:
+    """The CPU's model name and which of SPEED_FLAGS it has, for every number's record
+    ({"model": "...", "flags": ["avx2", ...]}; empty where /proc/cpuinfo is unreadable)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return {"model": platform.processor(), "flags": []}
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
+    flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
+    return {"model": model, "flags": [f for f in SPEED_FLAGS if f in flags]}
+
+
 def _build(compiler: str, path: Path) -> str | None:
     """Compile SOURCE to path (atomically); None on success, else one line on what failed."""
     path.parent.mkdir(parents=True, exist_ok=True)

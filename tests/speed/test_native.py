@@ -78,3 +78,4 @@ def test_it_builds_into_the_cache_keyed_by_source_and_cpu(monkeypatch, tmp_path)
     finally:
         monkeypatch.undo()
         native._load.cache_clear()
+

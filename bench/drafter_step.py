@@ -21,13 +21,11 @@ import time
 
 import torch
 
-from specbench.models import loading as models
-from specbench.speed import native
-from specbench.bench.sweep import encode_prompt
-from specbench.core.cache import crop_cache, new_cache
-from specbench.speed.draft_vocab import RestrictedHead, output_head, restricted_head, restricted_logits
-from specbench.speed.kernels import use_kernels
+from common import load_default_pair, machine_line, prompt_ids
 from specbench.bench.prompts import load_prompts
+from specbench.core.cache import crop_cache, new_cache
+from specbench.speed import native
+from specbench.speed.draft_vocab import RestrictedHead, output_head, restricted_head, restricted_logits
 
 
 def pytorch_kernel(forward):
@@ -46,11 +44,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--draft-vocab", type=int, default=65536)
     args = parser.parse_args()
-    models.quiet_transformers()
-    pair = models.load_pair(models.PairConfig(draft_dtype="int8"))
+    pair = load_default_pair(draft_dtype="int8")
     drafter = pair.drafter_model.model
-    use_kernels(drafter, "auto")
-    prompt = encode_prompt(pair.tokenizer, load_prompts("quick")[0])
+    prompt = prompt_ids(pair, load_prompts("quick")[0])
     context = (prompt * (args.context // len(prompt) + 1))[: args.context]
     int8_head = restricted_head(drafter, args.draft_vocab, context)
     bf16_head = RestrictedHead(output_head(drafter), int8_head.ids)
@@ -60,8 +56,7 @@ def main() -> None:
         "lean forward, int8 rows, PyTorch's kernel": lambda ids, cache: pytorch_kernel(lambda: restricted_logits(drafter, int8_head, ids, cache)),
         "lean forward, int8 rows, specbench's kernel": lambda ids, cache: restricted_logits(drafter, int8_head, ids, cache),
     }
-    if native.kernel() is None:
-        print(f"specbench's kernel is not in use here: {native.why_not()}")
+    print(machine_line())
     cache = new_cache(drafter)
     with torch.inference_mode():
         drafter(input_ids=torch.tensor([context]), past_key_values=cache, use_cache=True, logits_to_keep=1)

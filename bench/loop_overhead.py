@@ -20,16 +20,16 @@ import time
 
 import torch
 
-from specbench.core.cache import crop_cache, new_cache
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
 from specbench.policies import FixedGamma
+from common import load_default_pair, machine_line, prompt_ids
+from specbench.speed.costs import ForwardTimer
 from specbench.speed.kernels import use_kernels
-from specbench.models import PairConfig, encode_prompt, load_pair
 
 PROMPT = "Write a Python function that merges two sorted lists into one sorted list, with a docstring."
 
 
-class ForwardTimer:
+class HookTimer:
     """Accumulates wall time spent inside a module's forward calls."""
 
     def __init__(self, module: torch.nn.Module):
@@ -50,33 +50,23 @@ class ForwardTimer:
 
 @torch.inference_mode()
 def verify_cost_curve(model, context_len: int = 200, ks=(1, 2, 3, 5, 9), repeats: int = 5) -> dict[int, float]:
-    """Median seconds of a forward over k new tokens after a context_len-token cache."""
-    cache = new_cache(model)
-    model(input_ids=torch.randint(100, 5000, (1, context_len)), past_key_values=cache, use_cache=True, logits_to_keep=1)
-    times = {}
-    for k in ks:
-        samples = []
-        for _ in range(repeats):
-            new = torch.randint(100, 5000, (1, k))
-            start = time.perf_counter()
-            model(input_ids=new, past_key_values=cache, use_cache=True, logits_to_keep=k)
-            samples.append(time.perf_counter() - start)
-            crop_cache(cache, context_len)
-        times[k] = statistics.median(samples)
-    return times
+    """Median seconds of a target forward over k new tokens after a context_len-token cache
+    (speed.costs.ForwardTimer, the timer `specbench sweep` measures v(k) with)."""
+    timer = ForwardTimer(model, torch.randint(100, 5000, (context_len,)).tolist())
+    return {k: statistics.median(timer.seconds(k) for _ in range(repeats)) for k in ks}
 
 
-def measure(pair, prompt_ids, args) -> dict:
+def measure(pair, ids: list[int], args) -> dict:
     target, drafter_model = pair.target.model, pair.drafter_model.model
     config = GenerationConfig(max_new_tokens=args.max_new_tokens)
-    target_timer, drafter_timer = ForwardTimer(target), ForwardTimer(drafter_model)
+    target_timer, drafter_timer = HookTimer(target), HookTimer(drafter_model)
     warm_up = GenerationConfig(max_new_tokens=8)
-    speculative_generate(target, pair.new_drafter(), prompt_ids, warm_up, FixedGamma(args.gamma))
+    speculative_generate(target, pair.new_drafter(), ids, warm_up, FixedGamma(args.gamma))
     target_timer.reset()
-    plain = plain_generate(target, prompt_ids, config)
+    plain = plain_generate(target, ids, config)
     plain_forwards = sum(target_timer.calls[1:])  # the first call is the prefill
     target_timer.reset(), drafter_timer.reset()
-    spec = speculative_generate(target, pair.new_drafter(), prompt_ids, config, FixedGamma(args.gamma))
+    spec = speculative_generate(target, pair.new_drafter(), ids, config, FixedGamma(args.gamma))
     spec_forwards = sum(target_timer.calls[1:]) + sum(drafter_timer.calls)
     decode = spec.stats.decode_seconds
     return {
@@ -102,16 +92,17 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    pair = load_pair(PairConfig())
-    prompt_ids = encode_prompt(pair.tokenizer, PROMPT)
-    print(f"prompt {len(prompt_ids)} tokens, torch threads {torch.get_num_threads()}")
+    pair = load_default_pair(kernels="default")  # the loop below swaps the target's kernels
+    ids = prompt_ids(pair, PROMPT)
+    print(machine_line())
+    print(f"prompt {len(ids)} tokens")
     for kernels in args.kernels:
         use_kernels(pair.target.model, kernels)  # default: no-op; onednn: swap in place
         curve = verify_cost_curve(pair.target.model)
         v = {k: t / curve[1] for k, t in curve.items()}
         print(f"\n[{kernels}] target forward over a 200-token cache: "
               + ", ".join(f"k={k} {t * 1000:.0f} ms (v={v[k]:.2f})" for k, t in curve.items()))
-        result = measure(pair, prompt_ids, args)
+        result = measure(pair, ids, args)
         for key, value in result.items():
             print(f"  {key:>22}: {value:.4f}" if isinstance(value, float) else f"  {key:>22}: {value}")
 

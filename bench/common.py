@@ -1,0 +1,35 @@
+"""What the maintainer scripts in bench/ share: the default pair on the CPU fast paths, a
+prompt's ids, and one line saying which machine the numbers come from.
+
+Each script runs from the repository root (`python bench/NAME.py --help`) and imports this
+module by its plain name: Python puts the script's own folder first on the path.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specbench import models
+from specbench.bench.prompts import Prompt
+from specbench.speed import native
+
+
+def load_default_pair(draft_dtype: str = "auto", kernels: str = "auto"):
+    """The embedded default pair (the target and its model drafter), Linear kernels swapped
+    as `specbench generate --kernels` would."""
+    models.quiet_transformers()
+    pair = models.load_pair(models.PairConfig(draft_dtype=draft_dtype))
+    pair.use_kernels(kernels)
+    return pair
+
+
+def prompt_ids(pair, prompt: Prompt | str) -> list[int]:
+    """A prompt set's prompt (all its turns) or a string, as the sweep encodes it."""
+    return models.encode_prompt(pair.tokenizer, prompt if isinstance(prompt, str) else prompt.messages())
+
+
+def machine_line() -> str:
+    """Where the numbers come from: the CPU and the instruction sets that pick fast paths."""
+    cpu = native.cpu_description()
+    flags = ", ".join(cpu["flags"]) or "none of " + ", ".join(native.SPEED_FLAGS)
+    return f"{cpu['model']} [{flags}], {torch.get_num_threads()} torch threads, torch {torch.__version__}; int8 draft kernel: {native.name()}"

@@ -1,12 +1,21 @@
-"""The results directory of a sweep: runs.csv schema, CSV I/O, gamma ranges, aggregation.
+"""The results directory of a sweep: the runs.csv schema, writing and reading it, gamma
+ranges, and the aggregation every report of a sweep shares.
 
-Pure helpers shared by bench.py (which writes results) and plot.py (which reads them). This
-module imports only the standard library and stats.py (itself stdlib-only), so that plotting
-never pulls in torch. It knows nothing about models or decoding; metrics come from stats.py.
+Writing appends one row at a time with the csv module and closes the file after each, so an
+interrupted sweep loses at most the row it was writing. Reading is pandas: `load_runs` parses
+every number once into a typed DataFrame, and summaries (group by method/drafter/policy/gamma),
+geometric means, pooled acceptance and the per-category pivot are computed on it; a resumed
+sweep reads the same rows as text (`read_rows`). `estimate_alpha` fits the theory's alpha to
+measured counts.
+
+It knows nothing about models or decoding; metrics are defined in core/stats.py. The CLI
+imports this module for the schema at start-up, so pandas is imported on first use, inside the
+functions that need it (plotting and the end-of-sweep table pay for it, `--help` does not).
 
 runs.csv: one row per method x drafter x policy x gamma x prompt x repeat. Blank cells mean
 "does not apply or is not known" (the plain run has no drafter; HF's assisted generation may
-not reveal its acceptance; identical_to_baseline is only checked for greedy runs).
+not reveal its acceptance; identical_to_baseline is only checked for greedy runs); load_runs
+reads them as NaN (numbers), NA (identical_to_baseline) or "" (text).
 """
 
 from __future__ import annotations
@@ -14,12 +23,16 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import math
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specbench.errors import OptionError as GammaRangeError, ResultsError
-from specbench.core.stats import RunStats, expected_tokens_per_round
+from specbench.core.stats import expected_tokens_per_round
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 RUNS_CSV = "runs.csv"
 META_JSON = "meta.json"
@@ -37,9 +50,15 @@ EXTRA_COLUMNS = (
 )  # fmt: skip
 COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS
 KEY_COLUMNS = ("method", "drafter", "policy", "gamma", "temperature", "prompt_id", "repeat")
+# how load_runs types the columns: text stays text ("" when blank), the flag becomes a nullable
+# boolean, every other column of the schema is a float64 number (NaN when blank)
+TEXT_COLUMNS = ("method", "drafter", "policy", "prompt_id", "category", "stop_reason", "output_hash")
+FLAG_COLUMNS = ("identical_to_baseline",)
+NUMBER_COLUMNS = tuple(c for c in COLUMNS if c not in TEXT_COLUMNS + FLAG_COLUMNS)
+GROUP_COLUMNS = ["method", "drafter", "policy", "gamma"]  # one Summary per group
 BASELINE_METHOD = "plain"
-MODEL_DRAFTER = "model"  # the drafter that drafts with the drafter model (drafters.py)
-FIXED_POLICY = "fixed"  # the fixed-gamma policy (gamma.py), the setting of the theory
+MODEL_DRAFTER = "model"  # the drafter that drafts with the drafter model (drafters/)
+FIXED_POLICY = "fixed"  # the fixed-gamma policy (policies/), the setting of the theory
 
 
 # ---------------------------------------------------------------------------- gamma ranges
@@ -100,18 +119,7 @@ def cell(value) -> str:
     return str(value)
 
 
-def number(row: dict, column: str) -> float | None:
-    """A numeric cell, or None when blank or absent."""
-    text = (row.get(column) or "").strip()
-    if not text:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        raise ResultsError(f"column {column!r} holds {text!r}, not a number (prompt {row.get('prompt_id')!r})") from None
-
-
-# ---------------------------------------------------------------------------- CSV I/O
+# ---------------------------------------------------------------------------- writing runs.csv (csv)
 
 
 def append_row(path: Path, row: dict) -> None:
@@ -138,22 +146,78 @@ def _end_with_newline(path: Path) -> None:
             handle.write(b"\n")
 
 
+# ---------------------------------------------------------------------------- reading runs.csv (pandas)
+
+
 def read_rows(path: Path) -> list[dict[str, str]]:
-    """Rows of a runs.csv; a missing file or missing columns is a ResultsError. Incomplete lines
+    """Rows of a runs.csv as text cells ("" when blank), as a resumed sweep compares them with
+    its plan (row_key). A missing file or missing columns is a ResultsError; incomplete lines
     (an interrupted write) are skipped."""
+    return _read_cells(Path(path)).to_dict("records")
+
+
+def load_runs(path: Path) -> pd.DataFrame:
+    """runs.csv (the file, or the results directory holding it) as a typed DataFrame: one row
+    per run, every column of COLUMNS present (blank in a file begun by an older version), plus
+    any other column the file has. Numbers are parsed once, here: a cell that is not a number
+    is a ResultsError naming its column and prompt."""
     path = Path(path)
+    return _typed(_read_cells(path / RUNS_CSV if path.is_dir() else path))
+
+
+def as_runs(runs: pd.DataFrame | Iterable[dict]) -> pd.DataFrame:
+    """What the aggregations take: a DataFrame from load_runs (returned as it is), or rows as
+    read_rows gives them (typed here, as load_runs would)."""
+    import pandas as pd
+
+    if isinstance(runs, pd.DataFrame):
+        return runs
+    return _typed(pd.DataFrame(list(runs)).fillna("").astype(str))
+
+
+def _read_cells(path: Path) -> pd.DataFrame:
+    """runs.csv as text. The python parser tells a short line from blank cells: the cells a
+    half-written line lacks read as NaN (blank ones as ""), and a line with too many cells is
+    skipped; either way it is a row an interrupted sweep did not finish."""
+    import pandas as pd
+
     if not path.is_file():
         raise ResultsError(f"no {path.name} in {path.parent} (is it a sweep's results directory?)")
     try:
-        with open(path, newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle)
-            header = reader.fieldnames or []
-            missing = [c for c in REQUIRED_COLUMNS if c not in header]
-            if missing:
-                raise ResultsError(f"{path} is not a runs.csv: missing column(s) {', '.join(missing)}")
-            return [row for row in reader if None not in row.values() and None not in row]
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        cells = pd.read_csv(path, dtype=str, keep_default_na=False, engine="python", on_bad_lines="skip", index_col=False, encoding="utf-8")
+    except pd.errors.EmptyDataError:
+        cells = pd.DataFrame()
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError) as exc:
         raise ResultsError(f"cannot read {path}: {exc}") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in cells.columns]
+    if missing:
+        raise ResultsError(f"{path} is not a runs.csv: missing column(s) {', '.join(missing)}")
+    return cells.dropna().reset_index(drop=True)
+
+
+def _typed(cells: pd.DataFrame) -> pd.DataFrame:
+    """Text cells -> the typed table (see TEXT_COLUMNS, FLAG_COLUMNS, NUMBER_COLUMNS)."""
+    runs = cells.reindex(columns=list(dict.fromkeys([*COLUMNS, *cells.columns])), fill_value="")
+    for column in NUMBER_COLUMNS:
+        runs[column] = _numbers(runs, column)
+    for column in FLAG_COLUMNS:
+        runs[column] = runs[column].map({"true": True, "false": False}).astype("boolean")
+    return runs
+
+
+def _numbers(runs: pd.DataFrame, column: str) -> pd.Series:
+    import pandas as pd
+
+    text = runs[column].astype(str).str.strip()
+    values = pd.to_numeric(text, errors="coerce").astype("float64")  # "" -> NaN
+    bad = values.isna() & ~text.str.lower().isin(("", "nan"))
+    if bad.any():
+        first = bad.idxmax()
+        raise ResultsError(f"column {column!r} holds {text[first]!r}, not a number (prompt {runs.at[first, 'prompt_id']!r})")
+    return values
+
+
+# ---------------------------------------------------------------------------- meta.json
 
 
 def read_meta(directory: Path) -> dict:
@@ -211,65 +275,101 @@ class Summary:
         return config_label(self.method, self.drafter, self.policy)
 
 
+SUMMARY_FIELDS = [f.name for f in fields(Summary)]
+
+
 def config_label(method: str, drafter: str, policy: str, gamma: int | None = None) -> str:
     """How charts name a configuration: "specbench / model / cost", ", γ=12" when gamma is given."""
     label = " / ".join(p for p in (method, drafter, policy) if p)
     return label if gamma is None else f"{label}, γ={gamma}"
 
 
-def geometric_mean(values: list[float]) -> float | None:
-    positive = [v for v in values if v and v > 0]
-    if not positive:
-        return None
-    return math.exp(sum(math.log(v) for v in positive) / len(positive))
+def labels(frame: pd.DataFrame, with_gamma: bool = False) -> list[str]:
+    """config_label of each row of a runs or summary table (", γ=4" too when with_gamma)."""
+    gammas = frame["gamma"] if with_gamma else [None] * len(frame)
+    return [config_label(m, d, p, _whole(g)) for m, d, p, g in zip(frame["method"], frame["drafter"], frame["policy"], gammas)]
 
 
-def mean(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return sum(known) / len(known) if known else None
+def geometric_mean(values: Iterable[float | None]) -> float | None:
+    """exp(mean(log v)) over the positive values (blank, NaN, zero and negative ones are left
+    out); None when none is positive. Takes a list or a pandas Series (a groupby aggregate)."""
+    import numpy as np
+    import pandas as pd
+
+    values = pd.Series(values, dtype="float64")
+    positive = values[values > 0]
+    return float(np.exp(np.log(positive).mean())) if len(positive) else None
 
 
-def group_key(row: dict) -> tuple[str, str, str, int | None]:
-    gamma = number(row, "gamma")
-    return (row["method"], row["drafter"], row["policy"], None if gamma is None else int(gamma))
+def summary_frame(runs: pd.DataFrame | Iterable[dict]) -> pd.DataFrame:
+    """One row per method x drafter x policy x gamma, best speedup first: Summary's fields (NaN
+    where Summary has None) and the configuration's label."""
+    runs = _summary_inputs(as_runs(runs))
+    table = runs.groupby(GROUP_COLUMNS, dropna=False, sort=False).agg(
+        runs=("method", "size"),
+        known=("known", "any"),
+        drafted=("pooled_drafted", "sum"),
+        accepted=("pooled_accepted", "sum"),
+        mean_accepted_length=("mean_accepted_length", "mean"),  # mean over runs
+        tokens_per_second=("tokens_per_second", "mean"),
+        speedup=("speedup", geometric_mean),
+        predicted_speedup=("predicted_speedup", geometric_mean),
+        differs=("differs", "sum"),
+        checked=("checked", "sum"),
+    ).reset_index()
+    # pooled acceptance: RunStats.acceptance_rate (accepted / drafted) over the group's counts
+    pooled = table["accepted"] / table["drafted"].where(table["drafted"] > 0)
+    table["acceptance_rate"] = pooled.where(table["known"])
+    table[["speedup", "predicted_speedup"]] = table[["speedup", "predicted_speedup"]].astype("float64")
+    table["label"] = labels(table)
+    table = table.sort_values(["speedup", "tokens_per_second"], ascending=False, na_position="last", kind="stable")
+    return table[[*SUMMARY_FIELDS, "label"]].reset_index(drop=True)
 
 
-def group_rows(rows: list[dict]) -> dict[tuple, list[dict]]:
-    groups: dict[tuple, list[dict]] = {}
-    for row in rows:
-        groups.setdefault(group_key(row), []).append(row)
-    return groups
-
-
-def pooled_acceptance(rows: list[dict]) -> float | None:
-    """All accepted / all drafted over rows whose acceptance is known (None when none is)."""
-    known = [r for r in rows if number(r, "acceptance_rate") is not None]
-    drafted = sum(number(r, "drafted") or 0 for r in known)
-    if not known or drafted == 0:
-        return None
-    accepted = sum(number(r, "accepted") or 0 for r in known)
-    return RunStats(drafted=int(drafted), accepted=int(accepted)).acceptance_rate
-
-
-def summarize_group(key: tuple, rows: list[dict]) -> Summary:
-    checked = [r for r in rows if r.get("identical_to_baseline") in ("true", "false")]
-    return Summary(
-        *key,
-        runs=len(rows),
-        acceptance_rate=pooled_acceptance(rows),
-        mean_accepted_length=mean([number(r, "mean_accepted_length") for r in rows]),
-        tokens_per_second=mean([number(r, "tokens_per_second") for r in rows]),
-        speedup=geometric_mean([number(r, "speedup") for r in rows]),
-        predicted_speedup=geometric_mean([number(r, "predicted_speedup") for r in rows]),
-        differs=sum(r["identical_to_baseline"] == "false" for r in checked),
-        checked=len(checked),
+def _summary_inputs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The per-run columns summary_frame adds up: counts of runs whose acceptance is known
+    (HF's assisted runs may not reveal theirs), and greedy parity checks."""
+    known = runs["acceptance_rate"].notna()
+    parity = runs["identical_to_baseline"]
+    return runs.assign(
+        known=known,
+        pooled_drafted=runs["drafted"].where(known).fillna(0),
+        pooled_accepted=runs["accepted"].where(known).fillna(0),
+        checked=parity.notna(),
+        differs=parity.eq(False).fillna(False),
     )
 
 
-def summarize(rows: list[dict]) -> list[Summary]:
-    """One Summary per method x drafter x policy x gamma, best speedup first."""
-    summaries = [summarize_group(key, group) for key, group in group_rows(rows).items()]
-    return sorted(summaries, key=lambda s: (s.speedup is None, -(s.speedup or 0), -(s.tokens_per_second or 0)))
+def summarize(runs: pd.DataFrame | Iterable[dict]) -> list[Summary]:
+    """One Summary per method x drafter x policy x gamma, best speedup first. Takes load_runs's
+    DataFrame or read_rows's rows."""
+    return [_summary(row) for row in summary_frame(runs).to_dict("records")]
+
+
+def _summary(row: dict) -> Summary:
+    def real(value) -> float | None:
+        return None if value != value else float(value)  # NaN -> None
+
+    return Summary(
+        row["method"], row["drafter"], row["policy"], _whole(row["gamma"]), int(row["runs"]),
+        real(row["acceptance_rate"]), real(row["mean_accepted_length"]), real(row["tokens_per_second"]),
+        real(row["speedup"]), real(row["predicted_speedup"]), int(row["differs"]), int(row["checked"]),
+    )  # fmt: skip
+
+
+def _whole(value) -> int | None:
+    """A gamma cell as an int; None for blank (None or NaN)."""
+    return None if value is None or value != value else int(value)
+
+
+def speedup_by_category(runs: pd.DataFrame | Iterable[dict]) -> pd.DataFrame:
+    """The geometric-mean speedup of each configuration in each prompt category: one row per
+    method x drafter x policy x gamma (indexed by its label with gamma), one column per
+    category, both in order of first appearance; NaN where a configuration has no speedup."""
+    runs = as_runs(runs)
+    configurations = runs.assign(configuration=labels(runs, with_gamma=True))
+    pivot = configurations.pivot_table(index="configuration", columns="category", values="speedup", aggfunc=geometric_mean, sort=False)
+    return pivot.reindex(index=configurations["configuration"].unique(), columns=runs["category"].unique()).astype("float64")
 
 
 # ---------------------------------------------------------------------------- theory from measurements

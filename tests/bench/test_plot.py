@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from specbench.cli import commands as cli
 from specbench.bench.plot import CHARTS, plot_results
-from specbench.bench.results import REQUIRED_COLUMNS, ResultsError, estimate_alpha, summarize, read_rows
+from specbench.bench.results import REQUIRED_COLUMNS, ResultsError, as_runs, estimate_alpha, load_runs, read_rows, summarize
 from specbench.core.stats import expected_tokens_per_round
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -65,7 +65,7 @@ def test_model_chart_pairs_each_run_with_its_walltime_model(results_dir):
     for line in lines[1:]:
         rows.append(line + (",1.5" if line.startswith("specbench,model,fixed,2") else ","))
     (results_dir / "runs.csv").write_text("\n".join(rows) + "\n")
-    points = model_points(read_rows(results_dir / "runs.csv"))
+    points = model_points(load_runs(results_dir))
     assert points == {"specbench / model / fixed, γ=2": [(1.5, 1.6), (1.5, 1.3)]}
     chart = [p for p in plot_results(results_dir) if p.name == "model_vs_measured.png"][0]
     assert chart.stat().st_size > 10_000
@@ -169,7 +169,7 @@ def test_chart_footer_gives_the_range_of_per_prompt_costs():
     """A sweep that measured c per prompt names the range, not just the first prompt's."""
     from specbench.bench.plot import describe
 
-    rows = [{"temperature": "0.0", "prompt_id": "a"}, {"temperature": "0.0", "prompt_id": "b"}]
+    rows = as_runs([{"temperature": "0.0", "prompt_id": "a"}, {"temperature": "0.0", "prompt_id": "b"}])
     one = describe({"c": 0.22}, rows)
     many = describe({"c": 0.22, "costs_by_block": {"a/0": {"c": 0.22}, "b/0": {"c": 0.26}, "a/1": {"c": 0.19}}}, rows)
     assert one.endswith("c = 0.220") and many.endswith("c = 0.190 to 0.260 (per prompt)")

@@ -17,10 +17,10 @@ Caveats: after a rejected draft the drafter would continue on its own path; the 
 m on the target's path there (that only moves when a round stops, never what it accepts).
 Costs the model leaves out (a drafter catch-up forward, sampling) are left out here too.
 
-    python bench/replay_policies.py --costs results/greedy-repeats/meta.json \
+    python bench/replay_policies.py --costs results/greedy-native/meta.json \
         [--prompts default] [--ids cw-02,ce-02,...] [--paths paths.json] [--draft-dtype bfloat16]
 
-Step 1 (the models, about 40 s a prompt) runs only when --paths does not exist yet.
+Step 1, the slow one (it loads and runs the models), runs only when --paths does not exist yet.
 """
 
 from __future__ import annotations
@@ -32,31 +32,26 @@ from types import SimpleNamespace
 
 import torch
 
-from specbench.policies import CostAwareGamma, Keep, make_policy
+from common import load_default_pair, prompt_ids
+from specbench.bench.prompts import load_prompts
 from specbench.bench.results import geometric_mean
+from specbench.core.generate import GenerationConfig, plain_generate
+from specbench.policies import Keep, default_gamma, make_policy
+from specbench.policies.cost import verify_curve
 
 DEFAULT_IDS = "cw-02,cw-03,ce-02,ce-03,su-02,su-03,qa-02,qa-03,ma-02,ma-03,tr-02,tr-03,mt-01,mt-02,so-02,so-03"  # none in `quick`
 
 
 def record_paths(prompt_set: str, ids: list[str], draft_dtype: str, max_new_tokens: int) -> list[dict]:
-    from specbench.models import loading as models
-    from specbench.bench.sweep import encode_prompt
-    from specbench.core.generate import GenerationConfig, plain_generate
-    from specbench.speed.kernels import use_kernels
-    from specbench.bench.prompts import load_prompts
-
-    models.quiet_transformers()
-    pair = models.load_pair(models.PairConfig(draft_dtype=draft_dtype))
+    pair = load_default_pair(draft_dtype=draft_dtype)
     target, drafter = pair.target.model, pair.drafter_model.model
-    for model in (target, drafter):
-        use_kernels(model, "auto")
     config = GenerationConfig(max_new_tokens=max_new_tokens, eos_token_ids=pair.eos_token_ids)
     paths = []
     for prompt in [p for p in load_prompts(prompt_set) if p.id in ids]:
-        prompt_ids = encode_prompt(pair.tokenizer, prompt)
-        output = plain_generate(target, prompt_ids, config).token_ids
+        ids_in = prompt_ids(pair, prompt)
+        output = plain_generate(target, ids_in, config).token_ids
         with torch.inference_mode():
-            logits = drafter(input_ids=torch.tensor([prompt_ids + output]), logits_to_keep=len(output) + 1).logits[0, :-1]
+            logits = drafter(input_ids=torch.tensor([ids_in + output]), logits_to_keep=len(output) + 1).logits[0, :-1]
         top, argmax = logits.float().softmax(-1).max(-1)  # row j guesses output[j]
         hits = (argmax == torch.tensor(output)).tolist()
         paths.append({"id": prompt.id, "category": prompt.category, "m": top.tolist(), "hit": hits})
@@ -89,17 +84,13 @@ def replay(path: dict, policy, c: float, v: dict[int, float]) -> float:
 
 
 def policies(costs) -> dict:
-    cap = 12
+    """Fresh policies by label; the cost policy at its default cap and at a higher one."""
+    cap = default_gamma("cost")
     return {
         "fixed 4": lambda: make_policy("fixed", 4),
         "confidence-stop 0.4, up to 20 (HF's rule)": lambda: make_policy("confidence-stop", 20, threshold=0.4),
-        f"cost <= {cap}, lambda 1, pooled steps (before)": lambda: CostAwareGamma(cap, costs.c, costs.verify_cost, at_rate=False, split_first=False),
-        f"cost <= {cap}, lambda 1": lambda: CostAwareGamma(cap, costs.c, costs.verify_cost, at_rate=False),
-        f"cost <= {cap}, pooled steps": lambda: CostAwareGamma(cap, costs.c, costs.verify_cost, split_first=False),
-        f"cost <= {cap}, next draft priced by its row's a(m)": lambda: CostAwareGamma(cap, costs.c, costs.verify_cost, follow=False),
-        f"cost <= {cap} (now)": lambda: CostAwareGamma(cap, costs.c, costs.verify_cost),
-        "cost <= 20, next draft priced by its row's a(m)": lambda: CostAwareGamma(20, costs.c, costs.verify_cost, follow=False),
-        "cost <= 20 (now)": lambda: CostAwareGamma(20, costs.c, costs.verify_cost),
+        f"cost <= {cap} (default)": lambda: make_policy("cost", cap, costs=costs),
+        "cost <= 20": lambda: make_policy("cost", 20, costs=costs),
     }
 
 
@@ -123,7 +114,7 @@ def main() -> None:
     blocks = list(meta.get("costs_by_block", {}).values()) or [meta]
     chosen = blocks[args.block] if args.block is not None else {"c": sorted(b["c"] for b in blocks)[len(blocks) // 2], "verify_cost": meta["verify_cost"]}
     costs = SimpleNamespace(c=chosen["c"] * args.c_scale, verify_cost={int(k): float(x) for k, x in chosen["verify_cost"].items()})
-    v = CostAwareGamma(64, costs.c, costs.verify_cost).v  # the policy's own curve, continued past k = 9
+    v = verify_curve(costs.verify_cost, 64)  # the policy's own curve, continued past k = 9
     print(f"c = {costs.c:.3f}; v(2) = {v[2]:.2f}, v(9) = {v[9]:.2f}; {len(paths)} prompts")
     categories = sorted({p["category"] for p in paths})
     print(f"| policy | geometric mean | {' | '.join(categories)} |")

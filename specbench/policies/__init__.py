@@ -20,7 +20,7 @@ Losslessness rule: whether a draft is kept (NO against YES or LAST) may depend o
 and on everything before it, never on the token itself. Keeping a sampled draft only when
 it came out a certain way would skew the drafts that reach verification away from q, and
 rejection sampling, which assumes the draft was drawn from q, would no longer give the
-target's distribution (tests/test_lossless.py shows such a policy failing). The
+target's distribution (tests/core/test_lossless.py shows such a policy failing). The
 token may decide what happens after it (YES against LAST: whether to draft the next one),
 since the kept draft is the same either way. Under greedy the token is q's argmax and
 carries no news.
@@ -42,7 +42,7 @@ caches.
 from __future__ import annotations
 
 from specbench.core.protocols import GammaPolicy, Keep
-from specbench.policies.cost import CostAwareGamma
+from specbench.policies.cost import Calibration, CostAwareGamma
 from specbench.policies.simple import (
     EntropyGuidedGamma,
     FixedGamma,
@@ -67,7 +67,7 @@ DEFAULT_THRESHOLDS = {
 
 def default_gamma(policy: str) -> int:
     """gamma when the user gives none: the cost policy stops drafts itself, so its cap can be
-    high (12 measured best on the default CPU pair); a fixed gamma pays for every draft."""
+    high (why 12: docs/log.md, "The cost policy's rate"); a fixed gamma pays for every draft."""
     return 12 if policy == "cost" else 4
 
 

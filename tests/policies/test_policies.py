@@ -1,6 +1,6 @@
 """Gamma policies on scripted outcomes and scripted distributions (no models).
 
-A round is driven the way decode.py drives it: next_gamma(), keep_drafting(step, q) per
+A round is driven the way core/generate.py drives it: next_gamma(), keep_drafting(step, q) per
 draft step until it says stop or the drafter runs out, update(n_accepted, n_drafted), info().
 """
 
@@ -15,6 +15,7 @@ from transformers.generation.candidate_generator import AssistedCandidateGenerat
 
 from specbench.policies import (
     POLICIES,
+    Calibration,
     CostAwareGamma,
     EntropyGuidedGamma,
     FixedGamma,
@@ -330,6 +331,34 @@ def peaked(top: float, v: int = V) -> torch.Tensor:
     return row
 
 
+def cost_policy(calibration: Calibration, gamma_max: int = 4, c: float = 0.1) -> CostAwareGamma:
+    """A fresh cost policy reading the given calibration (a test's counterfactual)."""
+    policy = CostAwareGamma(gamma_max, c=c, verify_cost=COSTS.verify_cost)
+    policy.calibration = calibration
+    return policy
+
+
+class RateOne(Calibration):
+    """Counterfactual: every token priced at 1 target step (lambda = 1)."""
+
+    def rate(self) -> float:
+        return 1.0
+
+
+class Pooled(Calibration):
+    """Counterfactual: step 0's verdicts pooled with the later steps'."""
+
+    def depth(self, step: int) -> int:
+        return 0
+
+
+class OwnRow(Calibration):
+    """Counterfactual: the next forward priced by this row's own a(m) for a later step, not f(m)."""
+
+    def follow_acceptance(self, b: int) -> float:
+        return self.acceptance(1, b)
+
+
 def test_cost_drafts_confident_steps_and_stops_at_an_unsure_one():
     """Confident rows (top q 0.95 -> prior acceptance 0.95) pay for themselves; a row with top
     q 0.05 cannot: the chance that every draft so far survives falls below its verify cost."""
@@ -399,7 +428,7 @@ def test_cost_prices_drafts_at_the_rate_the_generation_runs():
     assert answers == {"fresh": [Keep.YES, Keep.YES], "warmed": [Keep.YES, Keep.LAST]}
     assert fresh.info()["rate"] == 1.0
     assert warmed.info()["rate"] == pytest.approx(7 / 3.9, abs=1e-3)
-    flat = CostAwareGamma(4, c=0.1, verify_cost=COSTS.verify_cost, at_rate=False)  # lambda stays 1
+    flat = cost_policy(RateOne())  # the same rounds with lambda held at 1: the draft is kept
     run_round(flat, [peaked(0.95)] * 4)
     flat.next_gamma()
     assert [flat.keep_drafting(0, peaked(0.95)), flat.keep_drafting(1, peaked(0.45))] == [Keep.YES, Keep.YES]
@@ -409,10 +438,10 @@ def test_cost_prices_drafts_at_the_rate_the_generation_runs():
 def test_cost_rejections_at_step_zero_do_not_condemn_later_steps():
     """Step 0 and later steps have their own calibration: after rows of top q 0.75 failed
     again and again as the first draft, the same confidence after an accepted-looking first
-    draft still counts as 0.75."""
+    draft still counts as 0.75. The pooled counterfactual shows the difference is the split."""
     drafted = {}
-    for split in (True, False):
-        policy = CostAwareGamma(4, c=0.1, verify_cost=COSTS.verify_cost, split_first=split)
+    for split, calibration in ((True, Calibration()), (False, Pooled())):
+        policy = cost_policy(calibration)
         for _ in range(30):
             run_round(policy, [peaked(0.75)] * 4, n_accepted=0)
         policy._skip_left = 0  # look at the decisions themselves, not the back-off
@@ -429,8 +458,8 @@ def test_cost_prices_the_next_forward_by_what_followed_this_confidence():
     and the old rule keeps paying a forward for step 1. f(0.95) learns that the forward after
     such a draft yields nothing, and the round stops after step 0 (LAST)."""
     answers = {}
-    for follow in (True, False):
-        policy = CostAwareGamma(4, c=0.1, verify_cost=COSTS.verify_cost, follow=follow)
+    for follow, calibration in ((True, Calibration()), (False, OwnRow())):
+        policy = cost_policy(calibration)
         for _ in range(30):
             run_round(policy, [peaked(0.95)] + [peaked(0.35)] * 3, n_accepted=1)
         policy.next_gamma()
@@ -443,18 +472,19 @@ def test_cost_follow_table_counts_a_refused_row_as_a_forward_that_yielded_nothin
     accepted draft, a rejected one, or a row the policy refuses; only the first counts as a
     success. No forward ran after a LAST: nothing is counted."""
     policy = CostAwareGamma(6, c=0.3, verify_cost=COSTS.verify_cost)
-    before = (policy._followed[9], policy._follow_runs[9])
+    follow = policy.calibration.follow
+    before = (follow.successes[9], follow.trials[9])
     policy.next_gamma()
     assert policy.keep_drafting(0, peaked(0.95)) == Keep.YES
     assert policy.keep_drafting(1, uniform()) == Keep.NO  # the forward ran; its row refused
     policy.update(1, 1)
-    assert (policy._followed[9], policy._follow_runs[9]) == (before[0], before[1] + 1)
+    assert (follow.successes[9], follow.trials[9]) == (before[0], before[1] + 1)
     policy.next_gamma()
     assert policy.keep_drafting(0, peaked(0.95)) == Keep.YES
     assert policy.keep_drafting(1, peaked(0.95)) == Keep.YES
     assert policy.keep_drafting(2, peaked(0.95)) == Keep.YES
     policy.update(2, 3)  # drafts 0, 1 accepted; draft 2 rejected
-    assert (policy._followed[9], policy._follow_runs[9]) == (before[0] + 1, before[1] + 3)
+    assert (follow.successes[9], follow.trials[9]) == (before[0] + 1, before[1] + 3)
 
 
 def test_cost_without_q_uses_running_acceptance():
@@ -527,19 +557,36 @@ def drive(policy, rows: list[torch.Tensor], tokens: list[int | None], accepted: 
 
 def test_cost_under_greedy_the_drawn_token_changes_nothing():
     """The greedy draft is the row's argmax, whose q is the row's top q: the same bin and the
-    same decisions as a policy that is never told the token."""
+    same decisions as a policy that is never told the token (token=None, round after round,
+    so the drawn-token tables it learns from are the ones a blind policy learns too)."""
     generator = torch.Generator().manual_seed(0)
     told = CostAwareGamma(8, c=0.2, verify_cost=COSTS.verify_cost)
-    blind = CostAwareGamma(8, c=0.2, verify_cost=COSTS.verify_cost, read_token=False)
+    blind = CostAwareGamma(8, c=0.2, verify_cost=COSTS.verify_cost)
     kinds = set()
     for _ in range(60):
         rows = random_rows(generator, 8)
         accepted = int(torch.randint(0, 9, (1,), generator=generator))
         a = drive(told, rows, [int(r.argmax()) for r in rows], accepted)
-        b = drive(blind, rows, [int(r.argmax()) for r in rows], accepted)
+        b = drive(blind, rows, [None] * len(rows), accepted)
         assert a == b
+        assert told.info() == blind.info()
         kinds.update(a)
     assert kinds == {Keep.NO, Keep.YES, Keep.LAST}  # the rounds exercised every answer
+
+
+def test_cost_told_a_sampled_token_answers_otherwise_than_blind():
+    """Guards the test above: with sampled tokens the same rounds do get other answers than a
+    policy never told the token, so equality under greedy is not equality by construction."""
+    generator = torch.Generator().manual_seed(0)
+    told = CostAwareGamma(8, c=0.2, verify_cost=COSTS.verify_cost)
+    blind = CostAwareGamma(8, c=0.2, verify_cost=COSTS.verify_cost)
+    differed = 0
+    for _ in range(60):
+        rows = random_rows(generator, 8)
+        accepted = int(torch.randint(0, 9, (1,), generator=generator))
+        tokens = [int(torch.multinomial(r, 1, generator=generator)) for r in rows]
+        differed += drive(told, rows, tokens, accepted) != drive(blind, rows, [None] * len(rows), accepted)
+    assert differed > 0
 
 
 def test_cost_keep_answer_never_depends_on_the_drawn_token():
@@ -554,7 +601,7 @@ def test_cost_keep_answer_never_depends_on_the_drawn_token():
         drafted = 0
         for step, row in enumerate(rows):
             answers = []
-            for token in range(V):
+            for token in [None, *range(V)]:  # None: the token-blind answer
                 probe = copy.deepcopy(policy)
                 answers.append(Keep(int(probe.keep_drafting(step, row, token))))
             assert len({a == Keep.NO for a in answers}) == 1, answers
@@ -567,3 +614,51 @@ def test_cost_keep_answer_never_depends_on_the_drawn_token():
         policy.update(min(drafted, int(torch.randint(0, 3, (1,), generator=generator))), drafted)
         policy._skip_left = 0
     assert differed > 0
+
+
+# ---------------------------------------------------------------------------- cost: a recorded replay
+
+
+def scripted_rounds(policy, seed: int, rounds: int) -> tuple[str, dict]:
+    """Rounds of random rows (one in five without q), sampled tokens and random verdicts; each
+    round's answers as letters (N, Y, L; "-" for a round that drafted nothing) and the last info()."""
+    generator = torch.Generator().manual_seed(seed)
+    letters = []
+    for _ in range(rounds):
+        said = ""
+        for step in range(policy.next_gamma()):
+            if float(torch.rand(1, generator=generator)) < 0.2:
+                row, token = None, None
+            else:
+                row = torch.softmax(torch.randn(V, generator=generator) * float(torch.rand(1, generator=generator)) * 8, 0)
+                token = int(torch.multinomial(row, 1, generator=generator))
+            answer = Keep(int(policy.keep_drafting(step, row, token)))
+            said += "NYL"[answer]
+            if answer != Keep.YES:
+                break
+        drafted = len(said) - said.endswith("N")
+        policy.update(int(torch.randint(0, drafted + 1, (1,), generator=generator)), drafted)
+        letters.append(said or "-")
+    return " ".join(letters), policy.info()
+
+
+# recorded with the policy before it was split into Calibration and CostAwareGamma (e0587b8)
+RECORDED = {
+    0: (
+        "L YYYL YL N - YN N - YL L L YL YYYL L YL N - L YYYL YL YYL L YYL YYL L YYYL YL YL YL N - "
+        "YYYYL YYYL N - N - - YL YYL YYL YL YL YYYL YL YYL L N - N - - YL YYYYN YYL N - YL YYL YL",
+        {"p_all": 0.147, "cost": 0.223, "stopped_at": 2, "rate": 1.115},
+    ),
+    1: (
+        "YYL N - YYYL YL YL N - YYL YL YYYL YL L YYL L YYL YL N - N - - YN L YYYL YYYL YYYN N - YYL "
+        "YL YL YL N - N - - N - - - - L YYYYN YYL N - YYL YYYL YYN L YYL YYYYN YYL YL L YL YYYL L",
+        {"p_all": 0.172, "cost": 0.238, "stopped_at": 1, "rate": 1.192},
+    ),
+}
+
+
+@pytest.mark.parametrize("seed", RECORDED)
+def test_cost_replays_the_recorded_decisions(seed):
+    """Guards refactoring: the same rows, tokens and verdicts give the same answers, back-offs
+    and final state as the recorded policy did, round for round."""
+    assert scripted_rounds(CostAwareGamma(6, 0.15, COSTS.verify_cost), seed, 60) == RECORDED[seed]

@@ -493,8 +493,7 @@ def _run_sweep(bench, pair, prompt_list, config, out_dir: Path, *, resume: bool,
 
 
 def render_sweep_end(out_dir: Path, result, config) -> None:
-    rows = sweep_results.read_rows(out_dir / sweep_results.RUNS_CSV)
-    summaries = sweep_results.summarize(rows)
+    summaries = sweep_results.summarize(sweep_results.load_runs(out_dir))
     greedy = config.temperature == 0
     console.print(summary_table(summaries, greedy))
     for line in _costs_lines(list(result.costs.values())):
@@ -521,7 +520,7 @@ def _costs_lines(measured: list) -> list[str]:
     return lines
 
 
-@app.command("plot")
+@command("plot")
 def plot_command(
     directory: Annotated[Path, typer.Argument(help="A results directory written by `specbench sweep`.", show_default=False)],
     out: Annotated[Path | None, typer.Option("--out", help="Where to write the PNGs (default: the results directory).", show_default=False)] = None,
@@ -529,10 +528,7 @@ def plot_command(
     """Draw the charts of a sweep (PNG files). Needs no models."""
     from specbench.bench import plot
 
-    try:
-        paths = plot.plot_results(directory, out)
-    except sweep_results.ResultsError as exc:
-        fail(str(exc))
+    paths = plot.plot_results(directory, out)
     console.print(f"wrote {len(paths)} charts:", highlight=False)
     for path in paths:
         console.print(f"  {path}", highlight=False, soft_wrap=True)

@@ -37,12 +37,6 @@ class ModelDrafter:
         self.step = step if step is not None else ModelForward()
         self.start(SamplingConfig(), None)
 
-    @property
-    def vocab_limit(self) -> int:
-        """The vocabulary limit of the step (draft_vocab.RestrictedStep's), 0 when it scores
-        every id. Drafting never reads it; it says what was asked for."""
-        return getattr(self.step, "vocab_limit", 0)
-
     def start(self, sampling: SamplingConfig, generator: torch.Generator | None) -> None:
         self.sampling = sampling
         if generator is not None and generator.device != self.device:

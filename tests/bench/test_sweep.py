@@ -385,7 +385,7 @@ def test_sweep_restricts_the_model_drafter(close_pair, tokenizer, tmp_path, monk
 
     def spy(self, model, *args, **kwargs):
         real_init(self, model, *args, **kwargs)
-        limits.append(self.vocab_limit)
+        limits.append(getattr(self.step, "vocab_limit", 0))
 
     monkeypatch.setattr(specbench.drafters.ModelDrafter, "__init__", spy)
     out = tmp_path / "vocab"

@@ -37,6 +37,7 @@ from specbench.models import defaults
 from specbench.bench import prompts as prompt_sets
 from specbench.bench import results as sweep_results
 from specbench.cli import trace as tracing
+from specbench.cli import tracefile
 
 app = typer.Typer(
     name="specbench",
@@ -281,7 +282,7 @@ def _tracers(trace: bool, trace_out, pair, prompt: str, settings: dict):
     tokenizer = pair.tokenizer
     token_text = lambda token: tokenizer.decode([token])  # noqa: E731
     header = {"prompt": prompt, "target": pair.target.name, "drafter": _drafter_label(pair), **settings}
-    writer = tracing.TraceWriter(trace_out, token_text, header) if trace_out is not None else None
+    writer = tracefile.TraceWriter(trace_out, token_text, header) if trace_out is not None else None
     tracer = tracing.live_tracer(console, token_text, header) if trace else None
     return tracer, writer
 
@@ -334,7 +335,7 @@ def trace_command(
     path: Annotated[Path, typer.Argument(help="A trace file written by `specbench generate --trace-out`.", show_default=False)],
 ) -> None:
     """Replay a saved step-by-step trace: every round, the summary and the marked text. Needs no models."""
-    tracing.replay(tracing.read_trace(path), console)
+    tracing.replay(tracefile.read_trace(path), console)
 
 
 # ---------------------------------------------------------------------------- sweep, plot

@@ -35,6 +35,30 @@ from specbench.drafters.tables import (
     table_draft,
 )
 
+__all__ = [
+    "copy_from",
+    "Draft",
+    "draft_step",
+    "Drafter",
+    "DRAFTERS",
+    "DraftStep",
+    "KeepDrafting",
+    "lookup_continuation",
+    "LookupFirstDrafter",
+    "LookupIndex",
+    "make_drafter",
+    "MODEL_DRAFTERS",
+    "ModelDrafter",
+    "ModelForward",
+    "ngram_predict",
+    "NgramDrafter",
+    "NgramTable",
+    "PromptLookupDrafter",
+    "table_draft",
+    "TableDrafter",
+    "uses_model",
+]
+
 DRAFTERS = ("model", "model+lookup", "ngram", "prompt-lookup")
 MODEL_DRAFTERS = ("model", "model+lookup")  # the drafters that draft with the drafter model
 

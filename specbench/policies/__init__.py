@@ -57,6 +57,24 @@ from specbench.policies.simple import (
     top_prob,
 )
 
+__all__ = [
+    "Calibration",
+    "confidence_to_gamma",
+    "CostAwareGamma",
+    "default_gamma",
+    "DEFAULT_THRESHOLDS",
+    "EntropyGuidedGamma",
+    "FixedGamma",
+    "GammaPolicy",
+    "HeuristicGamma",
+    "Keep",
+    "make_policy",
+    "normalized_entropy",
+    "POLICIES",
+    "ThresholdStop",
+    "top_prob",
+]
+
 POLICIES = ("fixed", "heuristic", "egag", "entropy-stop", "confidence-stop", "cost")
 
 DEFAULT_THRESHOLDS = {

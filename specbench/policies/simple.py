@@ -12,7 +12,6 @@ import math
 
 import torch
 
-from specbench.core.protocols import Keep
 from specbench.core.sampling import entropy
 
 

@@ -15,7 +15,7 @@ from rich.text import Text
 from typer.testing import CliRunner
 
 from specbench.cli import commands as cli
-from specbench.cli import trace
+from specbench.cli import trace, tracefile
 from specbench.core.stats import FIRST, RunStats, StepRecord
 
 VOCAB_TEXT = {1: "Hello", 2: ",", 3: " world", 4: "\n", 5: " the", 6: "\t", 7: "<eos>", 8: "cat", 9: " dog", 10: "\\n"}
@@ -217,7 +217,7 @@ HEADER = {"prompt": "Say hi\nplease", "target": "tiny-t", "drafter": "tiny-d", "
 def test_replay_equals_live(tmp_path, records):
     """The file carries the token texts, so a replay without any tokenizer reads the same."""
     path = tmp_path / "run.jsonl"
-    trace.write_trace(path, records, token_text, HEADER, STATS)
+    tracefile.write_trace(path, records, token_text, HEADER, STATS)
     replayed = StringIO()
     trace.replay(path, Console(file=replayed, width=80))
     assert replayed.getvalue() == render(records, STATS, HEADER)
@@ -226,28 +226,28 @@ def test_replay_equals_live(tmp_path, records):
 def test_trace_file_layout(tmp_path):
     """Header first; each token text stored once; round lines read back as StepRecords."""
     path = tmp_path / "run.jsonl"
-    trace.write_trace(path, SAMPLING_ALL_ACCEPTED + [spec_round(2, 5, [2], [0.5], [0.5], [0.1], 1, 3, "bonus", 0.2)], token_text, HEADER, STATS)
+    tracefile.write_trace(path, SAMPLING_ALL_ACCEPTED + [spec_round(2, 5, [2], [0.5], [0.5], [0.1], 1, 3, "bonus", 0.2)], token_text, HEADER, STATS)
     lines = path.read_text().splitlines()
     assert json.loads(lines[0]) == {"specbench_trace": 1, "header": HEADER}
     assert json.loads(lines[1])["texts"] == {"1": "Hello"}
     assert json.loads(lines[3])["texts"] == {}  # ids 2 and 3 were stored by round 1
     assert StepRecord.from_json(lines[2]) == SAMPLING_ALL_ACCEPTED[1]
-    assert trace.read_trace(path).stats == STATS
+    assert tracefile.read_trace(path).stats == STATS
 
 
 def test_interrupted_trace_still_replays(tmp_path):
     """A run killed mid-way leaves no stats line; the replay rebuilds the summary."""
     path = tmp_path / "run.jsonl"
-    writer = trace.TraceWriter(path, token_text, HEADER)
+    writer = tracefile.TraceWriter(path, token_text, HEADER)
     for record in SAMPLING_ALL_ACCEPTED:
         writer.on_step(record)
-    saved = trace.read_trace(path)  # before close: every line is already flushed
+    saved = tracefile.read_trace(path)  # before close: every line is already flushed
     assert saved.stats is None and saved.records == SAMPLING_ALL_ACCEPTED
 
 
 def test_unwritable_trace_path_is_a_trace_error(tmp_path):
-    with pytest.raises(trace.TraceFileError, match="cannot write a trace there"):
-        trace.TraceWriter(tmp_path / "no-such-dir" / "run.jsonl", token_text)
+    with pytest.raises(tracefile.TraceFileError, match="cannot write a trace there"):
+        tracefile.TraceWriter(tmp_path / "no-such-dir" / "run.jsonl", token_text)
 
 
 @pytest.mark.parametrize(
@@ -264,8 +264,8 @@ def test_unwritable_trace_path_is_a_trace_error(tmp_path):
 def test_bad_files_give_one_line_reasons(tmp_path, content, message):
     path = tmp_path / "bad.jsonl"
     path.write_text(content)
-    with pytest.raises(trace.TraceFileError, match=message.replace("(", r"\(")):
-        trace.read_trace(path)
+    with pytest.raises(tracefile.TraceFileError, match=message.replace("(", r"\(")):
+        tracefile.read_trace(path)
 
 
 def test_wrong_field_types_are_reported(tmp_path):
@@ -273,8 +273,8 @@ def test_wrong_field_types_are_reported(tmp_path):
     record = json.loads(GREEDY_FIRST_REJECTED[1].to_json())
     record["draft_probs"] = ["high", 0.8, 0.7]
     path.write_text(json.dumps({"specbench_trace": 1}) + "\n" + json.dumps(record) + "\n")
-    with pytest.raises(trace.TraceFileError, match="bad step record field.*draft_probs"):
-        trace.read_trace(path)
+    with pytest.raises(tracefile.TraceFileError, match="bad step record field.*draft_probs"):
+        tracefile.read_trace(path)
 
 
 # ---------------------------------------------------------------------------- the command
@@ -294,7 +294,7 @@ def plain_cli(monkeypatch):
 
 def test_cli_replays_a_trace(tmp_path, plain_cli):
     path = tmp_path / "run.jsonl"
-    trace.write_trace(path, SAMPLING_FIRST_REJECTED, token_text, HEADER, STATS)
+    tracefile.write_trace(path, SAMPLING_FIRST_REJECTED, token_text, HEADER, STATS)
     result = CliRunner().invoke(cli.app, trace_args(path))
     assert result.exit_code == 0, result.output
     assert result.stdout == render(SAMPLING_FIRST_REJECTED, STATS, HEADER)
@@ -333,7 +333,7 @@ def test_live_trace_of_a_real_generation(close_pair, tmp_path):
     path = tmp_path / "live.jsonl"
     live = StringIO()
     tracer = trace.live_tracer(Console(file=live, width=80), text_of, header)
-    writer = trace.TraceWriter(path, text_of, header)
+    writer = tracefile.TraceWriter(path, text_of, header)
     config = GenerationConfig(max_new_tokens=16, sampling=SamplingConfig(temperature=0.8), seed=3)
     result = speculative_generate(target, ModelDrafter(drafter_model), [1, 5, 9, 12, 3], config, FixedGamma(3), on_step=trace.tee(tracer.on_step, writer.on_step))
     tracer.finish(result.stats)

@@ -21,8 +21,15 @@ from specbench.bench.results import (
     BASELINE_METHOD,
     FIXED_POLICY,
     MODEL_DRAFTER,
+    INTERVAL_COLUMNS,
+    MEASURED,
+    ORACLE_POLICY,
+    PREDICTED,
     RUNS_CSV,
     ResultsError,
+    best_gammas,
+    load_positions,
+    position_acceptance,
     config_label,
     estimate_alpha,
     geometric_mean,
@@ -44,6 +51,13 @@ CHARTS = (
     "speedup_by_category.png",
     "model_vs_measured.png",
 )
+PREDICTION_CHARTS = (
+    "acceptance_vs_gamma.png",
+    "accepted_length_vs_gamma.png",
+    "speedup_vs_gamma.png",
+    "position_acceptance.png",
+    "category_speedup_predicted.png",
+)  # drawn when a sweep has predicted rows (every sweep since predictions)
 MAX_CATEGORY_SERIES = 6  # bars per category group before the chart stops being readable
 GAMMA_AXIS = "gamma (draft tokens per round; adaptive policies: their gamma setting)"
 
@@ -267,10 +281,116 @@ def describe(meta: dict, runs: pd.DataFrame) -> str:
 
 
 def plot_results(directory: Path, out_dir: Path | None = None) -> list[Path]:
-    """Write every chart of a results directory (into it, unless out_dir is given); the paths."""
-    runs, meta = load_results(directory)
+    """Write every chart of a results directory (into it, unless out_dir is given); the paths.
+    The measured charts read the measured rows only; a sweep with predictions also gets the
+    PREDICTION_CHARTS (predicted lines with their bands, measured points on them)."""
+    every, meta = load_results(directory)
     out_dir = Path(out_dir or directory)
     out_dir.mkdir(parents=True, exist_ok=True)
-    table = summary_frame(runs)
-    subtitle = describe(meta, runs)
-    return [draw(table, runs, meta, out_dir / name, subtitle) for draw, name in zip(DRAWERS, CHARTS)]
+    runs = every[every["source"] == MEASURED]
+    subtitle = describe(meta, every)
+    paths = [draw(summary_frame(runs), runs, meta, out_dir / name, subtitle) for draw, name in zip(DRAWERS, CHARTS)] if len(runs) else []
+    if (every["source"] == PREDICTED).any():
+        table = summary_frame(every)
+        positions = load_positions(directory)
+        paths += [
+            chart_gamma_metric(table, "acceptance_rate", "acceptance_lo", "acceptance_hi", "Acceptance rate vs gamma", "accepted / drafted (pooled over tokens)", out_dir / PREDICTION_CHARTS[0], subtitle),
+            chart_gamma_metric(table, "mean_accepted_length", None, None, "Tokens per target forward vs gamma", "mean accepted length (accepted drafts + 1)", out_dir / PREDICTION_CHARTS[1], subtitle),
+            chart_speedup_vs_gamma(table, out_dir / PREDICTION_CHARTS[2], subtitle),
+            chart_positions(positions, out_dir / PREDICTION_CHARTS[3], subtitle),
+            chart_category_predicted(table, every, out_dir / PREDICTION_CHARTS[4], subtitle),
+        ]  # fmt: skip
+    return paths
+
+
+# ---------------------------------------------------------------------------- prediction charts
+
+
+def _configurations(table: pd.DataFrame) -> list[tuple[str, str]]:
+    """The specbench drafter x policy pairs of a summary (oracles apart), in a stable order."""
+    spec = table[(table["method"] == "specbench") & (table["policy"] != ORACLE_POLICY)]
+    return sorted(set(zip(spec["drafter"], spec["policy"])))
+
+
+def chart_gamma_metric(table, metric: str, lo: str | None, hi: str | None, title: str, ylabel: str, path: Path, subtitle: str, references: bool = False) -> Path:
+    """metric vs gamma: one predicted line per drafter x policy (its 95% bootstrap band over
+    prompts shaded), the measured points of the same configuration on it (with intervals)."""
+    fig, ax = _figure(title, subtitle, GAMMA_AXIS, ylabel)
+    colors = {}
+    for i, (drafter, policy) in enumerate(_configurations(table)):
+        color = colors.setdefault((drafter, policy), f"C{i % 10}")
+        rows = table[(table["method"] == "specbench") & (table["drafter"] == drafter) & (table["policy"] == policy) & table[metric].notna()]
+        predicted = rows[rows["source"] == PREDICTED].sort_values("gamma")
+        if len(predicted):
+            ax.plot(predicted["gamma"], predicted[metric], color=color, label=f"{drafter} / {policy} (predicted)")
+            if lo and predicted[lo].notna().any():
+                ax.fill_between(predicted["gamma"], predicted[lo], predicted[hi], color=color, alpha=0.15)
+        measured = rows[rows["source"] == MEASURED].sort_values("gamma")
+        if len(measured):
+            errors = None
+            if lo and measured[lo].notna().all():
+                errors = [(measured[metric] - measured[lo]).clip(lower=0), (measured[hi] - measured[metric]).clip(lower=0)]
+            ax.errorbar(measured["gamma"], measured[metric], yerr=errors, fmt="o", color=color, capsize=3, label=f"{drafter} / {policy} (measured)")
+    if references:
+        _reference_lines(ax, table)
+    _gamma_axis(ax, gamma_span(table[(table["method"] == "specbench") & (table["policy"] != ORACLE_POLICY)]))
+    return _finish(fig, ax, path)
+
+
+def chart_speedup_vs_gamma(table, path: Path, subtitle: str) -> Path:
+    """Geometric-mean speedup vs gamma, predicted lines and measured points as in
+    chart_gamma_metric; plain = 1, hf-assisted with its own defaults (measured) and each
+    drafter's oracle (predicted, drafting exactly what is accepted) as horizontal lines."""
+    return chart_gamma_metric(table, "speedup", "speedup_lo", "speedup_hi", "Speedup over plain decoding vs gamma", "speedup (geometric mean over prompts)", path, subtitle, references=True)
+
+
+def _reference_lines(ax, table) -> None:
+    ax.axhline(1.0, color="0.3", linewidth=1, label="plain decoding")
+    hf = table[(table["method"] == "hf-assisted") & table["gamma"].isna() & table["speedup"].notna()]
+    for _, row in hf.iterrows():
+        ax.axhline(row["speedup"], color="0.45", linestyle="--", linewidth=1.2, label=f"hf-assisted, {row['policy']} ({row['speedup']:.2f}×)")
+    oracle = table[(table["policy"] == ORACLE_POLICY) & (table["source"] == PREDICTED) & table["speedup"].notna()]
+    for i, (_, row) in enumerate(oracle.iterrows()):
+        ax.axhline(row["speedup"], color=f"C{(i + 5) % 10}", linestyle=":", linewidth=1.4, label=f"oracle, {row['drafter']} drafter ({row['speedup']:.2f}×)")
+
+
+def chart_positions(positions: pd.DataFrame, path: Path, subtitle: str) -> Path:
+    """Acceptance at each draft position given the drafts before it were accepted, one line
+    per drafter (predicted, fixed policy at the largest gamma; measured points on it)."""
+    fig, ax = _figure("Acceptance by draft position", subtitle, "draft position i in a round", "P(draft i accepted | drafts 1..i-1 accepted)")
+    fixed = positions[(positions["policy"] == FIXED_POLICY)] if len(positions) else positions
+    if len(fixed):
+        top = fixed["gamma"].max()
+        table = position_acceptance(fixed[fixed["gamma"] == top])
+        for i, (drafter, group) in enumerate(table.groupby("drafter", sort=True)):
+            predicted, measured = group[group["source"] == PREDICTED], group[group["source"] == MEASURED]
+            if len(predicted):
+                ax.plot(predicted["position"], predicted["acceptance"], color=f"C{i}", marker=".", label=f"{drafter}, γ={int(top)} (predicted)")
+            if len(measured):
+                ax.plot(measured["position"], measured["acceptance"], "o", color=f"C{i}", label=f"{drafter}, γ={int(top)} (measured)")
+        ax.set_ylim(0, 1.02)
+    return _finish(fig, ax, path)
+
+
+def chart_category_predicted(table, runs, path: Path, subtitle: str) -> Path:
+    """Per category: the predicted geometric-mean speedup of each drafter x policy at its best
+    predicted gamma (bars), the measured one at that gamma where measured (black dots)."""
+    fig, ax = _figure("Speedup by prompt category, each configuration at its best predicted gamma", subtitle, "", "speedup over plain")
+    best = list(best_gammas(table).items())[:MAX_CATEGORY_SERIES]
+    categories = list(dict.fromkeys(runs["category"]))
+    width = 0.8 / max(1, len(best))
+    for i, ((drafter, policy), gamma) in enumerate(best):
+        rows = runs[(runs["method"] == "specbench") & (runs["drafter"] == drafter) & (runs["policy"] == policy) & (runs["gamma"] == gamma)]
+        xs = np.arange(len(categories)) + (i - (len(best) - 1) / 2) * width
+        for source, draw in ((PREDICTED, "bar"), (MEASURED, "dot")):
+            chosen = rows[rows["source"] == source]
+            values = [geometric_mean(chosen.loc[chosen["category"] == c, "speedup"]) for c in categories]
+            values = [np.nan if v is None else v for v in values]
+            if draw == "bar":
+                ax.bar(xs, values, width, color=f"C{i}", label=f"{drafter} / {policy}, γ={gamma}")
+            elif not all(np.isnan(values)):
+                ax.plot(xs, values, "o", color="black", markersize=4, label="measured" if i == 0 else None)
+    ax.axhline(1.0, color="0.3", linewidth=1)
+    ax.set_xticks(range(len(categories)))
+    ax.set_xticklabels(categories, rotation=20, ha="right", fontsize=8)
+    return _finish(fig, ax, path)

@@ -12,7 +12,9 @@ It knows nothing about models or decoding; metrics are defined in core/stats.py.
 imports this module for the schema at start-up, so pandas is imported on first use, inside the
 functions that need it (plotting and the end-of-sweep table pay for it, `--help` does not).
 
-runs.csv: one row per method x drafter x policy x gamma x prompt x repeat. Blank cells mean
+runs.csv: one row per source x method x drafter x policy x gamma x prompt x repeat, where
+source is "measured" (a timed run) or "predicted" (replayed on the prompt's plain path,
+profile.py; a file from before predictions reads as measured). Blank cells mean
 "does not apply or is not known" (the plain run has no drafter; HF's assisted generation may
 not reveal its acceptance; identical_to_baseline is only checked for greedy runs); load_runs
 reads them as NaN (numbers), NA (identical_to_baseline) or "" (text).
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 RUNS_CSV = "runs.csv"
+POSITIONS_CSV = "positions.csv"
 META_JSON = "meta.json"
 STEPS_JSONL = "steps.jsonl"
 
@@ -47,15 +50,19 @@ REQUIRED_COLUMNS = (
 EXTRA_COLUMNS = (
     "rounds", "first_pass_tokens", "prompt_tokens", "prefill_seconds", "decode_seconds",
     "draft_seconds", "verify_seconds", "stop_reason", "seed", "output_hash", "predicted_speedup",
+    "source",
 )  # fmt: skip
 COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS
-KEY_COLUMNS = ("method", "drafter", "policy", "gamma", "temperature", "prompt_id", "repeat")
+KEY_COLUMNS = ("source", "method", "drafter", "policy", "gamma", "temperature", "prompt_id", "repeat")
+POSITION_COLUMNS = (*KEY_COLUMNS, "category", "position", "reached", "accepted")
+MEASURED, PREDICTED = "measured", "predicted"
+ORACLE_POLICY = "oracle"  # profile.py's label for the bound of every policy over a drafter
 # how load_runs types the columns: text stays text ("" when blank), the flag becomes a nullable
 # boolean, every other column of the schema is a float64 number (NaN when blank)
-TEXT_COLUMNS = ("method", "drafter", "policy", "prompt_id", "category", "stop_reason", "output_hash")
+TEXT_COLUMNS = ("source", "method", "drafter", "policy", "prompt_id", "category", "stop_reason", "output_hash")
 FLAG_COLUMNS = ("identical_to_baseline",)
 NUMBER_COLUMNS = tuple(c for c in COLUMNS if c not in TEXT_COLUMNS + FLAG_COLUMNS)
-GROUP_COLUMNS = ["method", "drafter", "policy", "gamma"]  # one Summary per group
+GROUP_COLUMNS = ["source", "method", "drafter", "policy", "gamma"]  # one Summary per group
 BASELINE_METHOD = "plain"
 MODEL_DRAFTER = "model"  # the drafter that drafts with the drafter model (drafters/)
 FIXED_POLICY = "fixed"  # the fixed-gamma policy (policies/), the setting of the theory
@@ -93,14 +100,14 @@ def _gamma_number(token: str, text: str) -> int:
 # ---------------------------------------------------------------------------- keys and cells
 
 
-def run_key(method: str, drafter: str, policy: str, gamma, temperature, prompt_id: str, repeat) -> tuple[str, ...]:
+def run_key(source: str, method: str, drafter: str, policy: str, gamma, temperature, prompt_id: str, repeat) -> tuple[str, ...]:
     """The identity of one run, normalised so that a row read back from CSV matches its plan."""
-    gamma_cell = "" if gamma in (None, "") else str(int(gamma))
-    return (method, drafter or "", policy or "", gamma_cell, f"{float(temperature):g}", str(prompt_id), str(int(repeat)))
+    gamma_cell = "" if gamma in (None, "") else str(int(float(gamma)))
+    return (source or MEASURED, method, drafter or "", policy or "", gamma_cell, f"{float(temperature):g}", str(prompt_id), str(int(float(repeat))))
 
 
 def row_key(row: dict) -> tuple[str, ...]:
-    return run_key(*(row[c] for c in KEY_COLUMNS))
+    return run_key(*(row.get(c) if c == "source" else row[c] for c in KEY_COLUMNS))
 
 
 def output_hash(token_ids: list[int]) -> str:
@@ -138,6 +145,20 @@ def append_row(path: Path, row: dict) -> None:
         writer.writerow({c: cell(row.get(c)) for c in columns})
 
 
+def append_positions(path: Path, rows: list[dict]) -> None:
+    """Append one run's positions.csv rows (reached and accepted drafts at each draft
+    position; expectations, so possibly fractional, for a sampled prediction) and close."""
+    new = not path.exists() or path.stat().st_size == 0
+    if not new:
+        _end_with_newline(path)
+    with open(path, "a", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(POSITION_COLUMNS), extrasaction="ignore")
+        if new:
+            writer.writeheader()
+        for row in rows:
+            writer.writerow({c: cell(row.get(c)) for c in POSITION_COLUMNS})
+
+
 def _end_with_newline(path: Path) -> None:
     """A run killed mid-write can leave half a line; start the next row on a line of its own."""
     with open(path, "rb+") as handle:
@@ -153,7 +174,9 @@ def read_rows(path: Path) -> list[dict[str, str]]:
     """Rows of a runs.csv as text cells ("" when blank), as a resumed sweep compares them with
     its plan (row_key). A missing file or missing columns is a ResultsError; incomplete lines
     (an interrupted write) are skipped."""
-    return _read_cells(Path(path)).to_dict("records")
+    cells = _read_cells(Path(path))
+    cells["source"] = cells["source"].replace("", MEASURED) if "source" in cells else MEASURED
+    return cells.to_dict("records")
 
 
 def load_runs(path: Path) -> pd.DataFrame:
@@ -198,6 +221,7 @@ def _read_cells(path: Path) -> pd.DataFrame:
 def _typed(cells: pd.DataFrame) -> pd.DataFrame:
     """Text cells -> the typed table (see TEXT_COLUMNS, FLAG_COLUMNS, NUMBER_COLUMNS)."""
     runs = cells.reindex(columns=list(dict.fromkeys([*COLUMNS, *cells.columns])), fill_value="")
+    runs["source"] = runs["source"].replace("", MEASURED)
     for column in NUMBER_COLUMNS:
         runs[column] = _numbers(runs, column)
     for column in FLAG_COLUMNS:
@@ -255,8 +279,15 @@ def verify_costs(meta: dict) -> dict[int, float]:
 
 @dataclass(frozen=True)
 class Summary:
-    """One method x drafter x policy x gamma, aggregated over prompts and repeats."""
+    """One source x method x drafter x policy x gamma, aggregated over prompts and repeats.
 
+    Which averages weigh what: acceptance_rate is pooled over drafted tokens (token-weighted:
+    a long run counts for more); speedup and predicted_speedup are geometric means over runs,
+    mean_accepted_length and tokens_per_second plain means over runs (prompt-weighted: each
+    prompt run counts once). The intervals are 95% bootstrap intervals over prompts (NaN,
+    None here, with fewer than 2 prompts)."""
+
+    source: str
     method: str
     drafter: str
     policy: str
@@ -269,6 +300,10 @@ class Summary:
     predicted_speedup: float | None  # geometric mean of the walltime model's (specbench runs)
     differs: int  # greedy runs whose output is not the baseline's
     checked: int  # greedy runs compared with the baseline
+    speedup_lo: float | None = None
+    speedup_hi: float | None = None
+    acceptance_lo: float | None = None
+    acceptance_hi: float | None = None
 
     @property
     def label(self) -> str:
@@ -322,8 +357,49 @@ def summary_frame(runs: pd.DataFrame | Iterable[dict]) -> pd.DataFrame:
     table["acceptance_rate"] = pooled.where(table["known"])
     table[["speedup", "predicted_speedup"]] = table[["speedup", "predicted_speedup"]].astype("float64")
     table["label"] = labels(table)
+    table = table.merge(bootstrap_intervals(runs), on=GROUP_COLUMNS, how="left")
     table = table.sort_values(["speedup", "tokens_per_second"], ascending=False, na_position="last", kind="stable")
     return table[[*SUMMARY_FIELDS, "label"]].reset_index(drop=True)
+
+
+BOOTSTRAP_DRAWS = 1000
+INTERVAL_COLUMNS = ["speedup_lo", "speedup_hi", "acceptance_lo", "acceptance_hi"]
+
+
+def bootstrap_intervals(runs: pd.DataFrame, draws: int = BOOTSTRAP_DRAWS, seed: int = 0) -> pd.DataFrame:
+    """95% percentile-bootstrap intervals of each group's geometric-mean speedup and pooled
+    acceptance, resampling prompts with replacement (a prompt's repeats move together):
+    one row per GROUP_COLUMNS group, INTERVAL_COLUMNS (NaN with fewer than 2 prompts).
+    The seed is fixed so that a table reads the same every time it is drawn."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    runs = runs.assign(
+        log_speedup=np.log(runs["speedup"].where(runs["speedup"] > 0)),
+        has_speedup=(runs["speedup"] > 0).astype(float),
+        drafted_known=runs["drafted"].where(runs["acceptance_rate"].notna()),
+        accepted_known=runs["accepted"].where(runs["acceptance_rate"].notna()),
+    )
+    per_prompt = runs.groupby([*GROUP_COLUMNS, "prompt_id"], dropna=False, sort=False).agg(
+        logs=("log_speedup", "sum"), n=("has_speedup", "sum"), drafted=("drafted_known", "sum"), accepted=("accepted_known", "sum")
+    ).reset_index()
+    out = []
+    for key, group in per_prompt.groupby(GROUP_COLUMNS, dropna=False, sort=False):
+        row = dict(zip(GROUP_COLUMNS, key), **{c: np.nan for c in INTERVAL_COLUMNS})
+        if len(group) >= 2:
+            pick = rng.integers(0, len(group), size=(draws, len(group)))
+            n = group["n"].to_numpy()[pick].sum(axis=1)
+            if (n > 0).all():
+                speedups = np.exp(group["logs"].to_numpy()[pick].sum(axis=1) / n)
+                row["speedup_lo"], row["speedup_hi"] = np.percentile(speedups, [2.5, 97.5])
+            drafted = group["drafted"].to_numpy()[pick].sum(axis=1)
+            if (drafted > 0).all():
+                rates = group["accepted"].to_numpy()[pick].sum(axis=1) / drafted
+                row["acceptance_lo"], row["acceptance_hi"] = np.percentile(rates, [2.5, 97.5])
+        out.append(row)
+    columns = [*GROUP_COLUMNS, *INTERVAL_COLUMNS]
+    return pd.DataFrame(out, columns=columns).astype({c: "float64" for c in INTERVAL_COLUMNS})
 
 
 def _summary_inputs(runs: pd.DataFrame) -> pd.DataFrame:
@@ -351,9 +427,10 @@ def _summary(row: dict) -> Summary:
         return None if value != value else float(value)  # NaN -> None
 
     return Summary(
-        row["method"], row["drafter"], row["policy"], _whole(row["gamma"]), int(row["runs"]),
+        row["source"], row["method"], row["drafter"], row["policy"], _whole(row["gamma"]), int(row["runs"]),
         real(row["acceptance_rate"]), real(row["mean_accepted_length"]), real(row["tokens_per_second"]),
         real(row["speedup"]), real(row["predicted_speedup"]), int(row["differs"]), int(row["checked"]),
+        *(real(row[c]) for c in INTERVAL_COLUMNS),
     )  # fmt: skip
 
 
@@ -362,14 +439,95 @@ def _whole(value) -> int | None:
     return None if value is None or value != value else int(value)
 
 
-def speedup_by_category(runs: pd.DataFrame | Iterable[dict]) -> pd.DataFrame:
-    """The geometric-mean speedup of each configuration in each prompt category: one row per
-    method x drafter x policy x gamma (indexed by its label with gamma), one column per
-    category, both in order of first appearance; NaN where a configuration has no speedup."""
+def speedup_by_category(runs: pd.DataFrame | Iterable[dict], source: str = MEASURED) -> pd.DataFrame:
+    """The geometric-mean speedup of each configuration in each prompt category, over the
+    rows of one source: one row per method x drafter x policy x gamma (indexed by its label
+    with gamma), one column per category, both in order of first appearance; NaN where a
+    configuration has no speedup."""
     runs = as_runs(runs)
+    runs = runs[runs["source"] == source]
     configurations = runs.assign(configuration=labels(runs, with_gamma=True))
     pivot = configurations.pivot_table(index="configuration", columns="category", values="speedup", aggfunc=geometric_mean, sort=False)
     return pivot.reindex(index=configurations["configuration"].unique(), columns=runs["category"].unique()).astype("float64")
+
+
+# ---------------------------------------------------------------------------- predictions against measurements
+
+
+def best_gammas(summary: pd.DataFrame, source: str = PREDICTED) -> dict[tuple[str, str], int]:
+    """{(drafter, policy): the gamma with the highest geometric-mean speedup} over the
+    specbench rows of `source` in a summary_frame (oracles left out)."""
+    rows = summary[(summary["source"] == source) & (summary["method"] == "specbench") & (summary["policy"] != ORACLE_POLICY) & summary["speedup"].notna()]
+    best = rows.sort_values("speedup", ascending=False, kind="stable").drop_duplicates(["drafter", "policy"])
+    return {(d, p): int(g) for d, p, g in zip(best["drafter"], best["policy"], best["gamma"])}
+
+
+def prediction_check(runs: pd.DataFrame | Iterable[dict]) -> pd.DataFrame:
+    """Every measured specbench run beside its prediction (same drafter, policy, gamma,
+    temperature, prompt and repeat): target forwards and speedup, predicted and measured."""
+    import pandas as pd
+
+    runs = as_runs(runs)
+    keys = ["drafter", "policy", "gamma", "temperature", "prompt_id", "repeat"]
+    spec = runs[runs["method"] == "specbench"]
+    wanted = ["category", "target_forwards", "speedup", *keys]
+    pairs = pd.merge(spec[spec["source"] == PREDICTED][wanted], spec[spec["source"] == MEASURED][wanted], on=keys, suffixes=("_p", "_m"))
+    check = pd.DataFrame({
+        **{k: pairs[k] for k in keys}, "category": pairs["category_m"],
+        "predicted_forwards": pairs["target_forwards_p"], "measured_forwards": pairs["target_forwards_m"],
+        "predicted_speedup": pairs["speedup_p"], "measured_speedup": pairs["speedup_m"],
+    })  # fmt: skip
+    check["forwards_equal"] = (check["predicted_forwards"] - check["measured_forwards"]).abs() < 0.5
+    check["speedup_error"] = check["predicted_speedup"] / check["measured_speedup"] - 1
+    return check
+
+
+def prediction_accuracy(check: pd.DataFrame) -> dict:
+    """n measured points; the share whose target forwards were predicted exactly (greedy;
+    under sampling predictions are expectations, so read the mean instead) and whose speedup
+    was within 10%."""
+    n = len(check)
+    if not n:
+        return {"n": 0, "forwards_equal_share": None, "within_10pct_share": None}
+    return {"n": n, "forwards_equal_share": float(check["forwards_equal"].mean()), "within_10pct_share": float((check["speedup_error"].abs() <= 0.10).mean())}
+
+
+def oracle_share(summary: pd.DataFrame) -> pd.DataFrame:
+    """Each specbench policy's share of its drafter's oracle gain, (speedup - 1) /
+    (oracle speedup - 1), within each source (NaN where the oracle gains nothing)."""
+    import pandas as pd
+
+    spec = summary[summary["method"] == "specbench"]
+    oracle = spec[spec["policy"] == ORACLE_POLICY][["source", "drafter", "speedup"]].rename(columns={"speedup": "oracle_speedup"})
+    others = spec[spec["policy"] != ORACLE_POLICY][["source", "drafter", "policy", "gamma", "speedup"]]
+    table = others.merge(oracle.drop_duplicates(["source", "drafter"]), on=["source", "drafter"])
+    gain = (table["oracle_speedup"] - 1).where(table["oracle_speedup"] > 1)
+    table["share"] = (table["speedup"] - 1) / gain
+    return table.reset_index(drop=True) if len(table) else pd.DataFrame(columns=["source", "drafter", "policy", "gamma", "speedup", "oracle_speedup", "share"])
+
+
+def load_positions(directory: Path) -> pd.DataFrame:
+    """positions.csv of a results directory as numbers (an empty table when absent)."""
+    import pandas as pd
+
+    path = Path(directory) / POSITIONS_CSV
+    if not path.is_file():
+        return pd.DataFrame(columns=list(POSITION_COLUMNS))
+    try:
+        table = pd.read_csv(path, dtype=str, keep_default_na=False, engine="python", on_bad_lines="skip", index_col=False)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise ResultsError(f"cannot read {path}: {exc}") from None
+    for column in ("gamma", "temperature", "repeat", "position", "reached", "accepted"):
+        table[column] = pd.to_numeric(table[column], errors="coerce")
+    return table.dropna(subset=["position", "reached", "accepted"])
+
+
+def position_acceptance(positions: pd.DataFrame, by=("source", "drafter", "policy", "gamma")) -> pd.DataFrame:
+    """Acceptance at each draft position i given drafts 1..i-1 of the round were accepted:
+    sum(accepted) / sum(reached) over each group (token-weighted)."""
+    table = positions.groupby([*by, "position"], sort=True).agg(reached=("reached", "sum"), accepted=("accepted", "sum")).reset_index()
+    table["acceptance"] = table["accepted"] / table["reached"].where(table["reached"] > 0)
+    return table
 
 
 # ---------------------------------------------------------------------------- theory from measurements

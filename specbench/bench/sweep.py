@@ -1,5 +1,13 @@
 """Sweeps: methods x drafters x policies x gammas x prompts x repeats on loaded models.
 
+A sweep profiles first and measures second. Phase 1, for every prompt: the plain run (the
+baseline, timed), one drafter forward over prompt + its output (profile.py), and a
+PREDICTED row for every drafter x policy x gamma and each drafter's oracle, replayed on
+that path with no model in the loop (replay.py) and priced with the block's measured costs.
+Phase 2 times real runs only where `measure` says: "best" (each drafter x policy at its
+best predicted gamma), a list of gammas, or "all"; on every prompt, or on the first
+measure_per_category prompts of each category. Rows say which they are in `source`.
+
 This module owns the benchmark protocol: what runs in which order, how each method is timed,
 the cost measurements (c and the verify cost curve v(k)), and writing the results directory
 (runs.csv appended row by row, meta.json, optional steps.jsonl). It receives models that are
@@ -16,11 +24,13 @@ Methods:
                "model"), or with HF's own defaults; HF's drafter scores its whole vocabulary
                (the restricted head is specbench's).
 
-Protocol: for each repeat, for each prompt, the plain run first and then every other
-combination, so machine drift hits all methods alike; one short warm-up generation per
-method before timing; odd repeats run the methods after plain in reverse; c and v(k)
-measured as each prompt's block starts, on that prompt's context (or once per sweep with
-costs_per_prompt=False; a resumed sweep reuses what its blocks measured).
+Protocol: phase 1 goes prompt by prompt (plain, then its predictions); phase 2 runs, for each
+repeat and measured prompt, every measured combination in turn, so machine drift hits all
+methods alike (odd repeats in reverse), against the plain run of phase 1; one short warm-up
+generation per method before timing; c and v(k) measured as each prompt's block starts, on
+that prompt's context (or once per sweep with costs_per_prompt=False; a resumed sweep
+reuses what its blocks measured). paths.jsonl keeps each plain output, so a resumed sweep
+can still predict from it.
 """
 
 from __future__ import annotations
@@ -39,6 +49,8 @@ import torch
 
 from specbench import __version__
 from specbench.bench.hf_assisted import measure_hf_assisted
+from specbench.bench.profile import ORACLE_POLICY, Prediction, predict, record_path
+from specbench.bench.replay import position_counts
 from specbench.bench.prompts import Prompt
 from specbench.core.generate import GenerationConfig, context_limit, plain_generate, speculative_generate
 from specbench.drafters import DRAFTERS, make_drafter, uses_model
@@ -54,10 +66,16 @@ from specbench.bench.results import (
     FIXED_POLICY,
     KEY_COLUMNS,
     MODEL_DRAFTER,
+    POSITIONS_CSV,
     RUNS_CSV,
     STEPS_JSONL,
+    append_positions,
     append_row,
+    best_gammas,
+    load_runs,
     output_hash,
+    parse_gammas,
+    summary_frame,
     read_meta,
     read_rows,
     row_key,
@@ -72,6 +90,9 @@ METHODS = (BASELINE_METHOD, SPECBENCH, HF_ASSISTED)
 HF_POLICY = FIXED_POLICY  # HF's constant num_assistant_tokens schedule is a fixed gamma
 HF_DEFAULTS_POLICY = "hf-defaults"  # HF as it comes: hf_assisted.HF_DEFAULTS (its threshold adjusted online)
 HF_STOCK_POLICY = "hf-defaults-stock-kernels"  # the same, on PyTorch's own Linear kernels (HF without specbench)
+PREDICTED, MEASURED = "predicted", "measured"  # runs.csv's source column
+PATHS_JSONL = "paths.jsonl"  # each plain run's output ids, what predictions replay
+MEASURE_CHOICES = ("best", "all")  # or a list of gammas, "2,5"
 
 
 @dataclass(frozen=True)
@@ -84,7 +105,7 @@ class SweepConfig:
     repeats: int = 1
     seed: int = 0  # repeat r of every method uses seed + r
     hf_assisted: bool = True
-    hf_fixed: bool = True  # hf-assisted also at each gamma (constant schedule), beside its defaults
+    hf_fixed: bool = False  # hf-assisted also at each measured gamma (constant schedule), beside its defaults
     hf_stock: bool = False  # hf-assisted defaults once more on PyTorch's stock kernels
     steps: bool = False  # also write every StepRecord to steps.jsonl
     timing_repeats: int = 5  # timed forwards per point of c and v(k); the median counts
@@ -92,6 +113,8 @@ class SweepConfig:
     kernels: str = "auto"  # Linear kernels of both models (kernels.KERNELS); all methods share them
     draft_vocab: int = 0  # specbench's model drafter scores ids below it (+ prompt, EOS); 0: all
     costs_per_prompt: bool = True  # measure c and v(k) before each prompt's runs (else once per sweep)
+    measure: str = "best"  # timed runs: "best" predicted gamma per drafter x policy, "all", or gammas "2,5"
+    measure_per_category: int = 0  # time runs on the first N prompts of each category; 0: all prompts
 
     def __post_init__(self) -> None:
         """The options `generate` shares are checked by the same functions (core's configs,
@@ -107,6 +130,25 @@ class SweepConfig:
         check_names(self.drafters, DRAFTERS, "drafter")
         check_kernels(self.kernels)
         check_names(self.policies, POLICIES, "gamma policy")
+        measured_gammas(self)  # a bad --measure fails now
+        if self.measure_per_category < 0:
+            raise SweepError(f"measure-per-category must be >= 0, got {self.measure_per_category}")
+
+
+def measured_gammas(config: SweepConfig) -> tuple[int, ...] | None:
+    """The gammas --measure names (within the sweep's), or None for "best"."""
+    if config.measure == "best":
+        return None
+    if config.measure == "all":
+        return tuple(config.gammas)
+    try:
+        gammas = tuple(parse_gammas(config.measure))
+    except ValueError:
+        raise SweepError(f"bad --measure {config.measure!r}: use best, all, or gammas such as 2,5") from None
+    outside = [g for g in gammas if g not in config.gammas]
+    if outside:
+        raise SweepError(f"--measure {config.measure}: gamma {outside[0]} is not in the sweep's gammas {list(config.gammas)}")
+    return gammas
 
 
 def drafts_with_model(config: SweepConfig) -> bool:
@@ -131,40 +173,92 @@ class PlannedRun:
     temperature: float
     prompt: Prompt
     repeat: int
+    source: str = MEASURED  # PREDICTED: replayed on the prompt's path, not run
 
     @property
     def key(self) -> tuple[str, ...]:
-        return run_key(self.method, self.drafter, self.policy, self.gamma, self.temperature, self.prompt.id, self.repeat)
+        return run_key(self.source, self.method, self.drafter, self.policy, self.gamma, self.temperature, self.prompt.id, self.repeat)
 
 
-def plan_runs(config: SweepConfig, prompts: list[Prompt], *, has_drafter_model: bool = True) -> list[PlannedRun]:
-    """Every run of the sweep in order: per repeat and prompt, plain first (the other rows
-    of the prompt need its speed and output), then for each gamma every drafter x policy and
-    HF's assisted generation, so methods interleave. Odd repeats run the methods after plain
-    in reverse, so that over two repeats each sits as often early in a prompt's block as
-    late, and a machine that slows down within a block favours none of them."""
+def profile_plan(config: SweepConfig, prompts: list[Prompt], *, has_drafter_model: bool = True) -> list[PlannedRun]:
+    """Phase 1, per repeat and prompt: the plain run, then a predicted run of every drafter x
+    policy x gamma and each drafter's oracle (up to the largest gamma). A drafter that needs
+    the drafter model is predicted only when there is one."""
     plan = []
     for repeat in range(config.repeats):
         for prompt in prompts:
-            plain, *others = _prompt_block(config, prompt, repeat, has_drafter_model)
-            plan.extend([plain, *(reversed(others) if repeat % 2 else others)])
+            plan.append(PlannedRun(BASELINE_METHOD, "", "", None, config.temperature, prompt, repeat))
+            drafters = [d for d in config.drafters if has_drafter_model or not uses_model(d)]
+            for drafter in drafters:
+                for gamma in config.gammas:
+                    for policy in config.policies:
+                        plan.append(PlannedRun(SPECBENCH, drafter, policy, gamma, config.temperature, prompt, repeat, PREDICTED))
+                plan.append(PlannedRun(SPECBENCH, drafter, ORACLE_POLICY, max(config.gammas), config.temperature, prompt, repeat, PREDICTED))
     return plan
 
 
-def _prompt_block(config: SweepConfig, prompt: Prompt, repeat: int, has_drafter_model: bool) -> list[PlannedRun]:
-    """One prompt's runs of one repeat, in the forward order."""
-    block = [PlannedRun(BASELINE_METHOD, "", "", None, config.temperature, prompt, repeat)]
-    for gamma in config.gammas:
-        for drafter in config.drafters:
-            for policy in config.policies:
+def measured_prompts(config: SweepConfig, prompts: list[Prompt]) -> list[Prompt]:
+    """The prompts phase 2 times: all, or the first measure_per_category of each category."""
+    if not config.measure_per_category:
+        return list(prompts)
+    taken: dict[str, int] = {}
+    chosen = []
+    for prompt in prompts:
+        if taken.get(prompt.category, 0) < config.measure_per_category:
+            taken[prompt.category] = taken.get(prompt.category, 0) + 1
+            chosen.append(prompt)
+    return chosen
+
+
+def measure_plan(config: SweepConfig, prompts: list[Prompt], gammas: dict[tuple[str, str], tuple[int, ...]], *, has_drafter_model: bool = True) -> list[PlannedRun]:
+    """Phase 2: per repeat and measured prompt, each drafter x policy at its gammas (gammas[(drafter,
+    policy)]), then hf-assisted (at each of those gammas with hf_fixed, and with its defaults).
+    Odd repeats run a prompt's block in reverse, so that over two repeats each method sits as
+    often early in a block as late."""
+    plan = []
+    for repeat in range(config.repeats):
+        for prompt in measured_prompts(config, prompts):
+            block = _measured_block(config, prompt, repeat, gammas, has_drafter_model)
+            plan.extend(reversed(block) if repeat % 2 else block)
+    return plan
+
+
+def _measured_block(config: SweepConfig, prompt: Prompt, repeat: int, gammas: dict, has_drafter_model: bool) -> list[PlannedRun]:
+    block = []
+    for drafter in config.drafters:
+        if uses_model(drafter) and not has_drafter_model:
+            continue
+        for policy in config.policies:
+            for gamma in gammas.get((drafter, policy), ()):
                 block.append(PlannedRun(SPECBENCH, drafter, policy, gamma, config.temperature, prompt, repeat))
-        if config.hf_assisted and config.hf_fixed and has_drafter_model:
-            block.append(PlannedRun(HF_ASSISTED, MODEL_DRAFTER, HF_POLICY, gamma, config.temperature, prompt, repeat))
-    if config.hf_assisted and has_drafter_model:  # and once as users get it: no gamma of ours
+    if config.hf_assisted and has_drafter_model:
+        if config.hf_fixed:
+            for gamma in sorted({g for gs in gammas.values() for g in gs}):
+                block.append(PlannedRun(HF_ASSISTED, MODEL_DRAFTER, HF_POLICY, gamma, config.temperature, prompt, repeat))
         block.append(PlannedRun(HF_ASSISTED, MODEL_DRAFTER, HF_DEFAULTS_POLICY, None, config.temperature, prompt, repeat))
         if config.hf_stock:
             block.append(PlannedRun(HF_ASSISTED, MODEL_DRAFTER, HF_STOCK_POLICY, None, config.temperature, prompt, repeat))
     return block
+
+
+def chosen_gammas(config: SweepConfig, predicted_rows) -> dict[tuple[str, str], tuple[int, ...]]:
+    """The gammas phase 2 times for each drafter x policy: --measure's list, or the best
+    predicted gamma (geometric mean over prompts) of each."""
+    listed = measured_gammas(config)
+    pairs = [(d, p) for d in config.drafters for p in config.policies]
+    if listed is not None:
+        return {pair: listed for pair in pairs}
+    best = best_gammas(summary_frame(predicted_rows)) if len(predicted_rows) else {}
+    return {pair: (best[pair],) for pair in pairs if pair in best}
+
+
+def plan_runs(config: SweepConfig, prompts: list[Prompt], *, has_drafter_model: bool = True, gammas: dict | None = None) -> list[PlannedRun]:
+    """Both phases' runs in order. Phase 2's gammas come from `gammas` (chosen_gammas), or,
+    before phase 1 has run, stand in as the first gamma for "best" (the same number of runs)."""
+    if gammas is None:
+        listed = measured_gammas(config) or (config.gammas[0],)
+        gammas = {(d, p): listed for d in config.drafters for p in config.policies}
+    return profile_plan(config, prompts, has_drafter_model=has_drafter_model) + measure_plan(config, prompts, gammas, has_drafter_model=has_drafter_model)
 
 
 def pending_runs(plan: list[PlannedRun], done_rows: list[dict]) -> list[PlannedRun]:
@@ -183,6 +277,7 @@ class Measurement:
     acceptance_known: bool = True
     steps: list[StepRecord] = field(default_factory=list)
     stop_reason: str | None = None
+    positions: dict[int, tuple[float, float]] | None = None  # replay.position_counts (specbench runs)
 
 
 def generation_config(config: SweepConfig, eos_token_ids: tuple[int, ...], repeat: int = 0, max_new_tokens: int | None = None) -> GenerationConfig:
@@ -210,7 +305,15 @@ def measure_specbench(
         costs = for_drafter(costs, drafter)
     made = make_drafter(drafter, drafter_model, draft_vocab, gen.eos_token_ids)
     result = speculative_generate(target, made, prompt_ids, gen, make_policy(policy, gamma, costs=costs))
-    return Measurement(result.token_ids, result.stats, steps=result.steps, stop_reason=result.stop_reason)
+    return Measurement(result.token_ids, result.stats, steps=result.steps, stop_reason=result.stop_reason, positions=position_counts(result.steps))
+
+
+def predicted_measurement(path, run: PlannedRun, gen: GenerationConfig, costs: Costs | None, draft_vocab: int) -> Measurement:
+    """A predicted run: the replay's counts and rounds on the prompt's path (profile.predict)."""
+    if costs is not None:
+        costs = for_drafter(costs, run.drafter)
+    predicted: Prediction = predict(path, run.drafter, run.policy, run.gamma, gen, costs=costs, draft_vocab=draft_vocab)
+    return Measurement(path.output, predicted.stats, steps=predicted.steps, stop_reason=None, positions=predicted.positions)
 
 
 # ---------------------------------------------------------------------------- rows (pure)
@@ -257,17 +360,24 @@ def make_row(run: PlannedRun, m: Measurement, baseline: Baseline | None, *, c: f
     predicted_speedup from the run's rounds, the measured costs and the baseline."""
     stats, greedy = m.stats, run.temperature == 0
     is_baseline = run.method == BASELINE_METHOD
+    predicted = run.source == PREDICTED
+    model = predicted_speedup(run, m, costs, baseline)
     tps = stats.tokens_per_second
     speedup = None
     if is_baseline:
         speedup = 1.0
+    elif predicted:  # the walltime model's speedup, in the plain run's tokens per second
+        speedup = model
+        tps = model * baseline.tokens_per_second if model is not None and baseline is not None and baseline.tokens_per_second else None
     elif baseline is not None and baseline.tokens_per_second:
         speedup = tps / baseline.tokens_per_second
     identical = None
-    if greedy and not is_baseline and baseline is not None and baseline.output_hash:
+    if greedy and not is_baseline and not predicted and baseline is not None and baseline.output_hash:
         identical = output_hash(m.token_ids) == baseline.output_hash
     known = m.acceptance_known
+    timed = lambda value: None if predicted else value
     return {
+        "source": run.source,
         "method": run.method,
         "drafter": run.drafter,
         "policy": run.policy,
@@ -286,18 +396,24 @@ def make_row(run: PlannedRun, m: Measurement, baseline: Baseline | None, *, c: f
         "speedup": speedup,
         "c": c,
         "identical_to_baseline": identical,
-        "predicted_speedup": predicted_speedup(run, m, costs, baseline),
+        "predicted_speedup": model,
         "rounds": stats.rounds,
         "first_pass_tokens": stats.first_pass_tokens,
         "prompt_tokens": prompt_tokens,
-        "prefill_seconds": stats.prefill_seconds,
-        "decode_seconds": stats.decode_seconds,
-        "draft_seconds": stats.draft_seconds if run.method == SPECBENCH else None,
-        "verify_seconds": stats.verify_seconds if run.method == SPECBENCH else None,
+        "prefill_seconds": timed(stats.prefill_seconds),
+        "decode_seconds": timed(stats.decode_seconds),
+        "draft_seconds": timed(stats.draft_seconds) if run.method == SPECBENCH else None,
+        "verify_seconds": timed(stats.verify_seconds) if run.method == SPECBENCH else None,
         "stop_reason": m.stop_reason,
         "seed": seed,
         "output_hash": output_hash(m.token_ids),
     }
+
+
+def position_rows(run: PlannedRun, positions: dict[int, tuple[float, float]]) -> list[dict]:
+    """positions.csv rows of one run: reached and accepted drafts at each draft position."""
+    head = {**dict(zip(KEY_COLUMNS, run.key)), "gamma": run.gamma, "category": run.prompt.category}
+    return [{**head, "position": i, "reached": reached, "accepted": accepted} for i, (reached, accepted) in sorted(positions.items())]
 
 
 def step_lines(run: PlannedRun, steps: list[StepRecord]) -> list[str]:
@@ -317,7 +433,9 @@ class SweepRunner:
         self.eos_ids = tuple(eos_ids)
         self.on_costs: Callable[[str, Costs], None] | None = None  # told of each new measurement
         self.block_costs: dict[str, Costs] = {}  # c and v(k) by costs_key, measured as blocks start
+        self.outputs: dict[tuple[str, int], list[int]] = {}  # plain outputs by (prompt id, repeat)
         self._ids: dict[str, list[int]] = {}
+        self._path: tuple[tuple[str, int], object] | None = None  # the last recorded path
 
     def prompt_ids(self, prompt: Prompt) -> list[int]:
         """The prompt's ids (models.encode_prompt); one too long for the target raises
@@ -334,8 +452,13 @@ class SweepRunner:
     def measure(self, run: PlannedRun, max_new_tokens: int | None = None) -> Measurement:
         ids = self.prompt_ids(run.prompt)
         gen = generation_config(self.config, self.eos_ids, run.repeat, max_new_tokens)
+        if run.source == PREDICTED:
+            return predicted_measurement(self.path(run, gen), run, gen, self.costs_for(run), self.config.draft_vocab)
         if run.method == BASELINE_METHOD:
-            return measure_plain(self.target, ids, gen)
+            m = measure_plain(self.target, ids, gen)
+            if max_new_tokens is None:
+                self.outputs[(run.prompt.id, run.repeat)] = m.token_ids
+            return m
         if run.method == SPECBENCH:
             return measure_specbench(self.target, self.drafter_model, ids, gen, run.drafter, run.policy, run.gamma, self.costs_for(run), self.config.draft_vocab)
         if run.method == HF_ASSISTED:  # the stock-kernels run is HF's defaults (gamma None)
@@ -344,12 +467,23 @@ class SweepRunner:
             return Measurement(hf.token_ids, hf.stats, acceptance_known=hf.acceptance_known, stop_reason=hf.stop_reason)
         raise SweepError(f"unknown method {run.method!r}; choose from {', '.join(METHODS)}")
 
+    def path(self, run: PlannedRun, gen: GenerationConfig):
+        """The recorded path of run's prompt and repeat (profile.record_path), kept while
+        that prompt's predictions run."""
+        key = (run.prompt.id, run.repeat)
+        if self._path is None or self._path[0] != key:
+            if key not in self.outputs:
+                raise SweepError(f"no plain output recorded for prompt {run.prompt.id} (repeat {run.repeat}) to predict from")
+            drafter = self.drafter_model if drafts_with_model(self.config) else None
+            self._path = (key, record_path(self.target, drafter, self.prompt_ids(run.prompt), self.outputs[key], gen))
+        return self._path[1]
+
     def warm_up(self, plan: list[PlannedRun]) -> None:
         """One short untimed generation per method and drafter, so first-call costs (allocator,
         kernels, lazy imports) land on no measured run."""
         seen = set()
         for run in plan:
-            if (run.method, run.drafter) not in seen:
+            if run.source == MEASURED and (run.method, run.drafter) not in seen:
                 seen.add((run.method, run.drafter))
                 self.measure(run, max_new_tokens=min(self.config.warmup_tokens, self.config.max_new_tokens))
 
@@ -404,8 +538,12 @@ def run_plan(
         row = make_row(run, m, baselines.get(where), c=costs.c if costs else None, prompt_tokens=prompt_tokens(run.prompt), seed=seed + run.repeat, costs=costs)
         if run.method == BASELINE_METHOD:
             baselines[where] = Baseline(row["tokens_per_second"], row["output_hash"])
+            with open(out_dir / PATHS_JSONL, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps({"prompt_id": run.prompt.id, "repeat": run.repeat, "output": m.token_ids}) + "\n")
         append_row(out_dir / RUNS_CSV, row)
-        if write_steps and m.steps:
+        if m.positions:
+            append_positions(out_dir / POSITIONS_CSV, position_rows(run, m.positions))
+        if write_steps and m.steps and run.source == MEASURED:
             with open(out_dir / STEPS_JSONL, "a", encoding="utf-8") as handle:
                 handle.write("\n".join(step_lines(run, m.steps)) + "\n")
         written += 1
@@ -433,13 +571,28 @@ def prepare_out_dir(out_dir: Path, resume: bool) -> list[dict]:
     return read_rows(csv_path)
 
 
+def read_paths(out_dir: Path) -> dict[tuple[str, int], list[int]]:
+    """The plain outputs an interrupted sweep recorded (paths.jsonl), by (prompt id, repeat);
+    a half-written last line is skipped."""
+    outputs = {}
+    path = Path(out_dir) / PATHS_JSONL
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            outputs[(item["prompt_id"], int(item["repeat"]))] = [int(t) for t in item["output"]]
+    return outputs
+
+
 def check_resume_meta(meta: dict, fresh: dict) -> None:
     """A resumed sweep must measure what the interrupted one measured. (A key an older
     sweep did not record is not checked, except draft_vocab: before it, drafters scored all.)"""
     old = dict(meta.get("sweep", {}))
     if old:
         old.setdefault("draft_vocab", 0)
-    for key in ("target", "drafter_model", "temperature", "max_new_tokens", "seed", "kernels", "draft_vocab"):
+    for key in ("target", "drafter_model", "temperature", "max_new_tokens", "seed", "kernels", "draft_vocab", "measure", "measure_per_category"):
         if key in old and old[key] != fresh["sweep"].get(key):
             raise SweepError(f"cannot resume: {key} was {old[key]!r} in that sweep, now {fresh['sweep'].get(key)!r}")
 
@@ -551,9 +704,12 @@ def sweep(
 
     # 2. the plan; the costs c and v(k) of each prompt's block are measured as it starts
     # (a resume reuses the blocks' recorded costs), and meta.json records every measurement
-    plan = plan_runs(config, prompts, has_drafter_model=drafter_model is not None)
-    todo = pending_runs(plan, done_rows)
+    has_model = drafter_model is not None
+    done = {row_key(row) for row in done_rows}
+    total = len(plan_runs(config, prompts, has_drafter_model=has_model))
+    profile = profile_plan(config, prompts, has_drafter_model=has_model)
     runner.block_costs = {key: Costs.from_meta(raw) for key, raw in old_meta.get("costs_by_block", {}).items()}
+    runner.outputs = read_paths(out_dir)
     carry_over_meta(meta, old_meta)
     write_meta(out_dir, meta)
 
@@ -563,24 +719,37 @@ def sweep(
         write_meta(out_dir, meta)
 
     runner.on_costs = record_costs
+    skipped = sum(1 for run in profile if run.key in done)
     if on_start is not None:
-        on_start(len(plan), len(plan) - len(todo))
-    # 3. warm up, then measure every pending run, appending rows as they finish
-    if todo:
-        status("warming up")
-        runner.warm_up(todo)
-    status("running")
-    written = run_plan(
-        todo,
-        runner.measure,
-        out_dir,
-        costs_of=runner.costs_for,
-        prompt_tokens=lambda p: len(runner.prompt_ids(p)),
-        seed=config.seed,
-        baselines=baselines_from_rows(done_rows),
-        write_steps=config.steps,
-        on_row=on_row,
-    )
+        on_start(total, len(done_rows))
+
+    def run_phase(todo: list[PlannedRun], rows_so_far: list[dict]) -> int:
+        if any(run.source == MEASURED for run in todo):
+            status("warming up")
+            runner.warm_up(todo)
+        status("running")
+        return run_plan(
+            todo,
+            runner.measure,
+            out_dir,
+            costs_of=runner.costs_for,
+            prompt_tokens=lambda p: len(runner.prompt_ids(p)),
+            seed=config.seed,
+            baselines=baselines_from_rows(rows_so_far),
+            write_steps=config.steps,
+            on_row=on_row,
+        )
+
+    # 3. phase 1: plain runs and predictions; phase 2: the timed runs it points to
+    written = run_phase([run for run in profile if run.key not in done], done_rows)
+    rows = read_rows(out_dir / RUNS_CSV)
+    gammas = chosen_gammas(config, [r for r in rows if r.get("source") == PREDICTED])
+    meta["measured_gammas"] = {f"{d}/{p}": list(g) for (d, p), g in gammas.items()}
+    write_meta(out_dir, meta)
+    measured = measure_plan(config, prompts, gammas, has_drafter_model=has_model)
+    todo = [run for run in measured if run.key not in done]
+    skipped += len(measured) - len(todo)
+    written += run_phase(todo, rows)
     meta["finished"] = True
     write_meta(out_dir, meta)
-    return SweepResult(out_dir, written, len(plan) - len(todo), runner.block_costs)
+    return SweepResult(out_dir, written, skipped, runner.block_costs)

@@ -344,15 +344,15 @@ def trace_command(
 # the standard library, and the torch-heavy modules load inside the sweep command.
 
 
-def summary_table(summaries: list, greedy: bool) -> Table:
-    """The end-of-sweep table: one line per method/drafter/policy/gamma, best speedup first.
-    "model" is the speedup the walltime model predicts from the runs' own rounds and the
-    measured c and v(k) (bench.predicted_speedup). Fits 80 columns: numbers never wrap; a
-    long configuration name wraps instead."""
+def summary_table(summaries: list, greedy: bool, title: str = "Measured") -> Table:
+    """A table of summaries: one line per method/drafter/policy/gamma, best speedup first;
+    speedup with its 95% bootstrap interval over prompts (tokens/s and the walltime model's
+    speedup from the runs' own rounds are in runs.csv). Numbers never wrap; a long
+    configuration name wraps instead."""
     runs = max((s.runs for s in summaries), default=0)
-    table = Table(title=f"Sweep summary: geometric means over {runs} prompt run(s), vs plain", title_justify="left")
-    table.add_column("configuration")
-    for name in ("γ", "accept", "len", "tok/s", "speedup", "model"):
+    table = Table(title=f"{title}: geometric means over {runs} prompt run(s) vs plain; 95% CI: bootstrap over prompts", title_justify="left")
+    table.add_column("config")
+    for name in ("γ", "accept", "len", "speedup", "95% CI"):
         table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
     if greedy:
         table.add_column("output", no_wrap=True, min_width=8)
@@ -362,8 +362,7 @@ def summary_table(summaries: list, greedy: bool) -> Table:
 
     for s in summaries:
         cells = [_configuration(s), show(s.gamma, "d"), show(s.acceptance_rate, ".0%"), show(s.mean_accepted_length, ".2f"),
-                 show(s.tokens_per_second, ".2f"), show(s.speedup, ".2f") + "×",
-                 show(s.predicted_speedup, ".2f") + ("×" if s.predicted_speedup else "")]  # fmt: skip
+                 show(s.speedup, ".2f") + "×", _interval(s.speedup_lo, s.speedup_hi)]  # fmt: skip
         if greedy:
             if s.method == sweep_results.BASELINE_METHOD:
                 cells.append("baseline")
@@ -373,6 +372,55 @@ def summary_table(summaries: list, greedy: bool) -> Table:
                 cells.append("same" if s.checked else "–")
         table.add_row(*cells)
     return table
+
+
+def _interval(lo, hi) -> str:
+    return "–" if lo is None or hi is None else f"{lo:.2f}–{hi:.2f}"
+
+
+def predicted_table(frame, shares) -> Table:
+    """Every drafter x policy at its best predicted gamma over all prompts, with the
+    acceptance and speedup intervals, and its share of its oracle's gain."""
+    table = Table(title="Predicted on every prompt: each drafter/policy at its best gamma; oracle = knew every run length", title_justify="left")
+    table.add_column("configuration")
+    for name in ("best γ", "accept", "len", "speedup", "95% CI", "of oracle"):
+        table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
+    share = {(r["drafter"], r["policy"], r["gamma"]): r["share"] for r in shares.to_dict("records")}
+    for _, row in frame.iterrows():
+        key = (row["drafter"], row["policy"], row["gamma"])
+        cells = [f"{row['drafter']} {row['policy']}", f"{int(row['gamma'])}", _pct(row["acceptance_rate"]), _num(row["mean_accepted_length"]),
+                 _num(row["speedup"]) + "×", _interval(_real(row["speedup_lo"]), _real(row["speedup_hi"])), _pct(share.get(key))]  # fmt: skip
+        table.add_row(*cells)
+    return table
+
+
+def prediction_table(check) -> Table:
+    """Each measured point: predicted vs measured target forwards and speedup (means over its
+    prompts), and how many prompts' forwards matched exactly / speedups within 10%."""
+    table = Table(title="Prediction vs measurement at each measured point", title_justify="left")
+    table.add_column("configuration")
+    for name in ("γ", "prompts", "fwd pred", "fwd meas", "fwd equal", "speedup pred", "meas", "within 10%"):
+        table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
+    grouped = check.groupby(["drafter", "policy", "gamma", "temperature"], sort=False)
+    for (drafter, policy, gamma, _t), group in grouped:
+        within = (group["speedup_error"].abs() <= 0.10).mean()
+        table.add_row(f"{drafter} {policy}", f"{int(gamma)}", str(len(group)), _num(group["predicted_forwards"].mean(), ".1f"), _num(group["measured_forwards"].mean(), ".1f"),
+                      _pct(group["forwards_equal"].mean()), _num(sweep_results.geometric_mean(group["predicted_speedup"])) + "×", _num(sweep_results.geometric_mean(group["measured_speedup"])) + "×", _pct(within))  # fmt: skip
+    return table
+
+
+def _real(value):
+    return None if value is None or value != value else float(value)
+
+
+def _num(value, fmt: str = ".2f") -> str:
+    value = _real(value)
+    return "–" if value is None else format(value, fmt)
+
+
+def _pct(value) -> str:
+    value = _real(value)
+    return "–" if value is None else f"{value:.0%}"
 
 
 def _configuration(summary) -> str:
@@ -416,7 +464,9 @@ def sweep_command(
     out: Annotated[Path | None, typer.Option("--out", help="Results directory (default: results/sweep-DATE-TIME).", show_default=False)] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted sweep in --out, skipping the rows it has.")] = False,
     hf_assisted: Annotated[bool, typer.Option("--hf-assisted/--no-hf-assisted", help="Also run transformers' assisted generation.")] = True,
-    hf_fixed: Annotated[bool, typer.Option("--hf-fixed/--no-hf-fixed", help="Run hf-assisted at every gamma too, not only with its own defaults.")] = True,
+    hf_fixed: Annotated[bool, typer.Option("--hf-fixed/--no-hf-fixed", help="Also time hf-assisted at each measured gamma, not only with its own defaults.")] = False,
+    measure: Annotated[str, typer.Option("--measure", help="Which gammas get timed runs (every one is predicted): best (each drafter/policy's best predicted gamma), all, or a list such as 2,5.")] = "best",
+    measure_per_category: Annotated[int, typer.Option("--measure-per-category", help="Time runs on the first N prompts of each category only (every prompt is predicted); 0: all prompts.")] = 0,
     hf_stock: Annotated[bool, typer.Option("--hf-stock/--no-hf-stock", help="Run hf-assisted's defaults once more on PyTorch's stock Linear kernels, as HF runs without specbench.")] = False,
     steps: Annotated[bool, typer.Option("--steps", help="Also write every speculative round to steps.jsonl.")] = False,
     seed: Annotated[int, typer.Option("--seed", help="Seed of repeat 0 (repeat r uses seed + r).")] = 0,
@@ -444,6 +494,8 @@ def sweep_command(
         hf_assisted=hf_assisted,
         hf_fixed=hf_fixed,
         hf_stock=hf_stock,
+        measure=measure,
+        measure_per_category=measure_per_category,
         steps=steps,
         timing_repeats=timing_repeats,
         costs_per_prompt=costs_per_prompt,
@@ -494,9 +546,23 @@ def _run_sweep(bench, pair, prompt_list, config, out_dir: Path, *, resume: bool,
 
 
 def render_sweep_end(out_dir: Path, result, config) -> None:
-    summaries = sweep_results.summarize(sweep_results.load_runs(out_dir))
+    """The tables after a sweep: predicted (best gamma per configuration, share of the
+    oracle), measured, and prediction against measurement at each measured point."""
+    runs = sweep_results.load_runs(out_dir)
+    frame = sweep_results.summary_frame(runs)
+    predicted = frame[(frame["source"] == "predicted") & (frame["method"] == "specbench")]
+    best = sweep_results.best_gammas(frame)
+    chosen = predicted[[best.get((d, p)) == g or p == "oracle" for d, p, g in zip(predicted["drafter"], predicted["policy"], predicted["gamma"])]]
+    if len(chosen):
+        console.print(predicted_table(chosen, sweep_results.oracle_share(frame)))
+    summaries = [s for s in sweep_results.summarize(runs) if s.source == "measured"]
     greedy = config.temperature == 0
     console.print(summary_table(summaries, greedy))
+    check = sweep_results.prediction_check(runs)
+    if len(check):
+        console.print(prediction_table(check))
+        accuracy = sweep_results.prediction_accuracy(check)
+        console.print(f"over {accuracy['n']} measured (prompt, gamma) point(s): target forwards predicted exactly for {accuracy['forwards_equal_share']:.0%}, speedup within 10% for {accuracy['within_10pct_share']:.0%}", highlight=False, soft_wrap=True)
     for line in _costs_lines(list(result.costs.values())):
         console.print(line, highlight=False, soft_wrap=True)
     differing = [s.label + (f" γ={s.gamma}" if s.gamma else "") for s in summaries if s.differs]

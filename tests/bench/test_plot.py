@@ -152,17 +152,18 @@ def test_sweep_summary_table_fits_80_columns_and_flags_differences():
     from specbench.bench.results import Summary
 
     summaries = [
-        Summary("hf-assisted", "model", "hf-defaults", None, 8, 0.6, 8.28, 4.76, 2.06, None, 0, 8),
-        Summary("specbench", "prompt-lookup", "confidence-stop", 12, 8, 0.81, 6.35, 4.25, 1.86, 1.93, 1, 8),
-        Summary("plain", "", "", None, 8, None, 1.0, 2.24, 1.0, None, 0, 0),
+        Summary("measured", "hf-assisted", "model", "hf-defaults", None, 8, 0.6, 8.28, 4.76, 2.06, None, 0, 8, 1.71, 2.43),
+        Summary("measured", "specbench", "prompt-lookup", "confidence-stop", 12, 8, 0.81, 6.35, 4.25, 1.86, 1.93, 1, 8),
+        Summary("measured", "plain", "", "", None, 8, None, 1.0, 2.24, 1.0, None, 0, 0),
     ]
     out = io.StringIO()
     Console(file=out, width=80, no_color=True).print(cli.summary_table(summaries, greedy=True))
     text = out.getvalue()
     assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
     assert all(word in text for word in ("hf-assisted", "defaults", "prompt-lookup", "confidence-stop"))  # may wrap
-    assert "8.28" in text and "6.35" in text and "2.06×" in text and "1.93×" in text  # numbers are never cut
+    assert "8.28" in text and "6.35" in text and "2.06×" in text and "1.86×" in text  # numbers are never cut
     assert "DIFFERS 1/8" in text and "baseline" in text
+    assert "1.71–2.43" in text  # the bootstrap interval of the speedup
 
 
 def test_chart_footer_gives_the_range_of_per_prompt_costs():
@@ -173,3 +174,26 @@ def test_chart_footer_gives_the_range_of_per_prompt_costs():
     one = describe({"c": 0.22}, rows)
     many = describe({"c": 0.22, "costs_by_block": {"a/0": {"c": 0.22}, "b/0": {"c": 0.26}, "a/1": {"c": 0.19}}}, rows)
     assert one.endswith("c = 0.220") and many.endswith("c = 0.190 to 0.260 (per prompt)")
+
+
+def test_prediction_charts_from_predicted_and_measured_rows(tmp_path):
+    """A sweep with predictions gets the gamma curves (predicted lines, measured points), the
+    per-position chart and the category chart; the measured charts read measured rows only."""
+    from specbench.bench.plot import PREDICTION_CHARTS, plot_results
+    from specbench.bench.results import append_positions, append_row, best_gammas, load_runs, summary_frame
+
+    path = tmp_path / "runs.csv"
+    for prompt, category in (("a", "code"), ("b", "code"), ("c", "math")):
+        append_row(path, {"source": "measured", "method": "plain", "temperature": 0, "prompt_id": prompt, "category": category, "repeat": 0, "speedup": 1.0, "tokens_per_second": 2.0, "target_forwards": 10})
+        for gamma, speedup in ((1, 1.2), (2, 1.5), (3, 1.4)):
+            row = {"method": "specbench", "drafter": "model", "policy": "fixed", "gamma": gamma, "temperature": 0, "prompt_id": prompt, "category": category,
+                   "repeat": 0, "drafted": 10, "accepted": 6, "acceptance_rate": 0.6, "mean_accepted_length": 2.0, "target_forwards": 6, "speedup": speedup}  # fmt: skip
+            append_row(path, {**row, "source": "predicted"})
+            append_positions(tmp_path / "positions.csv", [{**row, "source": "predicted", "position": i, "reached": 4 - i, "accepted": 3 - i} for i in (1, 2)])
+            if gamma == 2:
+                append_row(path, {**row, "source": "measured", "speedup": speedup * 0.9})
+        append_row(path, {"source": "predicted", "method": "specbench", "drafter": "model", "policy": "oracle", "gamma": 3, "temperature": 0, "prompt_id": prompt, "category": category, "repeat": 0, "speedup": 2.0})
+    assert best_gammas(summary_frame(load_runs(tmp_path))) == {("model", "fixed"): 2}
+    written = {p.name for p in plot_results(tmp_path)}
+    assert set(PREDICTION_CHARTS) <= written and "speedup.png" in written
+    assert all((tmp_path / name).stat().st_size > 10_000 for name in PREDICTION_CHARTS)

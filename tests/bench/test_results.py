@@ -135,3 +135,70 @@ def test_results_imports_no_pandas():
     `specbench --help` does not pay for it."""
     code = "import specbench.bench.results, specbench.cli.commands, sys; assert 'pandas' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ---------------------------------------------------------------------------- sources, intervals, predictions
+
+
+def _row(source, prompt, speedup, gamma=2, policy="fixed", forwards=10, category="code", drafted=10, accepted=6):
+    return {"source": source, "method": "specbench", "drafter": "model", "policy": policy, "gamma": gamma, "temperature": 0,
+            "prompt_id": prompt, "category": category, "repeat": 0, "speedup": speedup, "target_forwards": forwards,
+            "drafted": drafted, "accepted": accepted, "acceptance_rate": accepted / drafted}  # fmt: skip
+
+
+def test_rows_without_a_source_read_as_measured(tmp_path):
+    from specbench.bench.results import REQUIRED_COLUMNS, append_row, load_runs, read_rows, row_key, run_key
+
+    path = tmp_path / "runs.csv"
+    path.write_text(",".join(REQUIRED_COLUMNS) + "\n", encoding="utf-8")  # a file from before predictions
+    append_row(path, {"method": "plain", "temperature": 0, "prompt_id": "p1", "repeat": 0})
+    assert load_runs(path)["source"].tolist() == ["measured"]
+    assert row_key(read_rows(path)[0]) == run_key("measured", "plain", "", "", None, 0.0, "p1", 0)
+    assert run_key("predicted", "plain", "", "", None, 0.0, "p1", 0) != run_key("measured", "plain", "", "", None, 0.0, "p1", 0)
+
+
+def test_bootstrap_interval_contains_the_estimate_and_narrows_with_prompts():
+    from specbench.bench.results import as_runs, summary_frame
+
+    few = [_row("predicted", f"p{i}", s) for i, s in enumerate((1.2, 1.6, 1.4, 1.9))]
+    many = [_row("predicted", f"p{i}", s) for i, s in enumerate((1.2, 1.6, 1.4, 1.9) * 8)]
+    one = summary_frame(as_runs(few)).iloc[0]
+    wide = one["speedup_hi"] - one["speedup_lo"]
+    assert one["speedup_lo"] <= one["speedup"] <= one["speedup_hi"]
+    narrow = summary_frame(as_runs(many)).iloc[0]
+    assert narrow["speedup_hi"] - narrow["speedup_lo"] < wide
+    assert summary_frame(as_runs(few)).iloc[0]["speedup_lo"] == one["speedup_lo"]  # reproducible
+    single = summary_frame(as_runs(few[:1])).iloc[0]
+    assert single["speedup_lo"] != single["speedup_lo"]  # NaN with one prompt
+
+
+def test_prediction_check_pairs_each_measured_run_with_its_prediction():
+    from specbench.bench.results import as_runs, prediction_accuracy, prediction_check
+
+    rows = [_row("predicted", "a", 1.5, forwards=10), _row("measured", "a", 1.2, forwards=10),  # 25% over
+            _row("predicted", "b", 1.5, forwards=12), _row("measured", "b", 1.45, forwards=13),  # 3% over, one forward off
+            _row("predicted", "c", 1.5)]  # fmt: skip
+    check = prediction_check(as_runs(rows))
+    assert sorted(check["prompt_id"]) == ["a", "b"]
+    assert check.set_index("prompt_id")["forwards_equal"].to_dict() == {"a": True, "b": False}
+    assert prediction_accuracy(check) == {"n": 2, "forwards_equal_share": 0.5, "within_10pct_share": 0.5}
+
+
+def test_oracle_share_and_best_gammas():
+    from specbench.bench.results import as_runs, best_gammas, oracle_share, summary_frame
+
+    rows = [_row("predicted", "a", 1.5, gamma=2), _row("predicted", "a", 1.25, gamma=4), _row("predicted", "a", 2.0, gamma=4, policy="oracle")]
+    table = summary_frame(as_runs(rows))
+    assert best_gammas(table) == {("model", "fixed"): 2}  # the oracle is not a policy to pick
+    shares = oracle_share(table).set_index("gamma")["share"].to_dict()
+    assert shares == {2: pytest.approx(0.5), 4: pytest.approx(0.25)}
+
+
+def test_position_acceptance_is_conditional_on_the_earlier_drafts(tmp_path):
+    from specbench.bench.results import append_positions, load_positions, position_acceptance
+
+    base = {"source": "predicted", "method": "specbench", "drafter": "model", "policy": "fixed", "gamma": 3, "temperature": 0, "repeat": 0, "category": "code"}
+    append_positions(tmp_path / "positions.csv", [{**base, "prompt_id": "a", "position": 1, "reached": 10, "accepted": 8}, {**base, "prompt_id": "a", "position": 2, "reached": 8, "accepted": 4}])
+    append_positions(tmp_path / "positions.csv", [{**base, "prompt_id": "b", "position": 1, "reached": 10, "accepted": 2}, {**base, "prompt_id": "b", "position": 2, "reached": 2, "accepted": 2}])
+    table = position_acceptance(load_positions(tmp_path)).set_index("position")["acceptance"].to_dict()
+    assert table == {1: pytest.approx(0.5), 2: pytest.approx(0.6)}

@@ -99,30 +99,51 @@ def test_parse_gammas_rejects_bad_input(text, message):
 # ---------------------------------------------------------------------------- planning
 
 
-def test_plan_interleaves_methods_per_prompt():
-    """The plain baseline runs first for each prompt and repeat, then every combination, so
-    drift hits all methods alike and every speedup has its baseline already measured."""
-    config = SweepConfig(gammas=(1, 3), drafters=("model", "ngram"), policies=("fixed",), repeats=2)
+def test_plan_profiles_every_prompt_then_measures():
+    """Phase 1: per prompt and repeat, plain first and then a predicted run of every drafter x
+    policy x gamma and each drafter's oracle; phase 2: the measured runs, each after its
+    prompt's plain run."""
+    config = SweepConfig(gammas=(1, 3), drafters=("model", "ngram"), policies=("fixed",), repeats=2, measure="all")
     plan = plan_runs(config, PROMPTS)
-    per_prompt = 1 + 2 * (2 * 1 + 1) + 1  # plain + gammas x (drafters x policies + hf-assisted) + HF's defaults
-    assert len(plan) == 2 * len(PROMPTS) * per_prompt
-    for start in range(0, len(plan), per_prompt):
-        block = plan[start : start + per_prompt]
-        assert block[0].method == "plain"
+    profile = [r for r in plan if r.source == "predicted" or r.method == "plain"]
+    per_prompt = 1 + 2 * (2 * 1 + 1)  # plain + drafters x (gammas x policies + the oracle)
+    assert plan[: len(profile)] == profile and len(profile) == 2 * len(PROMPTS) * per_prompt
+    for start in range(0, len(profile), per_prompt):
+        block = profile[start : start + per_prompt]
+        assert block[0].method == "plain" and all(r.source == "predicted" for r in block[1:])
         assert {(r.prompt.id, r.repeat) for r in block} == {(block[0].prompt.id, block[0].repeat)}
+        assert [r.gamma for r in block if r.policy == "oracle"] == [3, 3]
+    measured = plan[len(profile) :]
+    per_measured = 2 * 2 * 1 + 1  # gammas x drafters x policies + HF's defaults
+    assert len(measured) == 2 * len(PROMPTS) * per_measured and all(r.source == "measured" for r in measured)
     assert len({r.key for r in plan}) == len(plan)
 
 
-def test_odd_repeats_reverse_the_methods_after_plain():
-    """Over two repeats each method runs as often early in a prompt's block as late; plain
-    stays first, since every other row needs its speed."""
-    config = SweepConfig(gammas=(1, 3), drafters=("model",), policies=("fixed", "heuristic"), repeats=3)
-    plan = plan_runs(config, PROMPTS[:1])
+def test_measure_picks_gammas_and_prompts():
+    """--measure best times one gamma per drafter x policy (the best predicted one), a list
+    times those gammas; --measure-per-category N the first N prompts of each category."""
+    prompts = [Prompt(f"{c}-{i}", c, ("x",)) for c in ("a", "b") for i in range(3)]
+    config = SweepConfig(gammas=(1, 2, 3), measure="2,3", measure_per_category=1, hf_assisted=False)
+    measured = [r for r in plan_runs(config, prompts) if r.source == "measured" and r.method != "plain"]
+    assert [(r.prompt.id, r.gamma) for r in measured] == [("a-0", 2), ("a-0", 3), ("b-0", 2), ("b-0", 3)]
+    rows = [{"source": "predicted", "method": "specbench", "drafter": "model", "policy": "fixed", "gamma": g, "temperature": 0,
+             "prompt_id": p, "category": "a", "repeat": 0, "speedup": s, "drafted": 1, "accepted": 1, "acceptance_rate": 1}
+            for p in ("a-0", "a-1") for g, s in ((1, 1.1), (2, 1.5), (3, 1.3))]  # fmt: skip
+    assert bench.chosen_gammas(SweepConfig(gammas=(1, 2, 3)), rows) == {("model", "fixed"): (2,)}
+    with pytest.raises(SpecbenchError, match="not in the sweep"):
+        SweepConfig(gammas=(1, 2), measure="5")
+    with pytest.raises(SpecbenchError, match="bad --measure"):
+        SweepConfig(measure="most")
+
+
+def test_odd_repeats_reverse_the_measured_block():
+    """Over two repeats each measured method runs as often early in a prompt's block as late."""
+    config = SweepConfig(gammas=(1, 3), drafters=("model",), policies=("fixed", "heuristic"), repeats=3, measure="all")
+    plan = [r for r in plan_runs(config, PROMPTS[:1]) if r.source == "measured" and r.method != "plain"]
     blocks = [[r for r in plan if r.repeat == repeat] for repeat in range(3)]
     label = lambda r: (r.method, r.drafter, r.policy, r.gamma)
     first, second, third = ([label(r) for r in block] for block in blocks)
-    assert first[0] == second[0] == third[0] == ("plain", "", "", None)
-    assert second[1:] == first[1:][::-1] and third == first
+    assert second == first[::-1] and third == first
     assert len(first) > 3
 
 
@@ -160,9 +181,11 @@ def test_hf_stock_runs_hf_defaults_on_stock_kernels(close_pair, tokenizer, tmp_p
 
 
 def test_plan_with_hf_defaults_only():
-    config = SweepConfig(gammas=(2, 4), hf_fixed=False)
+    config = SweepConfig(gammas=(2, 4), measure="all")  # --hf-fixed is opt-in
     hf = [r for r in plan_runs(config, PROMPTS) if r.method == "hf-assisted"]
     assert [(r.policy, r.gamma) for r in hf] == [("hf-defaults", None)] * len(PROMPTS)
+    fixed = SweepConfig(gammas=(2, 4), measure="all", hf_fixed=True)
+    assert [(r.policy, r.gamma) for r in plan_runs(fixed, PROMPTS[:1]) if r.method == "hf-assisted"] == [("fixed", 2), ("fixed", 4), ("hf-defaults", None)]
 
 
 def test_plan_without_drafter_model_skips_hf_assisted():
@@ -277,14 +300,27 @@ def test_sweep_writes_results(close_pair, tokenizer, tmp_path):
     """The results directory: runs.csv with DESIGN.md's columns, a row per planned run,
     baselines and parity filled in; meta.json with c and v(k); steps.jsonl when asked."""
     out = tmp_path / "sweep"
-    config = SweepConfig(drafters=("model", "ngram"), steps=True, **FAST)
+    config = SweepConfig(drafters=("model", "ngram"), steps=True, measure="all", **FAST)
     result = run_sweep(close_pair, tokenizer, out, config)
-    rows = read_rows(out / "runs.csv")
+    every = read_rows(out / "runs.csv")
     assert header(out / "runs.csv")[: len(REQUIRED_COLUMNS)] == list(REQUIRED_COLUMNS)
     assert header(out / "runs.csv") == list(COLUMNS)
-    assert len(rows) == result.written == len(plan_runs(config, PROMPTS))
-    assert len({row_key(r) for r in rows}) == len(rows)
+    assert len(every) == result.written == len(plan_runs(config, PROMPTS))
+    assert len({row_key(r) for r in every}) == len(every)
+    rows = [r for r in every if r["source"] == "measured"]
+    predicted = [r for r in every if r["source"] == "predicted"]
     assert {r["method"] for r in rows} == {"plain", "specbench", "hf-assisted"}
+    assert {(r["drafter"], r["policy"]) for r in predicted} == {("model", "fixed"), ("model", "oracle"), ("ngram", "fixed"), ("ngram", "oracle")}
+    for row in predicted:  # replayed, not timed: no parity check, no seconds
+        assert row["identical_to_baseline"] == "" and row["decode_seconds"] == "" and float(row["speedup"]) > 0
+    # greedy predictions count what the runs counted (the tiny pair has no near ties)
+    from specbench.bench.results import load_positions, load_runs, prediction_accuracy, prediction_check
+
+    accuracy = prediction_accuracy(prediction_check(load_runs(out)))
+    assert accuracy["n"] == 2 * len(PROMPTS) * 2 and accuracy["forwards_equal_share"] == 1.0
+    positions = load_positions(out)
+    assert set(positions["source"]) == {"predicted", "measured"} and (positions["accepted"] <= positions["reached"]).all()
+    assert len((out / "paths.jsonl").read_text().splitlines()) == len(PROMPTS)
     for row in rows:
         assert float(row["speedup"]) > 0 and float(row["tokens_per_second"]) > 0
         assert row["c"] and row["category"] in ("code", "chat")
@@ -312,9 +348,11 @@ def test_cost_policy_gets_the_measured_costs(close_pair, tokenizer, tmp_path):
     (and c = 0 to model-free drafters, which run no forward pass)."""
     config = SweepConfig(drafters=("model", "ngram"), policies=("cost",), hf_assisted=False, **FAST)
     rows = read_rows(run_sweep(close_pair, tokenizer, tmp_path / "cost", config).out_dir / "runs.csv")
-    spec = [r for r in rows if r["method"] == "specbench"]
+    spec = [r for r in rows if r["method"] == "specbench" and r["source"] == "measured"]
     assert {r["drafter"] for r in spec} == {"model", "ngram"} and all(r["policy"] == "cost" for r in spec)
     assert all(r["identical_to_baseline"] == "true" for r in spec)
+    predicted = [r for r in rows if r["source"] == "predicted" and r["policy"] == "cost"]
+    assert {r["drafter"] for r in predicted} == {"model", "ngram"} and all(float(r["speedup"]) > 0 for r in predicted)
 
 
 def test_costs_are_measured_per_prompt_block(close_pair, tokenizer, tmp_path, monkeypatch):
@@ -337,8 +375,8 @@ def test_costs_are_measured_per_prompt_block(close_pair, tokenizer, tmp_path, mo
     result = run_sweep(close_pair, tokenizer, tmp_path / "per", config, on_row=lambda run, row: order.append(row["prompt_id"]))
     blocks = [(p.id, r) for r in range(2) for p in PROMPTS]
     assert len(calls) == len(blocks) and set(result.costs) == {f"{p}/{r}" for p, r in blocks}
-    segments = " ".join(order).split("costs")  # a measurement, then its block's rows
-    assert segments[0] == "" and [set(seg.split()) for seg in segments[1:]] == [{p} for p, _ in blocks]
+    segments = " ".join(order).split("costs")  # a measurement, then its block's plain run and predictions
+    assert segments[0] == "" and [seg.split()[0] for seg in segments[1:]] == [p for p, _ in blocks]
     rows = read_rows(tmp_path / "per" / "runs.csv")
     for p, r in blocks:
         block_c = [float(row["c"]) for row in rows if (row["prompt_id"], row["repeat"]) == (p, str(r))]
@@ -392,7 +430,7 @@ def test_sweep_restricts_the_model_drafter(close_pair, tokenizer, tmp_path, monk
     config = SweepConfig(hf_assisted=False, draft_vocab=16, **FAST)
     rows = read_rows(run_sweep(close_pair, tokenizer, out, config).out_dir / "runs.csv")
     assert limits and set(limits) == {16}
-    assert all(r["identical_to_baseline"] == "true" for r in rows if r["method"] == "specbench")
+    assert all(r["identical_to_baseline"] == "true" for r in rows if r["method"] == "specbench" and r["source"] == "measured")
     assert json.loads((out / "meta.json").read_text())["sweep"]["draft_vocab"] == 16
     with pytest.raises(SweepError, match="draft_vocab was 16"):
         run_sweep(close_pair, tokenizer, out, SweepConfig(hf_assisted=False, **FAST), resume=True)
@@ -483,13 +521,14 @@ def test_sweep_command_end_to_end(patched_models, tmp_path):
     args = ["sweep", "--gamma", "1,2", "--drafter", "model", "--drafter", "ngram", "--prompts", str(prompts), "--category", "code", "--max-new-tokens", "5", "--out", str(out), "--no-hf-assisted", "--timing-repeats", "1"]
     result = CliRunner().invoke(cli.app, args)
     assert result.exit_code == 0, result.output
-    assert "Sweep summary" in result.output and "speedup" in result.output
+    assert "Predicted on every prompt" in result.output and "Measured" in result.output and "Prediction vs measurement" in result.output
     rows = read_rows(out / "runs.csv")
-    assert len(rows) == 1 + 2 * 2 and {r["category"] for r in rows} == {"code"}
+    # plain, 2 drafters x (2 gammas + the oracle) predicted, each drafter at its best gamma measured
+    assert len(rows) == 1 + 2 * 3 + 2 and {r["category"] for r in rows} == {"code"}
     again = CliRunner().invoke(cli.app, args)
     assert again.exit_code == 2 and "--resume" in again.output
     resumed = CliRunner().invoke(cli.app, args + ["--resume"])
-    assert resumed.exit_code == 0 and "0 row(s) written, 5 already there" in resumed.output
+    assert resumed.exit_code == 0 and "0 row(s) written, 9 already there" in resumed.output
 
 
 @pytest.mark.parametrize(
@@ -542,6 +581,7 @@ def test_sweep_command_loads_local_folders(close_pair, tokenizer, tmp_path):
     result = CliRunner().invoke(cli.app, args)
     assert result.exit_code == 0, result.output
     rows = read_rows(out / "runs.csv")
-    assert [(r["method"], r["policy"]) for r in rows] == [("plain", ""), ("specbench", "fixed"), ("hf-assisted", "fixed"), ("hf-assisted", "hf-defaults")]
+    measured = [(r["method"], r["policy"]) for r in rows if r["source"] == "measured"]
+    assert measured == [("plain", ""), ("specbench", "fixed"), ("hf-assisted", "hf-defaults")]
     meta = json.loads((out / "meta.json").read_text())
     assert meta["models"]["target"]["name"] == "target" and meta["models"]["drafter"]["name"] == "drafter"

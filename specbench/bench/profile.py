@@ -1,0 +1,113 @@
+"""The profile of a prompt, and the predictions read from it.
+
+A sweep runs plain decoding on every prompt anyway (the baseline). `record_path` adds one
+drafter forward over prompt + that output (teacher-forced: the drafter's row for every
+position at once) and, under sampling, one target forward for the processed p rows. From
+that, `predict` replays any drafter x policy x gamma (replay.py) and returns what a run
+would have counted: rounds, drafts, accepted drafts, target forwards and the StepRecords
+the walltime model prices. No run is timed here: the sweep turns the rounds into a
+predicted speedup with its measured costs (c, v(k), u(n)), as it does for measured runs.
+
+Prediction is exact under greedy decoding up to near ties (replay.py lists where it can
+miss); under sampling it is an average over replay.REPLICAS replays and assumes what
+replay.py says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specbench.bench.replay import (
+    REPLICAS,
+    Acceptance,
+    OracleDrafter,
+    PathDrafter,
+    RecordedPath,
+    VocabTracker,
+    position_counts,
+    replay,
+    replay_sampled,
+)
+from specbench.core.generate import GenerationConfig
+from specbench.core.sampling import logits_to_probs
+from specbench.core.stats import RunStats, StepRecord
+from specbench.drafters import LookupFirstDrafter, make_drafter, uses_model
+from specbench.policies import make_policy
+
+ORACLE_POLICY = "oracle"  # the policy label of an oracle's predicted rows
+
+
+@torch.inference_mode()
+def record_path(target, drafter_model, prompt_ids: list[int], output: list[int], gen: GenerationConfig) -> RecordedPath:
+    """The path of one prompt: the plain run's output, the drafter's logits along it (when
+    a drafter model is given) and, under sampling, the target's processed rows."""
+    sequence = torch.tensor([list(prompt_ids) + list(output[:-1])])
+    n = len(output)
+
+    def rows(model) -> torch.Tensor:
+        device = next(model.parameters()).device
+        logits = model(input_ids=sequence.to(device), logits_to_keep=n).logits[0, -n:]
+        return logits.float().cpu()  # row t scores output[t]
+
+    draft_logits = rows(drafter_model) if drafter_model is not None else None
+    target_probs = None if gen.sampling.greedy else logits_to_probs(rows(target), gen.sampling)
+    return RecordedPath(list(prompt_ids), list(output), gen.sampling, draft_logits, target_probs)
+
+
+@dataclass
+class Prediction:
+    """What a run would count (means over replays under sampling) and its rounds."""
+
+    stats: RunStats
+    steps: list[StepRecord]  # every replay's rounds, for the walltime model (pooled)
+    positions: dict[int, tuple[float, float]]  # position_counts, averaged over replays
+    replays: int = 1
+
+
+def predict(path: RecordedPath, drafter: str, policy: str, gamma: int, gen: GenerationConfig, *, costs=None, draft_vocab: int = 0) -> Prediction:
+    """Replay `drafter` with `policy` at `gamma` (policy ORACLE_POLICY: the oracle, drafting
+    up to gamma) on the path. costs feed the cost policy, as in a real run."""
+
+    def make(acceptance: Acceptance):
+        made = _drafter(path, drafter, gen, draft_vocab)
+        if policy == ORACLE_POLICY:
+            return OracleDrafter(made, acceptance, len(path.prompt_ids)), make_policy("fixed", gamma)
+        return made, make_policy(policy, gamma, costs=costs)
+
+    if gen.sampling.greedy:
+        acceptance = Acceptance(path)
+        made, chosen = make(acceptance)
+        results = [replay(path, made, chosen, gen, acceptance)]
+    else:
+        results = replay_sampled(path, make, gen, REPLICAS, gen.seed)
+    return _pool(results)
+
+
+def _drafter(path: RecordedPath, name: str, gen: GenerationConfig, draft_vocab: int):
+    """The drafter called `name`, its model replaced by the recorded rows."""
+    if not uses_model(name):
+        return make_drafter(name)
+    vocab = None
+    if draft_vocab > 0:
+        vocab = VocabTracker(draft_vocab, path.draft_logits.shape[-1], gen.eos_token_ids)
+    model = PathDrafter(path, vocab)
+    return model if name == "model" else LookupFirstDrafter(model)
+
+
+def _pool(results) -> Prediction:
+    """One Prediction from replays: counts are their means, rounds and positions pooled."""
+    replays = len(results)
+    stats = RunStats()
+    for field in ("new_tokens", "first_pass_tokens", "drafted", "accepted", "rounds", "target_forwards"):
+        total = sum(getattr(r.stats, field) for r in results)
+        setattr(stats, field, total if replays == 1 else total / replays)
+    positions: dict[int, list[float]] = {}
+    for result in results:
+        for i, (reached, accepted) in position_counts(result.steps).items():
+            entry = positions.setdefault(i, [0.0, 0.0])
+            entry[0] += reached / replays
+            entry[1] += accepted / replays
+    steps = [step for r in results for step in r.steps]
+    return Prediction(stats, steps, {i: (r, a) for i, (r, a) in positions.items()}, replays)

@@ -1,0 +1,321 @@
+"""Predicting speculative runs by replaying a recorded path: no model in the loop.
+
+Under greedy decoding a round's outcome is fixed by the path the target takes. A draft is
+accepted exactly when it equals the target's next token on that path, and a model drafter's
+drafts stay on the path while its argmax, teacher-forced on the path, equals the path's next
+token. So one plain run (the path) and ONE drafter forward over prompt + path (profile.py)
+give, for every drafter, policy and gamma, the rounds a real run would make: `replay` runs
+the real drafter and policy objects through the loop of core/generate.py with the target's
+verify pass replaced by a comparison with the path, and the model drafter replaced by
+`PathDrafter`, which reads the recorded rows instead of running the model.
+
+Under sampling the replay reads the target's sampled path and its processed rows p too: the
+draft at output position t is accepted with probability
+    alpha_t = sum_x min(p_t(x), q_t(x))      a model draft (q_t: the drafter's row at t)
+    alpha_t = p_t(x)                         a table draft of token x (a one-hot q)
+drawn with one uniform per position, and `replay_sampled` averages REPLICAS such replays.
+What this assumes: the context after an accepted draft or a correction is the recorded path
+(in a real run the accepted text is another sample from the same distribution), and each
+position's acceptance is independent of the others given the path.
+
+Where greedy predictions can miss a real run (each is a near tie, or the path's end):
+  * the recorded rows come from one batched forward over the whole path; a real run feeds
+    the drafter one token at a time, and a near-tied argmax can fall the other way;
+  * after a draft that leaves the path, the real drafter continues on its own wrong path;
+    the replay reads rows on the target's path there. That changes which later rows a
+    policy sees (so where an adaptive policy stops), never what a round accepts;
+  * past an end-of-sequence token the real target goes on scoring drafts the stop then
+    cuts; the replay accepts nothing past the path's end.
+
+The oracle (`OracleDrafter`) drafts exactly the drafts that will be accepted: the bound of
+every policy over one drafter. It pays a drafter forward per kept draft and none for the
+catch-up of a round that drafts nothing (a slight overestimate of the bound).
+
+Knows nothing about models, timing or files: rows in, GenerationResults out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import torch
+
+from specbench.core.generate import GenerationConfig, GenerationResult, Stopper
+from specbench.core.protocols import Draft, Drafter, GammaPolicy, Keep, KeepDrafting
+from specbench.core.sampling import SamplingConfig, greedy_tokens, logits_to_probs
+from specbench.core.stats import BONUS, CORRECTION, FIRST, RunStats, StepRecord
+
+REPLICAS = 16  # sampled replays averaged per prediction (each draws its own acceptances)
+
+
+# ---------------------------------------------------------------------------- the recorded path
+
+
+@dataclass
+class RecordedPath:
+    """What a prediction needs of one prompt (profile.py records it).
+
+    output: the target's new tokens from a plain run (greedy, or sampled with the sweep's
+    seed); draft_logits[t]: the drafter's logits for output[t] given prompt + output[:t]
+    (teacher-forced; None without a drafter model); target_probs[t]: the target's processed
+    p for output[t] (sampling only).
+    """
+
+    prompt_ids: list[int]
+    output: list[int]
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    draft_logits: torch.Tensor | None = None  # [n, vocab]
+    target_probs: torch.Tensor | None = None  # [n, vocab]
+
+
+class Acceptance:
+    """Which drafts the target accepts on the path: greedy compares with the path's tokens;
+    sampling draws against alpha_t with one uniform per output position (`uniforms`), so the
+    verdict of a position is the same whoever asks (the oracle asks before the verify)."""
+
+    def __init__(self, path: RecordedPath, uniforms: torch.Tensor | None = None):
+        self.path = path
+        self.uniforms = uniforms
+
+    def accepted(self, position: int, draft: Draft) -> int:
+        """How many of draft's tokens, proposed at output position `position`, are accepted."""
+        output, n = self.path.output, 0
+        for j, token in enumerate(draft.tokens.tolist()):
+            t = position + j
+            if t >= len(output):
+                break
+            row = None if draft.probs is None else draft.probs[j]
+            if not self._accepts(t, token, row):
+                break
+            n += 1
+        return n
+
+    def _accepts(self, t: int, token: int, q_row: torch.Tensor | None) -> bool:
+        if self.uniforms is None:
+            return token == self.path.output[t]
+        p_row = self.path.target_probs[t]
+        alpha = float(p_row[token]) if q_row is None else float(torch.minimum(p_row, q_row).sum())
+        return float(self.uniforms[t]) < alpha
+
+
+# ---------------------------------------------------------------------------- the model drafter, replayed
+
+
+class PathDrafter:
+    """The model drafter (drafters/model.py) over recorded rows: the same feeds, cache
+    bookkeeping and draws, no forward pass.
+
+    Its cache accounting mirrors ModelDrafter's, so that Draft.feeds (what each forward
+    would feed) and hence the drafter's cost come out as a real run's. With a restricted
+    draft vocabulary (`vocab`, a VocabTracker) its rows are masked to the ids the real
+    drafter would score at that round. Under sampling each replica draws its tokens from
+    the rows with its own generator.
+    """
+
+    name = "model"
+
+    def __init__(self, path: RecordedPath, vocab: "VocabTracker | None" = None):
+        if path.draft_logits is None:
+            raise ValueError("this path was recorded without a drafter model")
+        self.path = path
+        self.vocab = vocab
+        self._probs: dict[int, torch.Tensor] = {}  # processed rows by mask version
+        self._argmax: dict[int, list[int]] = {}
+        self.start(path.sampling, None)
+
+    def start(self, sampling: SamplingConfig, generator: torch.Generator | None) -> None:
+        self.sampling, self.generator = sampling, generator
+        self.cache_len = self._context_len = 0
+        self._started = False
+
+    def prefill(self, prompt: torch.Tensor) -> None:
+        self._observe(prompt)
+        self.cache_len = max(self.cache_len, prompt.shape[0])
+
+    def _observe(self, context: torch.Tensor) -> None:
+        if not self._started:
+            self._started = True
+            if self.vocab is not None:
+                self.vocab.start(context.tolist())
+        elif context.shape[0] > self._context_len and self.vocab is not None:
+            self.vocab.observe(context[self._context_len :].tolist())
+        self._context_len = context.shape[0]
+
+    def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
+        self._observe(context)
+        position = context.shape[0] - len(self.path.prompt_ids)
+        tokens, rows, feeds = [], [], []
+        pending = context.shape[0] - self.cache_len
+        for step in range(max_tokens):
+            feeds.append(pending)
+            row, token = self._row(position + step)
+            say = keep_drafting(step, row, token)
+            if not say:
+                break
+            tokens.append(token)
+            rows.append(row)
+            if say == Keep.LAST:
+                break
+            pending = 1
+        self.cache_len = context.shape[0] + max(0, len(feeds) - 1) if feeds else self.cache_len
+        probs = torch.stack(rows) if rows else None
+        return Draft(torch.tensor(tokens, dtype=torch.long), probs, 0.0, feeds)
+
+    def commit(self, n_accepted: int) -> None:
+        self.cache_len = min(self._context_len + n_accepted, self.cache_len)
+
+    def _row(self, t: int) -> tuple[torch.Tensor, int]:
+        """q at output position t (the last recorded row past the path's end) and the token
+        drawn from it: the argmax, or a draw from this replica's generator."""
+        version = 0 if self.vocab is None else self.vocab.version
+        if version not in self._probs:
+            logits = self.path.draft_logits
+            if self.vocab is not None and self.vocab.mask is not None:
+                logits = logits.masked_fill(~self.vocab.mask, float("-inf"))
+            self._probs[version] = logits_to_probs(logits, self.sampling)
+            self._argmax[version] = greedy_tokens(logits).tolist()
+        t = min(t, len(self.path.output) - 1)
+        row = self._probs[version][t]
+        if self.sampling.greedy:
+            return row, self._argmax[version][t]
+        return row, int(torch.multinomial(row, 1, generator=self.generator))
+
+
+class VocabTracker:
+    """Which ids a restricted model drafter scores as a generation goes (speed/draft_vocab.py's
+    RestrictedStep rule, without the head): ids below `limit`, the prompt's and keep_ids, and
+    every id the context gains, until covers_output says the subset does not serve (then
+    every id). version changes whenever the set does."""
+
+    def __init__(self, limit: int, vocab_size: int, keep_ids: Iterable[int] = ()):
+        self.limit, self.vocab_size, self.keep_ids = limit, vocab_size, tuple(keep_ids)
+        self.mask: torch.Tensor | None = None
+        self.version = 0
+
+    def start(self, prompt: list[int]) -> None:
+        from specbench.speed.draft_vocab import draft_token_ids
+
+        ids = draft_token_ids(self.limit, self.vocab_size, [*prompt, *self.keep_ids])
+        self.mask = None
+        if ids.shape[0] < self.vocab_size:
+            self.mask = torch.zeros(self.vocab_size, dtype=torch.bool)
+            self.mask[ids] = True
+        self.missed = self.output_tokens = 0
+        self.version += 1
+
+    def observe(self, new_ids: list[int]) -> None:
+        from specbench.speed.draft_vocab import covers_output
+
+        if self.mask is None:
+            return
+        fresh = {i for i in new_ids if 0 <= i < self.vocab_size and not self.mask[i]}
+        self.output_tokens += len(new_ids)
+        if fresh:
+            self.mask[list(fresh)] = True
+            self.missed += len(fresh)
+            self.version += 1
+        if not covers_output(self.missed, self.output_tokens):
+            self.mask = None
+            self.version += 1
+
+
+# ---------------------------------------------------------------------------- the oracle
+
+
+class OracleDrafter:
+    """A drafter that knows the verdicts: it asks `inner` for up to max_tokens drafts (the
+    policy is not asked) and keeps exactly those the target will accept."""
+
+    def __init__(self, inner: Drafter, acceptance: Acceptance, prompt_len: int):
+        self.inner, self.acceptance, self.prompt_len = inner, acceptance, prompt_len
+        self.name = f"oracle({inner.name})"
+
+    def start(self, sampling: SamplingConfig, generator: torch.Generator | None) -> None:
+        self.inner.start(sampling, generator)
+
+    def prefill(self, prompt: torch.Tensor) -> None:
+        self.inner.prefill(prompt)
+
+    def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
+        draft = self.inner.propose(context, max_tokens, lambda *_: Keep.YES)
+        n = self.acceptance.accepted(context.shape[0] - self.prompt_len, draft)
+        probs = None if draft.probs is None else draft.probs[:n]
+        return Draft(draft.tokens[:n], probs, 0.0, draft.feeds[:n])
+
+    def commit(self, n_accepted: int) -> None:
+        self.inner.commit(n_accepted)
+
+
+# ---------------------------------------------------------------------------- the loop
+
+
+def replay(path: RecordedPath, drafter: Drafter, policy: GammaPolicy, config: GenerationConfig, acceptance: Acceptance, *, generator: torch.Generator | None = None, limit: int = 1 << 30) -> GenerationResult:
+    """speculative_generate's loop (core/generate.py) on a recorded path: the same first
+    pass, room, drafter and policy calls and stop rule; the verify pass is `acceptance`, and
+    every token emitted is the path's. Returns the run's stats and StepRecords (no timings)."""
+    output_path = path.output
+    drafter.start(config.sampling, generator)
+    stopper = Stopper(config, len(path.prompt_ids), limit, None)
+    stats, steps, output = RunStats(), [], []
+    seq = list(path.prompt_ids)
+    drafter.prefill(torch.tensor(seq, dtype=torch.long))
+
+    def emit(record: StepRecord, new: list[int]) -> str | None:
+        kept, reason = stopper.cut(output, new)
+        output.extend(kept)
+        seq.extend(kept)
+        record.tokens, record.stop_reason = kept, reason
+        steps.append(record)
+        return reason
+
+    stats.target_forwards = stats.first_pass_tokens = 1
+    reason = emit(StepRecord(0, 0, 0, [], [], [], [], 0, output_path[0], FIRST, 1.0, []), [output_path[0]])
+    while reason is None and len(output) < len(output_path):
+        position = len(output)
+        gamma = min(policy.next_gamma(), stopper.room(len(seq), position))
+        draft = drafter.propose(torch.tensor(seq, dtype=torch.long), gamma, policy.keep_drafting)
+        k = draft.tokens.shape[0]
+        n = min(acceptance.accepted(position, draft), len(output_path) - 1 - position)
+        drafter.commit(n)
+        policy.update(n, k)
+        stats.add_round(k, n, 0.0, 0.0)
+        drafted = draft.tokens.tolist()
+        kind = BONUS if n == k else CORRECTION
+        record = StepRecord(stats.rounds, position, gamma, drafted, [None] * k, [], [], n, output_path[position + n], kind, 1.0, [], drafter_feeds=list(draft.feeds), policy_info=policy.info())
+        reason = emit(record, output_path[position : position + n + 1])
+    stats.new_tokens = len(output)
+    return GenerationResult(output, stats, steps, reason or "path")
+
+
+def replay_sampled(path: RecordedPath, make: "callable", config: GenerationConfig, replicas: int = REPLICAS, seed: int = 0) -> list[GenerationResult]:
+    """`replicas` replays of a sampled path, each with its own uniforms and draws (seeded
+    from `seed`). make(acceptance) -> (drafter, policy), fresh for each replay."""
+    results = []
+    for r in range(replicas):
+        generator = torch.Generator().manual_seed(seed * 100_003 + r)
+        uniforms = torch.rand(len(path.output), generator=generator, dtype=torch.float64)
+        acceptance = Acceptance(path, uniforms)
+        drafter, policy = make(acceptance)
+        results.append(replay(path, drafter, policy, config, acceptance, generator=generator))
+    return results
+
+
+# ---------------------------------------------------------------------------- per-position acceptance
+
+
+def position_counts(steps: list[StepRecord]) -> dict[int, tuple[int, int]]:
+    """{i: (reached, accepted)} over draft positions i = 1, 2, ...: a draft at position i is
+    reached when drafts 1..i-1 of its round were all accepted (so the target judged it), and
+    accepted when it was kept. reached/accepted is the acceptance at position i given the
+    drafts before it were accepted."""
+    counts: dict[int, list[int]] = {}
+    for step in steps:
+        if step.round == 0:
+            continue
+        k, n = len(step.draft_tokens), step.accepted
+        for i in range(1, min(k, n + 1) + 1):
+            entry = counts.setdefault(i, [0, 0])
+            entry[0] += 1
+            entry[1] += 1 if i <= n else 0
+    return {i: (r, a) for i, (r, a) in sorted(counts.items())}

@@ -1,0 +1,129 @@
+"""Predictions from a recorded path against real runs, on tiny models: under greedy decoding
+a replay must count what speculative_generate counts, for every drafter and fixed gamma 1..8."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import noisy_copy, tiny_model
+from specbench.bench.profile import ORACLE_POLICY, predict, record_path
+from specbench.bench.replay import Acceptance, RecordedPath, position_counts
+from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
+from specbench.core.sampling import SamplingConfig
+from specbench.drafters import DRAFTERS, make_drafter
+from specbench.policies import make_policy
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+PROMPTS = [[5, 9, 11, 5, 9, 11, 5, 9], [3, 14, 15, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9]]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = tiny_model(0).eval()
+    return target, noisy_copy(target, 0.3, seed=1).eval()
+
+
+def _real(target, drafter_model, prompt, drafter, policy, gamma, gen, vocab=0, costs=None):
+    made = make_drafter(drafter, drafter_model, vocab, gen.eos_token_ids)
+    return speculative_generate(target, made, prompt, gen, make_policy(policy, gamma, costs=costs))
+
+
+@pytest.mark.parametrize("drafter", DRAFTERS)
+def test_greedy_prediction_counts_what_real_runs_count(pair, drafter):
+    target, drafter_model = pair
+    gen = GenerationConfig(max_new_tokens=40)
+    accepted = 0
+    for prompt in PROMPTS:
+        output = plain_generate(target, prompt, gen).token_ids
+        path = record_path(target, drafter_model, prompt, output, gen)
+        for gamma in range(1, 9):
+            real = _real(target, drafter_model, prompt, drafter, "fixed", gamma, gen)
+            predicted = predict(path, drafter, "fixed", gamma, gen)
+            got = (predicted.stats.target_forwards, predicted.stats.drafted, predicted.stats.accepted)
+            want = (real.stats.target_forwards, real.stats.drafted, real.stats.accepted)
+            assert got == want, (drafter, gamma)
+            assert [s.drafter_feeds for s in predicted.steps] == [s.drafter_feeds for s in real.steps]
+            assert predicted.positions == {i: (float(r), float(a)) for i, (r, a) in position_counts(real.steps).items()}
+            accepted += real.stats.accepted
+    assert accepted > 0  # the pair agrees often enough for the comparison to mean something
+
+
+def test_adaptive_policies_replay_as_they_run(pair):
+    """The cost and heuristic policies see the same rows and verdicts in a replay (greedy, no
+    near ties on the path here), so they make the same rounds."""
+    target, drafter_model = pair
+    gen = GenerationConfig(max_new_tokens=40)
+    costs = type("Costs", (), {"c": 0.2, "verify_cost": {1: 1.0, 2: 1.1, 3: 1.2}})()
+    prompt = PROMPTS[1]
+    output = plain_generate(target, prompt, gen).token_ids
+    path = record_path(target, drafter_model, prompt, output, gen)
+    for policy in ("heuristic", "cost", "egag"):
+        real = _real(target, drafter_model, prompt, "model", policy, 6, gen, costs=costs)
+        predicted = predict(path, "model", policy, 6, gen, costs=costs)
+        assert [(len(s.draft_tokens), s.accepted) for s in predicted.steps] == [(len(s.draft_tokens), s.accepted) for s in real.steps], policy
+
+
+def test_restricted_vocabulary_is_replayed(pair):
+    target, drafter_model = pair
+    gen = GenerationConfig(max_new_tokens=40)
+    prompt = PROMPTS[1]
+    output = plain_generate(target, prompt, gen).token_ids
+    path = record_path(target, drafter_model, prompt, output, gen)
+    for gamma in (2, 5):
+        real = _real(target, drafter_model, prompt, "model", "fixed", gamma, gen, vocab=20)
+        predicted = predict(path, "model", "fixed", gamma, gen, draft_vocab=20)
+        assert predicted.stats.target_forwards == real.stats.target_forwards
+        assert predicted.stats.accepted == real.stats.accepted
+
+
+def test_oracle_drafts_only_what_is_accepted_and_bounds_fixed(pair):
+    target, drafter_model = pair
+    gen = GenerationConfig(max_new_tokens=40)
+    output = plain_generate(target, PROMPTS[0], gen).token_ids
+    path = record_path(target, drafter_model, PROMPTS[0], output, gen)
+    oracle = predict(path, "model", ORACLE_POLICY, 8, gen)
+    assert oracle.stats.drafted == oracle.stats.accepted
+    for gamma in range(1, 9):
+        assert oracle.stats.target_forwards <= predict(path, "model", "fixed", gamma, gen).stats.target_forwards
+
+
+def test_greedy_acceptance_compares_with_the_path():
+    path = RecordedPath([1], [4, 5, 6, 7])
+    from specbench.core.protocols import Draft
+
+    draft = Draft(torch.tensor([5, 6, 9]), None)
+    assert Acceptance(path).accepted(1, draft) == 2
+    assert Acceptance(path).accepted(2, draft) == 0
+
+
+def test_sampled_acceptance_is_sum_of_min_p_q():
+    """With one draft position and a uniform below/above alpha = sum min(p, q) the verdict
+    flips exactly at alpha."""
+    from specbench.core.protocols import Draft
+
+    p = torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]])
+    path = RecordedPath([1], [0, 2], SamplingConfig(temperature=1.0), target_probs=p)
+    q = torch.tensor([[0.0, 0.5, 0.5]])  # sum min(p[1], q) = 0.0 + 0.3 + 0.5 = 0.8
+    draft = Draft(torch.tensor([1]), q)
+    assert Acceptance(path, torch.tensor([0.0, 0.79], dtype=torch.float64)).accepted(1, draft) == 1
+    assert Acceptance(path, torch.tensor([0.0, 0.81], dtype=torch.float64)).accepted(1, draft) == 0
+    table = Draft(torch.tensor([2]), None)  # a table draft of token 2: alpha = p(2) = 0.5
+    assert Acceptance(path, torch.tensor([0.0, 0.49], dtype=torch.float64)).accepted(1, table) == 1
+    assert Acceptance(path, torch.tensor([0.0, 0.51], dtype=torch.float64)).accepted(1, table) == 0
+
+
+def test_sampled_prediction_tracks_real_runs(pair):
+    """Expected target forwards from replays on sampled paths vs real sampled runs, averaged
+    over seeds: within 15% (the replay's assumptions are approximations)."""
+    target, drafter_model = pair
+    sampling = SamplingConfig(temperature=0.7)
+    predicted, real = [], []
+    for seed in range(6):
+        gen = GenerationConfig(max_new_tokens=40, sampling=sampling, seed=seed)
+        output = plain_generate(target, PROMPTS[1], gen).token_ids
+        path = record_path(target, drafter_model, PROMPTS[1], output, gen)
+        predicted.append(predict(path, "model", "fixed", 4, gen).stats.target_forwards)
+        real.append(_real(target, drafter_model, PROMPTS[1], "model", "fixed", 4, gen).stats.target_forwards)
+    assert abs(sum(predicted) / sum(real) - 1) < 0.15, (predicted, real)

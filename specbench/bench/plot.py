@@ -21,7 +21,6 @@ from specbench.bench.results import (
     BASELINE_METHOD,
     FIXED_POLICY,
     MODEL_DRAFTER,
-    INTERVAL_COLUMNS,
     MEASURED,
     ORACLE_POLICY,
     PREDICTED,
@@ -56,6 +55,7 @@ PREDICTION_CHARTS = (
     "accepted_length_vs_gamma.png",
     "speedup_vs_gamma.png",
     "position_acceptance.png",
+    "position_acceptance_by_category.png",
     "category_speedup_predicted.png",
 )  # drawn when a sweep has predicted rows (every sweep since predictions)
 MAX_CATEGORY_SERIES = 6  # bars per category group before the chart stops being readable
@@ -298,7 +298,8 @@ def plot_results(directory: Path, out_dir: Path | None = None) -> list[Path]:
             chart_gamma_metric(table, "mean_accepted_length", None, None, "Tokens per target forward vs gamma", "mean accepted length (accepted drafts + 1)", out_dir / PREDICTION_CHARTS[1], subtitle),
             chart_speedup_vs_gamma(table, out_dir / PREDICTION_CHARTS[2], subtitle),
             chart_positions(positions, out_dir / PREDICTION_CHARTS[3], subtitle),
-            chart_category_predicted(table, every, out_dir / PREDICTION_CHARTS[4], subtitle),
+            chart_positions_by_category(positions, out_dir / PREDICTION_CHARTS[4], subtitle),
+            chart_category_predicted(table, every, out_dir / PREDICTION_CHARTS[5], subtitle),
         ]  # fmt: skip
     return paths
 
@@ -368,6 +369,23 @@ def chart_positions(positions: pd.DataFrame, path: Path, subtitle: str) -> Path:
                 ax.plot(predicted["position"], predicted["acceptance"], color=f"C{i}", marker=".", label=f"{drafter}, γ={int(top)} (predicted)")
             if len(measured):
                 ax.plot(measured["position"], measured["acceptance"], "o", color=f"C{i}", label=f"{drafter}, γ={int(top)} (measured)")
+        ax.set_ylim(0, 1.02)
+    return _finish(fig, ax, path)
+
+
+def chart_positions_by_category(positions: pd.DataFrame, path: Path, subtitle: str) -> Path:
+    """chart_positions for one drafter (the model drafter when there is one), one line per
+    prompt category (predicted, fixed policy at the largest gamma)."""
+    fig, ax = _figure("Acceptance by draft position, per category", subtitle, "draft position i in a round", "P(draft i accepted | drafts 1..i-1 accepted)")
+    fixed = positions[(positions["policy"] == FIXED_POLICY) & (positions["source"] == PREDICTED)] if len(positions) else positions
+    if len(fixed):
+        drafter = MODEL_DRAFTER if (fixed["drafter"] == MODEL_DRAFTER).any() else sorted(fixed["drafter"])[0]
+        fixed = fixed[(fixed["drafter"] == drafter) & (fixed["gamma"] == fixed["gamma"].max())]
+        table = position_acceptance(fixed, by=("category",))
+        for i, category in enumerate(dict.fromkeys(fixed["category"])):
+            group = table[table["category"] == category]
+            ax.plot(group["position"], group["acceptance"], marker=".", color=f"C{i % 10}", label=f"{category}")
+        ax.set_title(f"Acceptance by draft position, per category ({drafter} drafter, γ={int(fixed['gamma'].max())})", fontsize=13, loc="left")
         ax.set_ylim(0, 1.02)
     return _finish(fig, ax, path)
 

@@ -72,7 +72,6 @@ from specbench.bench.results import (
     append_positions,
     append_row,
     best_gammas,
-    load_runs,
     output_hash,
     parse_gammas,
     summary_frame,
@@ -571,6 +570,17 @@ def prepare_out_dir(out_dir: Path, resume: bool) -> list[dict]:
     return read_rows(csv_path)
 
 
+def summary_records(rows: list[dict]) -> list[dict]:
+    """The summary table for meta.json: per source x method x drafter x policy x gamma, the
+    geometric-mean speedup and pooled acceptance with their 95% bootstrap intervals."""
+    keep = ["source", "method", "drafter", "policy", "gamma", "runs", "acceptance_rate", "acceptance_lo", "acceptance_hi",
+            "mean_accepted_length", "speedup", "speedup_lo", "speedup_hi"]  # fmt: skip
+    table = summary_frame(rows)[keep] if rows else None
+    if table is None:
+        return []
+    return [{k: (None if v != v else v) for k, v in record.items()} for record in table.astype(object).to_dict("records")]
+
+
 def read_paths(out_dir: Path) -> dict[tuple[str, int], list[int]]:
     """The plain outputs an interrupted sweep recorded (paths.jsonl), by (prompt id, repeat);
     a half-written last line is skipped."""
@@ -751,5 +761,6 @@ def sweep(
     skipped += len(measured) - len(todo)
     written += run_phase(todo, rows)
     meta["finished"] = True
+    meta["summary"] = summary_records(read_rows(out_dir / RUNS_CSV))
     write_meta(out_dir, meta)
     return SweepResult(out_dir, written, skipped, runner.block_costs)

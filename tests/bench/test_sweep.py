@@ -336,6 +336,8 @@ def test_sweep_writes_results(close_pair, tokenizer, tmp_path):
             assert row["predicted_speedup"] == ""
     meta = json.loads((out / "meta.json").read_text())
     assert meta["finished"] is True and meta["c"] > 0
+    summary = {(r["source"], r["method"], r["drafter"], r["policy"], r["gamma"]): r for r in meta["summary"]}
+    assert summary[("predicted", "specbench", "model", "fixed", 2)]["speedup_lo"] <= summary[("predicted", "specbench", "model", "fixed", 2)]["speedup"]
     assert sorted(meta["verify_cost"], key=int) == [str(k) for k in range(1, 10)] and meta["verify_cost"]["1"] == 1.0
     assert meta["models"]["target"]["dtype"] == "float32" and meta["models"]["target"]["name"] == "tiny-target"
     assert meta["command"] == "test" and meta["seed"] == 0 and "torch" in meta["versions"]

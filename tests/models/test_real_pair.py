@@ -51,6 +51,26 @@ def test_greedy_parity_speculative_vs_plain(pair):
     assert "def " in pair.tokenizer.decode(plain.token_ids)
 
 
+def test_sweep_predictions_count_what_real_runs_count(pair):
+    """The sweep's prediction on real weights: one drafter forward along the plain path
+    predicts the rounds of real runs of the default drafter (restricted head included); a
+    miss would have to be a near tie between the batched and the incremental forward."""
+    from specbench.bench.profile import predict, record_path
+    from specbench.core.generate import plain_generate
+
+    prompt_ids = models.encode_prompt(pair.tokenizer, PROMPT)
+    config = GenerationConfig(max_new_tokens=NEW_TOKENS, eos_token_ids=pair.eos_token_ids)
+    output = plain_generate(pair.target.model, prompt_ids, config).token_ids
+    path = record_path(pair.target.model, pair.drafter_model.model, prompt_ids, output, config)
+    pairs = []
+    for gamma in (3, 6):
+        real = models.run_generation(pair, prompt_ids, config, make_policy("fixed", gamma))
+        predicted = predict(path, "model+lookup", "fixed", gamma, config, draft_vocab=pair.draft_vocab)
+        pairs.append((predicted.stats.target_forwards, real.stats.target_forwards))
+    assert all(abs(p - r) <= 1 for p, r in pairs), pairs
+    assert sum(p == r for p, r in pairs) >= 1, pairs
+
+
 def test_greedy_parity_on_the_onednn_kernels(pair):
     """The default kernels (--kernels auto) on real weights: speculative and plain decoding on
     oneDNN both give exactly the tokens of plain decoding on PyTorch's own kernels.

@@ -1,8 +1,9 @@
 """The profile of a prompt, and the predictions read from it.
 
-A sweep runs plain decoding on every prompt anyway (the baseline). `record_path` adds one
-drafter forward over prompt + that output (teacher-forced: the drafter's row for every
-position at once) and, under sampling, one target forward for the processed p rows. From
+A sweep runs plain decoding on every prompt anyway (the baseline). `record_path` adds the
+drafter teacher-forced along that output (its row for every position: the prompt in one
+forward, then one token a forward over its cache, as a real drafter reads accepted tokens)
+and, under sampling, one target forward over the whole path for the processed p rows. From
 that, `predict` replays any drafter x policy x gamma (replay.py) and returns what a run
 would have counted: rounds, drafts, accepted drafts, target forwards and the StepRecords
 the walltime model prices. No run is timed here: the sweep turns the rounds into a
@@ -30,6 +31,7 @@ from specbench.bench.replay import (
     replay,
     replay_sampled,
 )
+from specbench.core.cache import new_cache
 from specbench.core.generate import GenerationConfig
 from specbench.core.sampling import logits_to_probs
 from specbench.core.stats import RunStats, StepRecord
@@ -43,17 +45,32 @@ ORACLE_POLICY = "oracle"  # the policy label of an oracle's predicted rows
 def record_path(target, drafter_model, prompt_ids: list[int], output: list[int], gen: GenerationConfig) -> RecordedPath:
     """The path of one prompt: the plain run's output, the drafter's logits along it (when
     a drafter model is given) and, under sampling, the target's processed rows."""
-    sequence = torch.tensor([list(prompt_ids) + list(output[:-1])])
-    n = len(output)
-
-    def rows(model) -> torch.Tensor:
-        device = next(model.parameters()).device
-        logits = model(input_ids=sequence.to(device), logits_to_keep=n).logits[0, -n:]
-        return logits.float().cpu()  # row t scores output[t]
-
-    draft_logits = rows(drafter_model) if drafter_model is not None else None
-    target_probs = None if gen.sampling.greedy else logits_to_probs(rows(target), gen.sampling)
+    draft_logits = teacher_forced_logits(drafter_model, prompt_ids, output) if drafter_model is not None else None
+    target_probs = None
+    if not gen.sampling.greedy:
+        n = len(output)
+        device = next(target.parameters()).device
+        sequence = torch.tensor([list(prompt_ids) + list(output[:-1])], device=device)
+        logits = target(input_ids=sequence, logits_to_keep=n).logits[0, -n:]  # row t scores output[t]
+        target_probs = logits_to_probs(logits.float().cpu(), gen.sampling)
     return RecordedPath(list(prompt_ids), list(output), gen.sampling, draft_logits, target_probs)
+
+
+def teacher_forced_logits(model, prompt_ids: list[int], output: list[int]) -> torch.Tensor:
+    """The drafter's logits for output[t] given prompt + output[:t], t = 0..n-1 ([n, vocab],
+    float32): the prompt in one forward, then the path one token at a time over a KV cache.
+
+    One token a forward, as the drafter feeds the tokens a round accepted, and not one
+    forward over the whole path: a model's several-row and one-row forwards round
+    differently (an int8 drafter runs several rows through a bf16 copy of its weights), and
+    on the default pair the batched rows put about one near-tied argmax per prompt the other
+    way, each costing a predicted round (docs/log.md)."""
+    device = next(model.parameters()).device
+    cache = new_cache(model)
+    step = lambda ids: model(input_ids=torch.tensor([ids], device=device), past_key_values=cache, use_cache=True, logits_to_keep=1).logits[0, -1]
+    rows = [step(list(prompt_ids))]
+    rows += [step([token]) for token in output[:-1]]
+    return torch.stack(rows).float().cpu()
 
 
 @dataclass

@@ -3,7 +3,7 @@
 Under greedy decoding a round's outcome is fixed by the path the target takes. A draft is
 accepted exactly when it equals the target's next token on that path, and a model drafter's
 drafts stay on the path while its argmax, teacher-forced on the path, equals the path's next
-token. So one plain run (the path) and ONE drafter forward over prompt + path (profile.py)
+token. So one plain run (the path) and the drafter teacher-forced along it (profile.py)
 give, for every drafter, policy and gamma, the rounds a real run would make: `replay` runs
 the real drafter and policy objects through the loop of core/generate.py with the target's
 verify pass replaced by a comparison with the path, and the model drafter replaced by
@@ -19,8 +19,10 @@ What this assumes: the context after an accepted draft or a correction is the re
 position's acceptance is independent of the others given the path.
 
 Where greedy predictions can miss a real run (each is a near tie, or the path's end):
-  * the recorded rows come from one batched forward over the whole path; a real run feeds
-    the drafter one token at a time, and a near-tied argmax can fall the other way;
+  * the recorded rows come from the drafter's own forward fed one path token at a time; a
+    real run feeds it through its draft step (a lean forward, a restricted head), and
+    after a fully accepted round two tokens at once: a near-tied argmax can fall the
+    other way;
   * after a draft that leaves the path, the real drafter continues on its own wrong path;
     the replay reads rows on the target's path there. That changes which later rows a
     policy sees (so where an adaptive policy stops), never what a round accepts;

@@ -13,8 +13,9 @@ imports this module for the schema at start-up, so pandas is imported on first u
 functions that need it (plotting and the end-of-sweep table pay for it, `--help` does not).
 
 runs.csv: one row per source x method x drafter x policy x gamma x prompt x repeat, where
-source is "measured" (a timed run) or "predicted" (replayed on the prompt's plain path,
-profile.py; a file from before predictions reads as measured). Blank cells mean
+source is "measured" (a timed run), "predicted" (replayed on the prompt's plain path,
+profile.py) or "profile" (that plain run, the unit of the predictions; a measured run is
+compared with the plain run timed beside it). A file from before predictions reads as measured. Blank cells mean
 "does not apply or is not known" (the plain run has no drafter; HF's assisted generation may
 not reveal its acceptance; identical_to_baseline is only checked for greedy runs); load_runs
 reads them as NaN (numbers), NA (identical_to_baseline) or "" (text).
@@ -55,7 +56,7 @@ EXTRA_COLUMNS = (
 COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS
 KEY_COLUMNS = ("source", "method", "drafter", "policy", "gamma", "temperature", "prompt_id", "repeat")
 POSITION_COLUMNS = (*KEY_COLUMNS, "category", "position", "reached", "accepted")
-MEASURED, PREDICTED = "measured", "predicted"
+MEASURED, PREDICTED, PROFILE = "measured", "predicted", "profile"
 ORACLE_POLICY = "oracle"  # profile.py's label for the bound of every policy over a drafter
 # how load_runs types the columns: text stays text ("" when blank), the flag becomes a nullable
 # boolean, every other column of the schema is a float64 number (NaN when blank)

@@ -1,7 +1,7 @@
 """Sweeps: methods x drafters x policies x gammas x prompts x repeats on loaded models.
 
 A sweep profiles first and measures second. Phase 1, for every prompt: the plain run (the
-baseline, timed), one drafter forward over prompt + its output (profile.py), and a
+baseline, timed), the drafter teacher-forced along its output (profile.py), and a
 PREDICTED row for every drafter x policy x gamma and each drafter's oracle, replayed on
 that path with no model in the loop (replay.py) and priced with the block's measured costs.
 Phase 2 times real runs only where `measure` says: "best" (each drafter x policy at its
@@ -89,7 +89,7 @@ METHODS = (BASELINE_METHOD, SPECBENCH, HF_ASSISTED)
 HF_POLICY = FIXED_POLICY  # HF's constant num_assistant_tokens schedule is a fixed gamma
 HF_DEFAULTS_POLICY = "hf-defaults"  # HF as it comes: hf_assisted.HF_DEFAULTS (its threshold adjusted online)
 HF_STOCK_POLICY = "hf-defaults-stock-kernels"  # the same, on PyTorch's own Linear kernels (HF without specbench)
-PREDICTED, MEASURED = "predicted", "measured"  # runs.csv's source column
+PREDICTED, MEASURED, PROFILE = "predicted", "measured", "profile"  # runs.csv's source column
 PATHS_JSONL = "paths.jsonl"  # each plain run's output ids, what predictions replay
 MEASURE_CHOICES = ("best", "all")  # or a list of gammas, "2,5"
 
@@ -180,13 +180,14 @@ class PlannedRun:
 
 
 def profile_plan(config: SweepConfig, prompts: list[Prompt], *, has_drafter_model: bool = True) -> list[PlannedRun]:
-    """Phase 1, per repeat and prompt: the plain run, then a predicted run of every drafter x
+    """Phase 1, per repeat and prompt: the plain run (source PROFILE: the path and the unit of
+    the predictions), then a predicted run of every drafter x
     policy x gamma and each drafter's oracle (up to the largest gamma). A drafter that needs
     the drafter model is predicted only when there is one."""
     plan = []
     for repeat in range(config.repeats):
         for prompt in prompts:
-            plan.append(PlannedRun(BASELINE_METHOD, "", "", None, config.temperature, prompt, repeat))
+            plan.append(PlannedRun(BASELINE_METHOD, "", "", None, config.temperature, prompt, repeat, PROFILE))
             drafters = [d for d in config.drafters if has_drafter_model or not uses_model(d)]
             for drafter in drafters:
                 for gamma in config.gammas:
@@ -210,14 +211,16 @@ def measured_prompts(config: SweepConfig, prompts: list[Prompt]) -> list[Prompt]
 
 
 def measure_plan(config: SweepConfig, prompts: list[Prompt], gammas: dict[tuple[str, str], tuple[int, ...]], *, has_drafter_model: bool = True) -> list[PlannedRun]:
-    """Phase 2: per repeat and measured prompt, each drafter x policy at its gammas (gammas[(drafter,
-    policy)]), then hf-assisted (at each of those gammas with hf_fixed, and with its defaults).
-    Odd repeats run a prompt's block in reverse, so that over two repeats each method sits as
-    often early in a block as late."""
+    """Phase 2: per repeat and measured prompt, a plain run again (the baseline of the block's
+    measured speedups, timed beside them so that drift since phase 1 hits all alike), then
+    each drafter x policy at its gammas (gammas[(drafter, policy)]), then hf-assisted (at each
+    of those gammas with hf_fixed, and with its defaults). Odd repeats run the block after
+    plain in reverse, so that over two repeats each method sits as often early as late."""
     plan = []
     for repeat in range(config.repeats):
         for prompt in measured_prompts(config, prompts):
             block = _measured_block(config, prompt, repeat, gammas, has_drafter_model)
+            plan.append(PlannedRun(BASELINE_METHOD, "", "", None, config.temperature, prompt, repeat))
             plan.extend(reversed(block) if repeat % 2 else block)
     return plan
 
@@ -324,13 +327,20 @@ class Baseline:
     output_hash: str
 
 
-def baselines_from_rows(rows: list[dict]) -> dict[tuple[str, str], Baseline]:
-    """The plain runs of an earlier, interrupted sweep, by (prompt_id, repeat)."""
+def baseline_key(source: str, prompt_id: str, repeat) -> tuple[str, str, str]:
+    """Which plain run a row is compared with: predictions with their phase's (PROFILE),
+    measured runs with the one timed beside them (MEASURED)."""
+    kind = PROFILE if source in (PROFILE, PREDICTED) else MEASURED
+    return (kind, str(prompt_id), str(int(float(repeat))))
+
+
+def baselines_from_rows(rows: list[dict]) -> dict[tuple[str, str, str], Baseline]:
+    """The plain runs of an earlier, interrupted sweep, by baseline_key."""
     found = {}
     for row in rows:
         if row["method"] == BASELINE_METHOD:
             tps = float(row["tokens_per_second"]) if row["tokens_per_second"] else None
-            found[(row["prompt_id"], str(int(row["repeat"])))] = Baseline(tps, row.get("output_hash", ""))
+            found[baseline_key(row.get("source") or MEASURED, row["prompt_id"], row["repeat"])] = Baseline(tps, row.get("output_hash", ""))
     return found
 
 
@@ -455,7 +465,7 @@ class SweepRunner:
             return predicted_measurement(self.path(run, gen), run, gen, self.costs_for(run), self.config.draft_vocab)
         if run.method == BASELINE_METHOD:
             m = measure_plain(self.target, ids, gen)
-            if max_new_tokens is None:
+            if max_new_tokens is None and run.source == PROFILE:
                 self.outputs[(run.prompt.id, run.repeat)] = m.token_ids
             return m
         if run.method == SPECBENCH:
@@ -482,7 +492,7 @@ class SweepRunner:
         kernels, lazy imports) land on no measured run."""
         seen = set()
         for run in plan:
-            if run.source == MEASURED and (run.method, run.drafter) not in seen:
+            if run.source != PREDICTED and (run.method, run.drafter) not in seen:
                 seen.add((run.method, run.drafter))
                 self.measure(run, max_new_tokens=min(self.config.warmup_tokens, self.config.max_new_tokens))
 
@@ -533,10 +543,11 @@ def run_plan(
     for run in plan:
         costs = costs_of(run)
         m = measure(run)
-        where = (run.prompt.id, str(run.repeat))
+        where = baseline_key(run.source, run.prompt.id, run.repeat)
         row = make_row(run, m, baselines.get(where), c=costs.c if costs else None, prompt_tokens=prompt_tokens(run.prompt), seed=seed + run.repeat, costs=costs)
         if run.method == BASELINE_METHOD:
             baselines[where] = Baseline(row["tokens_per_second"], row["output_hash"])
+        if run.method == BASELINE_METHOD and run.source == PROFILE:
             with open(out_dir / PATHS_JSONL, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps({"prompt_id": run.prompt.id, "repeat": run.repeat, "output": m.token_ids}) + "\n")
         append_row(out_dir / RUNS_CSV, row)
@@ -734,7 +745,7 @@ def sweep(
         on_start(total, len(done_rows))
 
     def run_phase(todo: list[PlannedRun], rows_so_far: list[dict]) -> int:
-        if any(run.source == MEASURED for run in todo):
+        if any(run.source != PREDICTED for run in todo):
             status("warming up")
             runner.warm_up(todo)
         status("running")

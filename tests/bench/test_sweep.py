@@ -105,17 +105,18 @@ def test_plan_profiles_every_prompt_then_measures():
     prompt's plain run."""
     config = SweepConfig(gammas=(1, 3), drafters=("model", "ngram"), policies=("fixed",), repeats=2, measure="all")
     plan = plan_runs(config, PROMPTS)
-    profile = [r for r in plan if r.source == "predicted" or r.method == "plain"]
+    profile = [r for r in plan if r.source in ("predicted", "profile")]
     per_prompt = 1 + 2 * (2 * 1 + 1)  # plain + drafters x (gammas x policies + the oracle)
     assert plan[: len(profile)] == profile and len(profile) == 2 * len(PROMPTS) * per_prompt
     for start in range(0, len(profile), per_prompt):
         block = profile[start : start + per_prompt]
-        assert block[0].method == "plain" and all(r.source == "predicted" for r in block[1:])
+        assert (block[0].method, block[0].source) == ("plain", "profile") and all(r.source == "predicted" for r in block[1:])
         assert {(r.prompt.id, r.repeat) for r in block} == {(block[0].prompt.id, block[0].repeat)}
         assert [r.gamma for r in block if r.policy == "oracle"] == [3, 3]
     measured = plan[len(profile) :]
-    per_measured = 2 * 2 * 1 + 1  # gammas x drafters x policies + HF's defaults
+    per_measured = 1 + 2 * 2 * 1 + 1  # plain again, gammas x drafters x policies, HF's defaults
     assert len(measured) == 2 * len(PROMPTS) * per_measured and all(r.source == "measured" for r in measured)
+    assert [r.method for r in measured[::per_measured]] == ["plain"] * 2 * len(PROMPTS)  # each block's own baseline first
     assert len({r.key for r in plan}) == len(plan)
 
 
@@ -321,6 +322,12 @@ def test_sweep_writes_results(close_pair, tokenizer, tmp_path):
     positions = load_positions(out)
     assert set(positions["source"]) == {"predicted", "measured"} and (positions["accepted"] <= positions["reached"]).all()
     assert len((out / "paths.jsonl").read_text().splitlines()) == len(PROMPTS)
+    plain = {(r["source"], r["prompt_id"]): float(r["tokens_per_second"]) for r in every if r["method"] == "plain"}
+    assert {source for source, _ in plain} == {"profile", "measured"}
+    for row in every:  # a measured run against the plain run timed beside it, a prediction against its path's
+        if row["method"] == "specbench":
+            unit = plain[("measured" if row["source"] == "measured" else "profile", row["prompt_id"])]
+            assert float(row["speedup"]) == pytest.approx(float(row["tokens_per_second"]) / unit, rel=1e-4)
     for row in rows:
         assert float(row["speedup"]) > 0 and float(row["tokens_per_second"]) > 0
         assert row["c"] and row["category"] in ("code", "chat")
@@ -525,12 +532,12 @@ def test_sweep_command_end_to_end(patched_models, tmp_path):
     assert result.exit_code == 0, result.output
     assert "Predicted on every prompt" in result.output and "Measured" in result.output and "Prediction vs measurement" in result.output
     rows = read_rows(out / "runs.csv")
-    # plain, 2 drafters x (2 gammas + the oracle) predicted, each drafter at its best gamma measured
-    assert len(rows) == 1 + 2 * 3 + 2 and {r["category"] for r in rows} == {"code"}
+    # plain, 2 drafters x (2 gammas + the oracle) predicted; plain again and each drafter at its best gamma measured
+    assert len(rows) == 1 + 2 * 3 + 1 + 2 and {r["category"] for r in rows} == {"code"}
     again = CliRunner().invoke(cli.app, args)
     assert again.exit_code == 2 and "--resume" in again.output
     resumed = CliRunner().invoke(cli.app, args + ["--resume"])
-    assert resumed.exit_code == 0 and "0 row(s) written, 9 already there" in resumed.output
+    assert resumed.exit_code == 0 and "0 row(s) written, 10 already there" in resumed.output
 
 
 @pytest.mark.parametrize(

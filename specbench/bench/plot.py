@@ -58,6 +58,10 @@ PREDICTION_CHARTS = (
     "position_acceptance_by_category.png",
     "category_speedup_predicted.png",
 )  # drawn when a sweep has predicted rows (every sweep since predictions)
+SUPERSEDED = ("acceptance_rate.png", "tokens_per_second.png", "speedup.png", "accepted_length.png", "predicted_speedup.png")
+# the measured curves over gamma that a sweep with predictions replaces with its PREDICTION_CHARTS
+# (it times a few gammas only, so they would be lone points); its measured rows are drawn there
+POSITION_CHARTS = ("position_acceptance.png", "position_acceptance_by_category.png")  # need positions.csv
 MAX_CATEGORY_SERIES = 6  # bars per category group before the chart stops being readable
 GAMMA_AXIS = "gamma (draft tokens per round; adaptive policies: their gamma setting)"
 
@@ -282,25 +286,40 @@ def describe(meta: dict, runs: pd.DataFrame) -> str:
 
 def plot_results(directory: Path, out_dir: Path | None = None) -> list[Path]:
     """Write every chart of a results directory (into it, unless out_dir is given); the paths.
-    The measured charts read the measured rows only; a sweep with predictions also gets the
-    PREDICTION_CHARTS (predicted lines with their bands, measured points on them)."""
+
+    A directory without predicted rows (every sweep before predictions) gets CHARTS, from its
+    measured rows. One with predictions gets the PREDICTION_CHARTS (predicted lines with their
+    bands, the measured points on them; the position charts only when positions.csv has rows)
+    and, of CHARTS, those that are not SUPERSEDED, from the measured rows only: predicted and
+    measured rows never share a curve."""
     every, meta = load_results(directory)
     out_dir = Path(out_dir or directory)
     out_dir.mkdir(parents=True, exist_ok=True)
     runs = every[every["source"] == MEASURED]
+    predicted = bool((every["source"] == PREDICTED).any())
     subtitle = describe(meta, every)
-    paths = [draw(summary_frame(runs), runs, meta, out_dir / name, subtitle) for draw, name in zip(DRAWERS, CHARTS)] if len(runs) else []
-    if (every["source"] == PREDICTED).any():
-        table = summary_frame(every)
-        positions = load_positions(directory)
-        paths += [
-            chart_gamma_metric(table, "acceptance_rate", "acceptance_lo", "acceptance_hi", "Acceptance rate vs gamma", "accepted / drafted (pooled over tokens)", out_dir / PREDICTION_CHARTS[0], subtitle),
-            chart_gamma_metric(table, "mean_accepted_length", None, None, "Tokens per target forward vs gamma", "mean accepted length (accepted drafts + 1)", out_dir / PREDICTION_CHARTS[1], subtitle),
-            chart_speedup_vs_gamma(table, out_dir / PREDICTION_CHARTS[2], subtitle),
-            chart_positions(positions, out_dir / PREDICTION_CHARTS[3], subtitle),
-            chart_positions_by_category(positions, out_dir / PREDICTION_CHARTS[4], subtitle),
-            chart_category_predicted(table, every, out_dir / PREDICTION_CHARTS[5], subtitle),
-        ]  # fmt: skip
+    paths = []
+    if len(runs):
+        table = summary_frame(runs)
+        paths += [draw(table, runs, meta, out_dir / name, subtitle) for draw, name in zip(DRAWERS, CHARTS) if not (predicted and name in SUPERSEDED)]
+    if predicted:
+        paths += prediction_charts(every, load_positions(directory), out_dir, subtitle)
+    return paths
+
+
+def prediction_charts(every: pd.DataFrame, positions: pd.DataFrame, out_dir: Path, subtitle: str) -> list[Path]:
+    """The PREDICTION_CHARTS of a sweep with predictions (all its rows, every source), in that
+    order; the POSITION_CHARTS are left out when there are no positions."""
+    table = summary_frame(every)
+    acceptance, length, speedup, by_position, by_category, category_speedup = (out_dir / name for name in PREDICTION_CHARTS)
+    paths = [
+        chart_gamma_metric(table, "acceptance_rate", "acceptance_lo", "acceptance_hi", "Acceptance rate vs gamma", "accepted / drafted (pooled over tokens)", acceptance, subtitle, ylim=(0, 1.02)),
+        chart_gamma_metric(table, "mean_accepted_length", None, None, "Tokens per target forward vs gamma", "mean accepted length (accepted drafts + 1)", length, subtitle, ylim=(0, None)),
+        chart_speedup_vs_gamma(table, speedup, subtitle),
+    ]  # fmt: skip
+    if len(positions):
+        paths += [chart_positions(positions, by_position, subtitle), chart_positions_by_category(positions, by_category, subtitle)]
+    paths.append(chart_category_predicted(table, every, category_speedup, subtitle))
     return paths
 
 
@@ -313,7 +332,7 @@ def _configurations(table: pd.DataFrame) -> list[tuple[str, str]]:
     return sorted(set(zip(spec["drafter"], spec["policy"])))
 
 
-def chart_gamma_metric(table, metric: str, lo: str | None, hi: str | None, title: str, ylabel: str, path: Path, subtitle: str, references: bool = False) -> Path:
+def chart_gamma_metric(table, metric: str, lo: str | None, hi: str | None, title: str, ylabel: str, path: Path, subtitle: str, references: bool = False, ylim=(None, None)) -> Path:
     """metric vs gamma: one predicted line per drafter x policy (its 95% bootstrap band over
     prompts shaded), the measured points of the same configuration on it (with intervals)."""
     fig, ax = _figure(title, subtitle, GAMMA_AXIS, ylabel)
@@ -329,11 +348,12 @@ def chart_gamma_metric(table, metric: str, lo: str | None, hi: str | None, title
         measured = rows[rows["source"] == MEASURED].sort_values("gamma")
         if len(measured):
             errors = None
-            if lo and measured[lo].notna().all():
-                errors = [(measured[metric] - measured[lo]).clip(lower=0), (measured[hi] - measured[metric]).clip(lower=0)]
+            if lo:  # no bar where a point has no interval (fewer than 2 prompts)
+                errors = [(measured[metric] - measured[lo]).clip(lower=0).fillna(0), (measured[hi] - measured[metric]).clip(lower=0).fillna(0)]
             ax.errorbar(measured["gamma"], measured[metric], yerr=errors, fmt="o", color=color, capsize=3, label=f"{drafter} / {policy} (measured)")
     if references:
         _reference_lines(ax, table)
+    ax.set_ylim(*ylim)
     _gamma_axis(ax, gamma_span(table[(table["method"] == "specbench") & (table["policy"] != ORACLE_POLICY)]))
     return _finish(fig, ax, path)
 
@@ -347,7 +367,7 @@ def chart_speedup_vs_gamma(table, path: Path, subtitle: str) -> Path:
 
 def _reference_lines(ax, table) -> None:
     ax.axhline(1.0, color="0.3", linewidth=1, label="plain decoding")
-    hf = table[(table["method"] == "hf-assisted") & table["gamma"].isna() & table["speedup"].notna()]
+    hf = table[(table["method"] == "hf-assisted") & (table["source"] == MEASURED) & table["gamma"].isna() & table["speedup"].notna()]
     for _, row in hf.iterrows():
         ax.axhline(row["speedup"], color="0.45", linestyle="--", linewidth=1.2, label=f"hf-assisted, {row['policy']} ({row['speedup']:.2f}×)")
     oracle = table[(table["policy"] == ORACLE_POLICY) & (table["source"] == PREDICTED) & table["speedup"].notna()]
@@ -355,38 +375,59 @@ def _reference_lines(ax, table) -> None:
         ax.axhline(row["speedup"], color=f"C{(i + 5) % 10}", linestyle=":", linewidth=1.4, label=f"oracle, {row['drafter']} drafter ({row['speedup']:.2f}×)")
 
 
+def position_rows(positions: pd.DataFrame) -> pd.DataFrame:
+    """The positions.csv rows the position charts draw: for each drafter, its fixed-policy runs
+    at the largest gamma (the most positions), falling back to its other policies, then to
+    its oracle, when it has no fixed runs; one policy and one gamma per drafter, every source."""
+    chosen = []
+    for _, rows in positions.groupby("drafter", sort=True):
+        for pick in (rows[rows["policy"] == FIXED_POLICY], rows[rows["policy"] != ORACLE_POLICY], rows):
+            if len(pick):
+                break
+        pick = pick[pick["policy"] == min(pick["policy"])]
+        top = pick["gamma"].max()
+        chosen.append(pick if pd.isna(top) else pick[pick["gamma"] == top])
+    return pd.concat(chosen, ignore_index=True) if chosen else positions.iloc[0:0]
+
+
+def _position_label(drafter: str, policy: str, gamma: float) -> str:
+    return f"{drafter} / {policy}" + ("" if pd.isna(gamma) else f", γ={int(gamma)}")
+
+
 def chart_positions(positions: pd.DataFrame, path: Path, subtitle: str) -> Path:
-    """Acceptance at each draft position given the drafts before it were accepted, one line
-    per drafter (predicted, fixed policy at the largest gamma; measured points on it)."""
+    """Acceptance at each draft position given the drafts before it were accepted (pooled
+    over prompts): one predicted line per drafter (position_rows: the fixed policy at its
+    largest gamma), the measured points of the same runs in the same colour."""
     fig, ax = _figure("Acceptance by draft position", subtitle, "draft position i in a round", "P(draft i accepted | drafts 1..i-1 accepted)")
-    fixed = positions[(positions["policy"] == FIXED_POLICY)] if len(positions) else positions
-    if len(fixed):
-        top = fixed["gamma"].max()
-        table = position_acceptance(fixed[fixed["gamma"] == top])
-        for i, (drafter, group) in enumerate(table.groupby("drafter", sort=True)):
-            predicted, measured = group[group["source"] == PREDICTED], group[group["source"] == MEASURED]
-            if len(predicted):
-                ax.plot(predicted["position"], predicted["acceptance"], color=f"C{i}", marker=".", label=f"{drafter}, γ={int(top)} (predicted)")
-            if len(measured):
-                ax.plot(measured["position"], measured["acceptance"], "o", color=f"C{i}", label=f"{drafter}, γ={int(top)} (measured)")
-        ax.set_ylim(0, 1.02)
+    table = position_acceptance(position_rows(positions))
+    for i, ((drafter, policy, gamma), group) in enumerate(table.groupby(["drafter", "policy", "gamma"], sort=True, dropna=False)):
+        label = _position_label(drafter, policy, gamma)
+        predicted, measured = group[group["source"] == PREDICTED], group[group["source"] == MEASURED]
+        if len(predicted):
+            ax.plot(predicted["position"], predicted["acceptance"], color=f"C{i % 10}", marker=".", label=f"{label} (predicted)")
+        if len(measured):
+            ax.plot(measured["position"], measured["acceptance"], "o", color=f"C{i % 10}", label=f"{label} (measured)")
+    ax.set_ylim(0, 1.02)
+    ax.xaxis.get_major_locator().set_params(integer=True)
     return _finish(fig, ax, path)
 
 
 def chart_positions_by_category(positions: pd.DataFrame, path: Path, subtitle: str) -> Path:
     """chart_positions for one drafter (the model drafter when there is one), one line per
-    prompt category (predicted, fixed policy at the largest gamma)."""
+    prompt category (predicted rows; measured ones when nothing was predicted)."""
     fig, ax = _figure("Acceptance by draft position, per category", subtitle, "draft position i in a round", "P(draft i accepted | drafts 1..i-1 accepted)")
-    fixed = positions[(positions["policy"] == FIXED_POLICY) & (positions["source"] == PREDICTED)] if len(positions) else positions
-    if len(fixed):
-        drafter = MODEL_DRAFTER if (fixed["drafter"] == MODEL_DRAFTER).any() else sorted(fixed["drafter"])[0]
-        fixed = fixed[(fixed["drafter"] == drafter) & (fixed["gamma"] == fixed["gamma"].max())]
-        table = position_acceptance(fixed, by=("category",))
-        for i, category in enumerate(dict.fromkeys(fixed["category"])):
+    rows = position_rows(positions)
+    if len(rows):
+        rows = rows[rows["source"] == (PREDICTED if (rows["source"] == PREDICTED).any() else MEASURED)]
+        drafter = MODEL_DRAFTER if (rows["drafter"] == MODEL_DRAFTER).any() else min(rows["drafter"])
+        rows = rows[rows["drafter"] == drafter]
+        table = position_acceptance(rows, by=("category",))
+        for i, category in enumerate(dict.fromkeys(rows["category"])):
             group = table[table["category"] == category]
-            ax.plot(group["position"], group["acceptance"], marker=".", color=f"C{i % 10}", label=f"{category}")
-        ax.set_title(f"Acceptance by draft position, per category ({drafter} drafter, γ={int(fixed['gamma'].max())})", fontsize=13, loc="left")
-        ax.set_ylim(0, 1.02)
+            ax.plot(group["position"], group["acceptance"], marker=".", color=f"C{i % 10}", label=category)
+        ax.set_title(f"Acceptance by draft position, per category ({_position_label(drafter, rows['policy'].iloc[0], rows['gamma'].iloc[0])})", fontsize=13, loc="left")
+    ax.set_ylim(0, 1.02)
+    ax.xaxis.get_major_locator().set_params(integer=True)
     return _finish(fig, ax, path)
 
 

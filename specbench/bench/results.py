@@ -3,10 +3,12 @@ ranges, and the aggregation every report of a sweep shares.
 
 Writing appends one row at a time with the csv module and closes the file after each, so an
 interrupted sweep loses at most the row it was writing. Reading is pandas: `load_runs` parses
-every number once into a typed DataFrame, and summaries (group by method/drafter/policy/gamma),
-geometric means, pooled acceptance and the per-category pivot are computed on it; a resumed
-sweep reads the same rows as text (`read_rows`). `estimate_alpha` fits the theory's alpha to
-measured counts.
+every number once into a typed DataFrame, and summaries (group by source/method/drafter/
+policy/gamma, with 95% bootstrap intervals over prompts), geometric means, pooled acceptance,
+the per-category pivot and the comparisons of predictions with measurements and with the
+oracle are computed on it; a resumed sweep reads the same rows as text (`read_rows`).
+positions.csv (per run, the drafts reached and accepted at each draft position) is written and
+read the same way. `estimate_alpha` fits the theory's alpha to measured counts.
 
 It knows nothing about models or decoding; metrics are defined in core/stats.py. The CLI
 imports this module for the schema at start-up, so pandas is imported on first use, inside the
@@ -55,7 +57,8 @@ EXTRA_COLUMNS = (
 )  # fmt: skip
 COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS
 KEY_COLUMNS = ("source", "method", "drafter", "policy", "gamma", "temperature", "prompt_id", "repeat")
-POSITION_COLUMNS = (*KEY_COLUMNS, "category", "position", "reached", "accepted")
+POSITION_COLUMNS = ("source", "method", "drafter", "policy", "gamma", "temperature", "prompt_id", "category", "repeat", "position", "reached", "accepted")
+POSITION_NUMBERS = ("gamma", "temperature", "repeat", "position", "reached", "accepted")  # the rest is text
 MEASURED, PREDICTED, PROFILE = "measured", "predicted", "profile"
 ORACLE_POLICY = "oracle"  # profile.py's label for the bound of every policy over a drafter
 # how load_runs types the columns: text stays text ("" when blank), the flag becomes a nullable
@@ -132,13 +135,17 @@ def cell(value) -> str:
 
 def append_row(path: Path, row: dict) -> None:
     """Append one row (writing the header first for a new file) and close, so it is on disk.
-    A file started by an older version keeps its own columns (a resume never misaligns)."""
+    A file started by an older version keeps its own columns (a resume never misaligns); a
+    row that is not measured cannot go into one without a source column (a ResultsError), as
+    it would read back as measured."""
     new = not path.exists() or path.stat().st_size == 0
     columns = list(COLUMNS)
     if not new:
         _end_with_newline(path)
         with open(path, newline="", encoding="utf-8") as handle:
             columns = next(csv.reader(handle), None) or columns
+        if "source" not in columns and (row.get("source") or MEASURED) != MEASURED:
+            raise ResultsError(f"{path} was begun before predictions (no source column): {row.get('source')} rows would read as measured; write them to a new directory")
     with open(path, "a", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
         if new:
@@ -147,17 +154,22 @@ def append_row(path: Path, row: dict) -> None:
 
 
 def append_positions(path: Path, rows: list[dict]) -> None:
-    """Append one run's positions.csv rows (reached and accepted drafts at each draft
-    position; expectations, so possibly fractional, for a sampled prediction) and close."""
+    """Append one run's positions.csv rows (POSITION_COLUMNS: reached and accepted drafts at
+    each 1-based draft position; expectations, so possibly fractional, for a sampled
+    prediction) and close, as append_row does: the header first for a new file, the file's
+    own column order otherwise, a half-written last line ended first."""
     new = not path.exists() or path.stat().st_size == 0
+    columns = list(POSITION_COLUMNS)
     if not new:
         _end_with_newline(path)
+        with open(path, newline="", encoding="utf-8") as handle:
+            columns = next(csv.reader(handle), None) or columns  # the file's own order
     with open(path, "a", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(POSITION_COLUMNS), extrasaction="ignore")
+        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
         if new:
             writer.writeheader()
         for row in rows:
-            writer.writerow({c: cell(row.get(c)) for c in POSITION_COLUMNS})
+            writer.writerow({c: cell(row.get(c)) for c in columns})
 
 
 def _end_with_newline(path: Path) -> None:
@@ -338,8 +350,10 @@ def geometric_mean(values: Iterable[float | None]) -> float | None:
 
 
 def summary_frame(runs: pd.DataFrame | Iterable[dict]) -> pd.DataFrame:
-    """One row per method x drafter x policy x gamma, best speedup first: Summary's fields (NaN
-    where Summary has None) and the configuration's label."""
+    """One row per source x method x drafter x policy x gamma (GROUP_COLUMNS), best speedup
+    first: Summary's fields (NaN where Summary has None; the averages weighted as Summary
+    says), the 95% bootstrap intervals over prompts (bootstrap_intervals) and the
+    configuration's label (without its source: select rows by the source column)."""
     runs = _summary_inputs(as_runs(runs))
     table = runs.groupby(GROUP_COLUMNS, dropna=False, sort=False).agg(
         runs=("method", "size"),
@@ -364,41 +378,72 @@ def summary_frame(runs: pd.DataFrame | Iterable[dict]) -> pd.DataFrame:
 
 
 BOOTSTRAP_DRAWS = 1000
+BOOTSTRAP_SEED = 0
 INTERVAL_COLUMNS = ["speedup_lo", "speedup_hi", "acceptance_lo", "acceptance_hi"]
 
 
-def bootstrap_intervals(runs: pd.DataFrame, draws: int = BOOTSTRAP_DRAWS, seed: int = 0) -> pd.DataFrame:
-    """95% percentile-bootstrap intervals of each group's geometric-mean speedup and pooled
-    acceptance, resampling prompts with replacement (a prompt's repeats move together):
-    one row per GROUP_COLUMNS group, INTERVAL_COLUMNS (NaN with fewer than 2 prompts).
-    The seed is fixed so that a table reads the same every time it is drawn."""
+def bootstrap_interval(frame: pd.DataFrame, statistic, by: str = "prompt_id", draws: int = BOOTSTRAP_DRAWS, seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
+    """The 95% percentile-bootstrap interval (2.5th, 97.5th percentiles) of a statistic over
+    the `by` units of one group (prompts): the units are resampled with replacement, all rows
+    of a unit (its repeats) moving together. Pure: the same frame gives the same interval,
+    whatever else a table holds (each call draws from its own generator, seeded with `seed`).
+
+    frame: the group's rows; its numeric columns must be additive (counts, sums of logs), as
+    they are summed per unit and then over each draw's units. statistic: {column: array of
+    the draws' sums, shape (draws,)} -> an array of the draws' values (vectorised: one call
+    for all draws). A draw whose statistic is undefined (only units with nothing to measure,
+    such as prompts where a drafter drafted nothing) is left out; (NaN, NaN) with fewer than
+    2 units or when half the draws or more are undefined."""
+    import numpy as np
+
+    totals = frame.groupby(by, sort=False).sum(numeric_only=True)
+    if len(totals) < 2:
+        return (np.nan, np.nan)
+    pick = np.random.default_rng(seed).integers(0, len(totals), size=(draws, len(totals)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        values = np.asarray(statistic({c: totals[c].to_numpy(dtype="float64")[pick].sum(axis=1) for c in totals.columns}), dtype="float64")
+    values = values[np.isfinite(values)]
+    if len(values) < draws / 2:
+        return (np.nan, np.nan)
+    lo, hi = np.percentile(values, [2.5, 97.5])
+    return (float(lo), float(hi))
+
+
+def _geometric_mean_of_sums(sums):
+    """The geometric-mean speedup of a draw: exp(sum of log speedups / runs with a speedup)."""
+    import numpy as np
+
+    return np.exp(sums["log_speedup"] / sums["has_speedup"])
+
+
+def _pooled_acceptance_of_sums(sums):
+    """The pooled acceptance of a draw: accepted / drafted over the runs that report both."""
+    return sums["accepted_known"] / sums["drafted_known"]
+
+
+def bootstrap_intervals(runs: pd.DataFrame, draws: int = BOOTSTRAP_DRAWS, seed: int = BOOTSTRAP_SEED) -> pd.DataFrame:
+    """bootstrap_interval of each GROUP_COLUMNS group's geometric-mean speedup (prompt-weighted:
+    each run with a speedup counts once) and pooled acceptance (token-weighted: by drafted
+    tokens, over the runs that report their acceptance): one row per group, INTERVAL_COLUMNS
+    (NaN with fewer than 2 prompts). Every group is drawn with the same seed, so a group's
+    interval is the same in the sweep's table and in the charts (which summarise subsets)."""
     import numpy as np
     import pandas as pd
 
-    rng = np.random.default_rng(seed)
-    runs = runs.assign(
-        log_speedup=np.log(runs["speedup"].where(runs["speedup"] > 0)),
-        has_speedup=(runs["speedup"] > 0).astype(float),
-        drafted_known=runs["drafted"].where(runs["acceptance_rate"].notna()),
-        accepted_known=runs["accepted"].where(runs["acceptance_rate"].notna()),
+    known = runs["acceptance_rate"].notna() & runs["drafted"].notna() & runs["accepted"].notna()
+    positive = runs["speedup"] > 0
+    parts = runs[[*GROUP_COLUMNS, "prompt_id"]].assign(
+        log_speedup=np.log(runs["speedup"].where(positive)).fillna(0.0),
+        has_speedup=positive.astype("float64"),
+        drafted_known=runs["drafted"].where(known).fillna(0.0),
+        accepted_known=runs["accepted"].where(known).fillna(0.0),
     )
-    per_prompt = runs.groupby([*GROUP_COLUMNS, "prompt_id"], dropna=False, sort=False).agg(
-        logs=("log_speedup", "sum"), n=("has_speedup", "sum"), drafted=("drafted_known", "sum"), accepted=("accepted_known", "sum")
-    ).reset_index()
     out = []
-    for key, group in per_prompt.groupby(GROUP_COLUMNS, dropna=False, sort=False):
-        row = dict(zip(GROUP_COLUMNS, key), **{c: np.nan for c in INTERVAL_COLUMNS})
-        if len(group) >= 2:
-            pick = rng.integers(0, len(group), size=(draws, len(group)))
-            n = group["n"].to_numpy()[pick].sum(axis=1)
-            if (n > 0).all():
-                speedups = np.exp(group["logs"].to_numpy()[pick].sum(axis=1) / n)
-                row["speedup_lo"], row["speedup_hi"] = np.percentile(speedups, [2.5, 97.5])
-            drafted = group["drafted"].to_numpy()[pick].sum(axis=1)
-            if (drafted > 0).all():
-                rates = group["accepted"].to_numpy()[pick].sum(axis=1) / drafted
-                row["acceptance_lo"], row["acceptance_hi"] = np.percentile(rates, [2.5, 97.5])
-        out.append(row)
+    for key, group in parts.groupby(GROUP_COLUMNS, dropna=False, sort=False):
+        group = group.drop(columns=GROUP_COLUMNS)
+        speedup = bootstrap_interval(group, _geometric_mean_of_sums, draws=draws, seed=seed) if group["has_speedup"].any() else (np.nan, np.nan)
+        acceptance = bootstrap_interval(group, _pooled_acceptance_of_sums, draws=draws, seed=seed) if group["drafted_known"].any() else (np.nan, np.nan)
+        out.append((*key, *speedup, *acceptance))
     columns = [*GROUP_COLUMNS, *INTERVAL_COLUMNS]
     return pd.DataFrame(out, columns=columns).astype({c: "float64" for c in INTERVAL_COLUMNS})
 
@@ -418,8 +463,8 @@ def _summary_inputs(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def summarize(runs: pd.DataFrame | Iterable[dict]) -> list[Summary]:
-    """One Summary per method x drafter x policy x gamma, best speedup first. Takes load_runs's
-    DataFrame or read_rows's rows."""
+    """One Summary per source x method x drafter x policy x gamma, best speedup first. Takes
+    load_runs's DataFrame or read_rows's rows."""
     return [_summary(row) for row in summary_frame(runs).to_dict("records")]
 
 
@@ -463,16 +508,25 @@ def best_gammas(summary: pd.DataFrame, source: str = PREDICTED) -> dict[tuple[st
     return {(d, p): int(g) for d, p, g in zip(best["drafter"], best["policy"], best["gamma"])}
 
 
+CHECK_COLUMNS = ["drafter", "policy", "gamma", "temperature", "prompt_id", "repeat", "category", "predicted_forwards", "measured_forwards",
+                 "forwards_equal", "predicted_speedup", "measured_speedup", "speedup_error"]  # fmt: skip
+
+
 def prediction_check(runs: pd.DataFrame | Iterable[dict]) -> pd.DataFrame:
-    """Every measured specbench run beside its prediction (same drafter, policy, gamma,
-    temperature, prompt and repeat): target forwards and speedup, predicted and measured."""
+    """Every measured specbench run beside its prediction (the predicted row of the same
+    drafter, policy, gamma, temperature, prompt and repeat), one row each (CHECK_COLUMNS):
+    target forwards predicted and measured, forwards_equal (they differ by less than 0.5: a
+    greedy prediction is exact or wrong, a sampled one is an expectation), and the speedups,
+    speedup_error = predicted / measured - 1. Measured runs without a prediction (plain,
+    hf-assisted, a policy not replayed) are left out."""
     import pandas as pd
 
     runs = as_runs(runs)
     keys = ["drafter", "policy", "gamma", "temperature", "prompt_id", "repeat"]
     spec = runs[runs["method"] == "specbench"]
-    wanted = ["category", "target_forwards", "speedup", *keys]
-    pairs = pd.merge(spec[spec["source"] == PREDICTED][wanted], spec[spec["source"] == MEASURED][wanted], on=keys, suffixes=("_p", "_m"))
+    wanted = [*keys, "category", "target_forwards", "speedup"]
+    predicted = spec[spec["source"] == PREDICTED][wanted].drop_duplicates(keys, keep="last")
+    pairs = pd.merge(spec[spec["source"] == MEASURED][wanted], predicted, on=keys, suffixes=("_m", "_p"))
     check = pd.DataFrame({
         **{k: pairs[k] for k in keys}, "category": pairs["category_m"],
         "predicted_forwards": pairs["target_forwards_p"], "measured_forwards": pairs["target_forwards_m"],
@@ -480,13 +534,15 @@ def prediction_check(runs: pd.DataFrame | Iterable[dict]) -> pd.DataFrame:
     })  # fmt: skip
     check["forwards_equal"] = (check["predicted_forwards"] - check["measured_forwards"]).abs() < 0.5
     check["speedup_error"] = check["predicted_speedup"] / check["measured_speedup"] - 1
-    return check
+    return check[CHECK_COLUMNS].reset_index(drop=True)
 
 
 def prediction_accuracy(check: pd.DataFrame) -> dict:
-    """n measured points; the share whose target forwards were predicted exactly (greedy;
-    under sampling predictions are expectations, so read the mean instead) and whose speedup
-    was within 10%."""
+    """How well a prediction_check came out: n (measured runs with a prediction), the share
+    whose target forwards were predicted exactly (meaningful under greedy decoding; under
+    sampling predictions are expectations) and the share whose speedup was within 10%
+    (|speedup_error| <= 0.10; runs without both speedups count as outside). Shares are None
+    when n is 0."""
     n = len(check)
     if not n:
         return {"n": 0, "forwards_equal_share": None, "within_10pct_share": None}
@@ -508,25 +564,33 @@ def oracle_share(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def load_positions(directory: Path) -> pd.DataFrame:
-    """positions.csv of a results directory as numbers (an empty table when absent)."""
+    """positions.csv of a results directory: POSITION_COLUMNS, the numbers as float64 (an
+    empty table with those columns when the file is absent or empty). Lines an interrupted
+    sweep left unfinished are dropped."""
     import pandas as pd
 
     path = Path(directory) / POSITIONS_CSV
-    if not path.is_file():
-        return pd.DataFrame(columns=list(POSITION_COLUMNS))
+    empty = pd.DataFrame({c: pd.Series(dtype="float64" if c in POSITION_NUMBERS else "object") for c in POSITION_COLUMNS})
+    if not path.is_file() or path.stat().st_size == 0:
+        return empty
     try:
-        table = pd.read_csv(path, dtype=str, keep_default_na=False, engine="python", on_bad_lines="skip", index_col=False)
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        table = pd.read_csv(path, dtype=str, keep_default_na=False, engine="python", on_bad_lines="skip", index_col=False, encoding="utf-8")
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError) as exc:
         raise ResultsError(f"cannot read {path}: {exc}") from None
-    for column in ("gamma", "temperature", "repeat", "position", "reached", "accepted"):
-        table[column] = pd.to_numeric(table[column], errors="coerce")
-    return table.dropna(subset=["position", "reached", "accepted"])
+    missing = [c for c in POSITION_COLUMNS if c not in table.columns]
+    if missing:
+        raise ResultsError(f"{path} is not a positions.csv: missing column(s) {', '.join(missing)}")
+    table = table.dropna()  # a half-written last line (python parser: its missing cells are NaN)
+    table["source"] = table["source"].replace("", MEASURED)
+    for column in POSITION_NUMBERS:
+        table[column] = pd.to_numeric(table[column].str.strip(), errors="coerce").astype("float64")
+    return table.dropna(subset=["position", "reached", "accepted"]).reset_index(drop=True)
 
 
 def position_acceptance(positions: pd.DataFrame, by=("source", "drafter", "policy", "gamma")) -> pd.DataFrame:
     """Acceptance at each draft position i given drafts 1..i-1 of the round were accepted:
     sum(accepted) / sum(reached) over each group (token-weighted)."""
-    table = positions.groupby([*by, "position"], sort=True).agg(reached=("reached", "sum"), accepted=("accepted", "sum")).reset_index()
+    table = positions.groupby([*by, "position"], sort=True, dropna=False).agg(reached=("reached", "sum"), accepted=("accepted", "sum")).reset_index()
     table["acceptance"] = table["accepted"] / table["reached"].where(table["reached"] > 0)
     return table
 

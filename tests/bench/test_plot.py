@@ -176,24 +176,84 @@ def test_chart_footer_gives_the_range_of_per_prompt_costs():
     assert one.endswith("c = 0.220") and many.endswith("c = 0.190 to 0.260 (per prompt)")
 
 
+def _predicted_sweep(directory, positions=True):
+    """A sweep with predictions as the sweep writes it: per prompt (3, two categories) a
+    profile plain run, predicted rows of two drafters x gamma 1..3 and their oracles, and the
+    measured runs at gamma 2 beside a measured plain run and HF's defaults."""
+    from specbench.bench.results import append_positions, append_row
+
+    path = directory / "runs.csv"
+    for prompt, category in (("a", "code"), ("b", "code"), ("c", "math")):
+        common = {"temperature": 0, "prompt_id": prompt, "category": category, "repeat": 0}
+        for source in ("profile", "measured"):
+            append_row(path, {**common, "source": source, "method": "plain", "speedup": 1.0, "tokens_per_second": 2.0, "target_forwards": 10})
+        append_row(path, {**common, "source": "measured", "method": "hf-assisted", "drafter": "model", "policy": "hf-defaults", "speedup": 1.3, "tokens_per_second": 2.6})
+        for d, drafter in enumerate(("model", "ngram")):
+            for gamma, speedup in ((1, 1.2), (2, 1.5), (3, 1.4)):
+                row = {**common, "method": "specbench", "drafter": drafter, "policy": "fixed", "gamma": gamma, "drafted": 10, "accepted": 6 - d,
+                       "acceptance_rate": (6 - d) / 10, "mean_accepted_length": 2.0 - d / 4, "target_forwards": 6, "speedup": speedup - d / 10}  # fmt: skip
+                append_row(path, {**row, "source": "predicted", "predicted_speedup": row["speedup"]})
+                if positions:
+                    append_positions(directory / "positions.csv", [{**row, "source": "predicted", "position": i, "reached": 4 - i, "accepted": 3 - i - d / 2} for i in (1, 2)])
+                if gamma == 2:
+                    append_row(path, {**row, "source": "measured", "speedup": row["speedup"] * 0.9, "predicted_speedup": row["speedup"]})
+            append_row(path, {**common, "source": "predicted", "method": "specbench", "drafter": drafter, "policy": "oracle", "gamma": 3, "speedup": 2.0 - d / 2})
+
+
 def test_prediction_charts_from_predicted_and_measured_rows(tmp_path):
     """A sweep with predictions gets the gamma curves (predicted lines, measured points), the
-    per-position chart and the category chart; the measured charts read measured rows only."""
-    from specbench.bench.plot import PREDICTION_CHARTS, plot_results
-    from specbench.bench.results import append_positions, append_row, best_gammas, load_runs, summary_frame
+    per-position charts and the category chart, and the measured charts that no prediction
+    chart replaces: every one a drawn PNG."""
+    from specbench.bench.plot import PREDICTION_CHARTS, SUPERSEDED
+    from specbench.bench.results import best_gammas, load_runs, summary_frame
 
-    path = tmp_path / "runs.csv"
-    for prompt, category in (("a", "code"), ("b", "code"), ("c", "math")):
-        append_row(path, {"source": "measured", "method": "plain", "temperature": 0, "prompt_id": prompt, "category": category, "repeat": 0, "speedup": 1.0, "tokens_per_second": 2.0, "target_forwards": 10})
-        for gamma, speedup in ((1, 1.2), (2, 1.5), (3, 1.4)):
-            row = {"method": "specbench", "drafter": "model", "policy": "fixed", "gamma": gamma, "temperature": 0, "prompt_id": prompt, "category": category,
-                   "repeat": 0, "drafted": 10, "accepted": 6, "acceptance_rate": 0.6, "mean_accepted_length": 2.0, "target_forwards": 6, "speedup": speedup}  # fmt: skip
-            append_row(path, {**row, "source": "predicted"})
-            append_positions(tmp_path / "positions.csv", [{**row, "source": "predicted", "position": i, "reached": 4 - i, "accepted": 3 - i} for i in (1, 2)])
-            if gamma == 2:
-                append_row(path, {**row, "source": "measured", "speedup": speedup * 0.9})
-        append_row(path, {"source": "predicted", "method": "specbench", "drafter": "model", "policy": "oracle", "gamma": 3, "temperature": 0, "prompt_id": prompt, "category": category, "repeat": 0, "speedup": 2.0})
-    assert best_gammas(summary_frame(load_runs(tmp_path))) == {("model", "fixed"): 2}
+    _predicted_sweep(tmp_path)
+    assert best_gammas(summary_frame(load_runs(tmp_path))) == {("model", "fixed"): 2, ("ngram", "fixed"): 2}
+    written = [p.name for p in plot_results(tmp_path)]
+    assert sorted(written) == sorted([*(c for c in CHARTS if c not in SUPERSEDED), *PREDICTION_CHARTS])
+    assert "speedup_by_category.png" in written and "speedup.png" not in written
+    for name in written:
+        assert (tmp_path / name).read_bytes()[:8] == PNG_MAGIC and (tmp_path / name).stat().st_size > 10_000
+
+
+def test_prediction_charts_without_positions(tmp_path):
+    """No positions.csv: no position charts, the others still drawn."""
+    from specbench.bench.plot import POSITION_CHARTS, PREDICTION_CHARTS
+
+    _predicted_sweep(tmp_path, positions=False)
     written = {p.name for p in plot_results(tmp_path)}
-    assert set(PREDICTION_CHARTS) <= written and "speedup.png" in written
-    assert all((tmp_path / name).stat().st_size > 10_000 for name in PREDICTION_CHARTS)
+    assert set(PREDICTION_CHARTS) - written == set(POSITION_CHARTS)
+    assert not any((tmp_path / name).exists() for name in POSITION_CHARTS)
+
+
+def test_measured_charts_read_measured_rows_only(tmp_path, monkeypatch):
+    """Predicted (and profile) rows never join a measured curve."""
+    from specbench.bench import plot
+
+    seen = []
+
+    def record(table, runs, meta, path, subtitle):
+        seen.append((set(table["source"]), set(runs["source"])))
+        path.write_bytes(PNG_MAGIC)
+        return path
+
+    monkeypatch.setattr(plot, "DRAWERS", (record,) * len(CHARTS))
+    _predicted_sweep(tmp_path)
+    plot_results(tmp_path)
+    assert seen and all(sources == ({"measured"}, {"measured"}) for sources in seen)
+
+
+def test_position_rows_pick_each_drafters_fixed_policy_at_its_largest_gamma():
+    """Fixed policy first, then another policy, the oracle last; one gamma per drafter."""
+    import pandas as pd
+
+    from specbench.bench.plot import position_rows
+
+    positions = pd.DataFrame(
+        [("model", "fixed", 2.0), ("model", "fixed", 4.0), ("model", "cost", 8.0), ("model", "oracle", 12.0),
+         ("ngram", "cost", 3.0), ("ngram", "oracle", 12.0), ("lookup", "oracle", 6.0), ("lookup", "oracle", 12.0)],
+        columns=["drafter", "policy", "gamma"],
+    )  # fmt: skip
+    chosen = position_rows(positions)
+    assert sorted(map(tuple, chosen[["drafter", "policy", "gamma"]].to_numpy().tolist())) == [("lookup", "oracle", 12.0), ("model", "fixed", 4.0), ("ngram", "cost", 3.0)]
+    assert position_rows(positions.iloc[0:0]).empty

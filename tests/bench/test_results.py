@@ -8,6 +8,7 @@ import math
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -153,8 +154,34 @@ def test_rows_without_a_source_read_as_measured(tmp_path):
     path.write_text(",".join(REQUIRED_COLUMNS) + "\n", encoding="utf-8")  # a file from before predictions
     append_row(path, {"method": "plain", "temperature": 0, "prompt_id": "p1", "repeat": 0})
     assert load_runs(path)["source"].tolist() == ["measured"]
+    assert read_rows(path)[0]["source"] == "measured"
     assert row_key(read_rows(path)[0]) == run_key("measured", "plain", "", "", None, 0.0, "p1", 0)
     assert run_key("predicted", "plain", "", "", None, 0.0, "p1", 0) != run_key("measured", "plain", "", "", None, 0.0, "p1", 0)
+
+
+def test_a_resumed_sweep_finds_its_rows_by_source(tmp_path):
+    """row_key of a row read back equals run_key of its plan, source first; a blank source
+    cell is measured; predicted and measured runs of one configuration are different runs."""
+    from specbench.bench.results import append_row, read_rows, row_key, run_key
+
+    path = tmp_path / "runs.csv"
+    append_row(path, {**_row("predicted", "p1", 1.4, gamma=3), "temperature": 0.7, "repeat": 1, "drafted": 2.5, "accepted": 1.25})
+    append_row(path, {**_row("", "p1", 1.2, gamma=3), "temperature": 0.7, "repeat": 1})
+    keys = [row_key(row) for row in read_rows(path)]
+    assert keys == [run_key("predicted", "specbench", "model", "fixed", 3, 0.7, "p1", 1), run_key("measured", "specbench", "model", "fixed", 3.0, "0.7", "p1", "1")]
+    assert keys[0] != keys[1]
+
+
+def test_predicted_rows_may_not_go_into_a_file_without_a_source_column(tmp_path):
+    """They would read back as measured; measured rows still resume an old file."""
+    from specbench.bench.results import REQUIRED_COLUMNS, append_row, load_runs
+
+    path = tmp_path / "runs.csv"
+    path.write_text(",".join(REQUIRED_COLUMNS) + "\n", encoding="utf-8")
+    append_row(path, _row("measured", "a", 1.2))
+    with pytest.raises(ResultsError, match="before predictions"):
+        append_row(path, _row("predicted", "a", 1.5))
+    assert load_runs(path)["source"].tolist() == ["measured"]
 
 
 def test_bootstrap_interval_contains_the_estimate_and_narrows_with_prompts():
@@ -164,41 +191,129 @@ def test_bootstrap_interval_contains_the_estimate_and_narrows_with_prompts():
     many = [_row("predicted", f"p{i}", s) for i, s in enumerate((1.2, 1.6, 1.4, 1.9) * 8)]
     one = summary_frame(as_runs(few)).iloc[0]
     wide = one["speedup_hi"] - one["speedup_lo"]
-    assert one["speedup_lo"] <= one["speedup"] <= one["speedup_hi"]
+    assert one["speedup_lo"] <= one["speedup"] <= one["speedup_hi"] and wide > 0
     narrow = summary_frame(as_runs(many)).iloc[0]
     assert narrow["speedup_hi"] - narrow["speedup_lo"] < wide
     assert summary_frame(as_runs(few)).iloc[0]["speedup_lo"] == one["speedup_lo"]  # reproducible
     single = summary_frame(as_runs(few[:1])).iloc[0]
-    assert single["speedup_lo"] != single["speedup_lo"]  # NaN with one prompt
+    assert math.isnan(single["speedup_lo"]) and math.isnan(single["acceptance_hi"])  # NaN with one prompt
+
+
+def test_bootstrap_interval_of_pooled_acceptance():
+    """The acceptance interval brackets the pooled (token-weighted) rate, not the mean of rates."""
+    from specbench.bench.results import as_runs, summary_frame
+
+    rows = [_row("predicted", f"p{i}", 1.5, drafted=d, accepted=a) for i, (d, a) in enumerate(((100, 90), (10, 1), (100, 80), (10, 2), (50, 40)))]
+    row = summary_frame(as_runs(rows)).iloc[0]
+    assert row["acceptance_rate"] == pytest.approx(213 / 270)
+    assert row["acceptance_lo"] <= row["acceptance_rate"] <= row["acceptance_hi"] < 0.95 and row["acceptance_lo"] > 0.5
+
+
+def test_bootstrap_resamples_prompts_and_their_repeats_together():
+    """Each prompt's repeats give 1x and 4x: any resample of whole prompts has geometric mean 2,
+    so the interval is a point; resampling rows one by one would spread it."""
+    from specbench.bench.results import bootstrap_interval
+
+    frame = pd.DataFrame({"prompt_id": ["a", "a", "b", "b"], "log": [0.0, math.log(4)] * 2, "n": [1.0] * 4})
+    lo, hi = bootstrap_interval(frame, lambda sums: np.exp(sums["log"] / sums["n"]))
+    assert lo == pytest.approx(2.0) and hi == pytest.approx(2.0)
+    spread = bootstrap_interval(frame.assign(prompt_id=["a", "b", "c", "d"]), lambda sums: np.exp(sums["log"] / sums["n"]))
+    assert spread[0] < 1.9 and spread[1] > 2.1
+    assert all(math.isnan(v) for v in bootstrap_interval(frame.iloc[:2], lambda sums: sums["n"]))  # one prompt
+
+
+def test_a_groups_interval_does_not_depend_on_the_other_groups():
+    """The sweep's table (every group) and a chart's (measured groups only) agree."""
+    from specbench.bench.results import INTERVAL_COLUMNS, as_runs, summary_frame
+
+    measured = [_row("measured", f"p{i}", s) for i, s in enumerate((1.1, 1.3, 1.7))]
+    predicted = [_row("predicted", f"p{i}", s, gamma=4) for i, s in enumerate((1.2, 1.6, 1.4, 1.9))]
+    alone = summary_frame(as_runs(measured)).iloc[0][INTERVAL_COLUMNS]
+    together = summary_frame(as_runs(predicted + measured)).set_index("source").loc["measured", INTERVAL_COLUMNS]
+    assert alone.tolist() == together.tolist() and not alone.isna().any()
 
 
 def test_prediction_check_pairs_each_measured_run_with_its_prediction():
-    from specbench.bench.results import as_runs, prediction_accuracy, prediction_check
+    from specbench.bench.results import CHECK_COLUMNS, as_runs, prediction_accuracy, prediction_check
 
     rows = [_row("predicted", "a", 1.5, forwards=10), _row("measured", "a", 1.2, forwards=10),  # 25% over
             _row("predicted", "b", 1.5, forwards=12), _row("measured", "b", 1.45, forwards=13),  # 3% over, one forward off
-            _row("predicted", "c", 1.5)]  # fmt: skip
+            _row("predicted", "c", 1.5),  # not measured
+            _row("measured", "c", 1.5, gamma=3),  # measured at a gamma not predicted
+            {**_row("measured", "a", 1.0), "method": "hf-assisted"}]  # fmt: skip
     check = prediction_check(as_runs(rows))
+    assert list(check.columns) == CHECK_COLUMNS
     assert sorted(check["prompt_id"]) == ["a", "b"]
-    assert check.set_index("prompt_id")["forwards_equal"].to_dict() == {"a": True, "b": False}
+    by_prompt = check.set_index("prompt_id")
+    assert by_prompt["forwards_equal"].to_dict() == {"a": True, "b": False}
+    assert by_prompt.loc["a", "speedup_error"] == pytest.approx(0.25) and by_prompt.loc["b", "measured_forwards"] == 13
     assert prediction_accuracy(check) == {"n": 2, "forwards_equal_share": 0.5, "within_10pct_share": 0.5}
+    assert prediction_accuracy(prediction_check(as_runs(rows[4:])))["n"] == 0
+
+
+def test_prediction_check_under_sampling_compares_expectations():
+    """Sampled predictions are expectations: 12.4 forwards predicted, 12 measured is equal."""
+    from specbench.bench.results import as_runs, prediction_check
+
+    rows = [{**_row("predicted", "a", 1.5, forwards=12.4), "temperature": 0.7}, {**_row("measured", "a", 1.5, forwards=12), "temperature": 0.7},
+            {**_row("predicted", "b", 1.5, forwards=12.6), "temperature": 0.7}, {**_row("measured", "b", 1.5, forwards=12), "temperature": 0.7}]  # fmt: skip
+    assert prediction_check(as_runs(rows)).set_index("prompt_id")["forwards_equal"].to_dict() == {"a": True, "b": False}
 
 
 def test_oracle_share_and_best_gammas():
     from specbench.bench.results import as_runs, best_gammas, oracle_share, summary_frame
 
-    rows = [_row("predicted", "a", 1.5, gamma=2), _row("predicted", "a", 1.25, gamma=4), _row("predicted", "a", 2.0, gamma=4, policy="oracle")]
+    rows = [_row("predicted", "a", 1.5, gamma=2), _row("predicted", "a", 1.25, gamma=4), _row("predicted", "a", 2.0, gamma=4, policy="oracle"),
+            _row("measured", "a", 1.4, gamma=2)]  # fmt: skip
     table = summary_frame(as_runs(rows))
     assert best_gammas(table) == {("model", "fixed"): 2}  # the oracle is not a policy to pick
-    shares = oracle_share(table).set_index("gamma")["share"].to_dict()
-    assert shares == {2: pytest.approx(0.5), 4: pytest.approx(0.25)}
+    assert best_gammas(table, source="measured") == {("model", "fixed"): 2}
+    shares = oracle_share(table)
+    assert list(shares.columns) == ["source", "drafter", "policy", "gamma", "speedup", "oracle_speedup", "share"]
+    assert set(shares["source"]) == {"predicted"}  # no measured oracle to share
+    assert shares.set_index("gamma")["share"].to_dict() == {2: pytest.approx(0.5), 4: pytest.approx(0.25)}
+
+
+def test_oracle_share_is_nan_when_the_oracle_gains_nothing():
+    from specbench.bench.results import as_runs, oracle_share, summary_frame
+
+    rows = [_row("predicted", "a", 0.8, gamma=2), _row("predicted", "a", 0.9, gamma=4, policy="oracle")]
+    share = oracle_share(summary_frame(as_runs(rows)))["share"]
+    assert len(share) == 1 and math.isnan(share.iloc[0])
+    assert oracle_share(summary_frame(as_runs(rows[:1]))).empty  # no oracle, no share
+
+
+def test_speedup_by_category_reads_one_source():
+    from specbench.bench.results import as_runs
+
+    rows = [_row("predicted", "a", 1.5), _row("measured", "a", 1.2), _row("predicted", "b", 2.0, category="prose")]
+    assert speedup_by_category(as_runs(rows)).to_dict("list") == {"code": [1.2]}
+    assert speedup_by_category(as_runs(rows), source="predicted").loc["specbench / model / fixed, γ=2"].tolist() == [1.5, 2.0]
 
 
 def test_position_acceptance_is_conditional_on_the_earlier_drafts(tmp_path):
-    from specbench.bench.results import append_positions, load_positions, position_acceptance
+    from specbench.bench.results import POSITION_COLUMNS, append_positions, load_positions, position_acceptance
 
+    assert list(load_positions(tmp_path).columns) == list(POSITION_COLUMNS) and load_positions(tmp_path).empty  # no file
     base = {"source": "predicted", "method": "specbench", "drafter": "model", "policy": "fixed", "gamma": 3, "temperature": 0, "repeat": 0, "category": "code"}
     append_positions(tmp_path / "positions.csv", [{**base, "prompt_id": "a", "position": 1, "reached": 10, "accepted": 8}, {**base, "prompt_id": "a", "position": 2, "reached": 8, "accepted": 4}])
+    with open(tmp_path / "positions.csv", "a") as handle:
+        handle.write("predicted,specbench,model,fixed,3,0,b,code,0,1,10")  # killed mid-write
     append_positions(tmp_path / "positions.csv", [{**base, "prompt_id": "b", "position": 1, "reached": 10, "accepted": 2}, {**base, "prompt_id": "b", "position": 2, "reached": 2, "accepted": 2}])
-    table = position_acceptance(load_positions(tmp_path)).set_index("position")["acceptance"].to_dict()
-    assert table == {1: pytest.approx(0.5), 2: pytest.approx(0.6)}
+    positions = load_positions(tmp_path)
+    assert len(positions) == 4 and positions["reached"].dtype == "float64"
+    table = position_acceptance(positions)
+    assert list(table.columns) == ["source", "drafter", "policy", "gamma", "position", "reached", "accepted", "acceptance"]
+    assert table.set_index("position")["acceptance"].to_dict() == {1: pytest.approx(0.5), 2: pytest.approx(0.6)}  # 10/20, 6/10
+    by_prompt = position_acceptance(positions, by=("prompt_id",)).set_index(["prompt_id", "position"])["acceptance"]
+    assert by_prompt[("a", 2)] == pytest.approx(0.5) and by_prompt[("b", 2)] == pytest.approx(1.0)
+
+
+def test_position_acceptance_takes_expected_counts(tmp_path):
+    """Under sampling, reached and accepted are expectations (fractions)."""
+    from specbench.bench.results import append_positions, load_positions, position_acceptance
+
+    base = {"source": "predicted", "method": "specbench", "drafter": "model", "policy": "fixed", "gamma": 2, "temperature": 0.7, "prompt_id": "a", "repeat": 0, "category": "code"}
+    append_positions(tmp_path / "positions.csv", [{**base, "position": 1, "reached": 4.0, "accepted": 2.5}, {**base, "position": 2, "reached": 2.5, "accepted": 0.75}])
+    table = position_acceptance(load_positions(tmp_path))
+    assert table["acceptance"].tolist() == pytest.approx([0.625, 0.3])

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specbench.bench.results import ORACLE_POLICY  # the policy label of an oracle's predicted rows
 from specbench.bench.replay import (
     REPLICAS,
     Acceptance,
@@ -38,7 +39,6 @@ from specbench.core.stats import RunStats, StepRecord
 from specbench.drafters import LookupFirstDrafter, make_drafter, uses_model
 from specbench.policies import make_policy
 
-ORACLE_POLICY = "oracle"  # the policy label of an oracle's predicted rows
 
 
 @torch.inference_mode()
@@ -80,7 +80,6 @@ class Prediction:
     stats: RunStats
     steps: list[StepRecord]  # every replay's rounds, for the walltime model (pooled)
     positions: dict[int, tuple[float, float]]  # position_counts, averaged over replays
-    replays: int = 1
 
 
 def predict(path: RecordedPath, drafter: str, policy: str, gamma: int, gen: GenerationConfig, *, costs=None, draft_vocab: int = 0) -> Prediction:
@@ -127,4 +126,4 @@ def _pool(results) -> Prediction:
             entry[0] += reached / replays
             entry[1] += accepted / replays
     steps = [step for r in results for step in r.steps]
-    return Prediction(stats, steps, {i: (r, a) for i, (r, a) in positions.items()}, replays)
+    return Prediction(stats, steps, {i: (r, a) for i, (r, a) in positions.items()})

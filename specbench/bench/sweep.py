@@ -25,8 +25,8 @@ Methods:
                (the restricted head is specbench's).
 
 Protocol: phase 1 goes prompt by prompt (plain, then its predictions); phase 2 runs, for each
-repeat and measured prompt, every measured combination in turn, so machine drift hits all
-methods alike (odd repeats in reverse), against the plain run of phase 1; one short warm-up
+repeat and measured prompt, a plain run of its own and then every measured combination in
+turn, so machine drift hits all methods alike (odd repeats in reverse); one short warm-up
 generation per method before timing; c and v(k) measured as each prompt's block starts, on
 that prompt's context (or once per sweep with costs_per_prompt=False; a resumed sweep
 reuses what its blocks measured). paths.jsonl keeps each plain output, so a resumed sweep
@@ -49,7 +49,7 @@ import torch
 
 from specbench import __version__
 from specbench.bench.hf_assisted import measure_hf_assisted
-from specbench.bench.profile import ORACLE_POLICY, Prediction, predict, record_path
+from specbench.bench.profile import Prediction, predict, record_path
 from specbench.bench.replay import position_counts
 from specbench.bench.prompts import Prompt
 from specbench.core.generate import GenerationConfig, context_limit, plain_generate, speculative_generate
@@ -65,8 +65,12 @@ from specbench.bench.results import (
     BASELINE_METHOD,
     FIXED_POLICY,
     KEY_COLUMNS,
+    MEASURED,
     MODEL_DRAFTER,
+    ORACLE_POLICY,
     POSITIONS_CSV,
+    PREDICTED,
+    PROFILE,
     RUNS_CSV,
     STEPS_JSONL,
     append_positions,
@@ -89,9 +93,7 @@ METHODS = (BASELINE_METHOD, SPECBENCH, HF_ASSISTED)
 HF_POLICY = FIXED_POLICY  # HF's constant num_assistant_tokens schedule is a fixed gamma
 HF_DEFAULTS_POLICY = "hf-defaults"  # HF as it comes: hf_assisted.HF_DEFAULTS (its threshold adjusted online)
 HF_STOCK_POLICY = "hf-defaults-stock-kernels"  # the same, on PyTorch's own Linear kernels (HF without specbench)
-PREDICTED, MEASURED, PROFILE = "predicted", "measured", "profile"  # runs.csv's source column
 PATHS_JSONL = "paths.jsonl"  # each plain run's output ids, what predictions replay
-MEASURE_CHOICES = ("best", "all")  # or a list of gammas, "2,5"
 
 
 @dataclass(frozen=True)
@@ -586,10 +588,10 @@ def summary_records(rows: list[dict]) -> list[dict]:
     geometric-mean speedup and pooled acceptance with their 95% bootstrap intervals."""
     keep = ["source", "method", "drafter", "policy", "gamma", "runs", "acceptance_rate", "acceptance_lo", "acceptance_hi",
             "mean_accepted_length", "speedup", "speedup_lo", "speedup_hi"]  # fmt: skip
-    table = summary_frame(rows)[keep] if rows else None
-    if table is None:
+    if not rows:
         return []
-    return [{k: (None if v != v else v) for k, v in record.items()} for record in table.astype(object).to_dict("records")]
+    records = summary_frame(rows)[keep].astype(object).to_dict("records")
+    return [{k: (None if v != v else v) for k, v in record.items()} for record in records]  # NaN -> null
 
 
 def read_paths(out_dir: Path) -> dict[tuple[str, int], list[int]]:
@@ -726,9 +728,9 @@ def sweep(
     # 2. the plan; the costs c and v(k) of each prompt's block are measured as it starts
     # (a resume reuses the blocks' recorded costs), and meta.json records every measurement
     has_model = drafter_model is not None
-    done = {row_key(row) for row in done_rows}
     total = len(plan_runs(config, prompts, has_drafter_model=has_model))
     profile = profile_plan(config, prompts, has_drafter_model=has_model)
+    todo = pending_runs(profile, done_rows)
     runner.block_costs = {key: Costs.from_meta(raw) for key, raw in old_meta.get("costs_by_block", {}).items()}
     runner.outputs = read_paths(out_dir)
     carry_over_meta(meta, old_meta)
@@ -740,7 +742,7 @@ def sweep(
         write_meta(out_dir, meta)
 
     runner.on_costs = record_costs
-    skipped = sum(1 for run in profile if run.key in done)
+    skipped = len(profile) - len(todo)
     if on_start is not None:
         on_start(total, len(done_rows))
 
@@ -762,13 +764,13 @@ def sweep(
         )
 
     # 3. phase 1: plain runs and predictions; phase 2: the timed runs it points to
-    written = run_phase([run for run in profile if run.key not in done], done_rows)
+    written = run_phase(todo, done_rows)
     rows = read_rows(out_dir / RUNS_CSV)
     gammas = chosen_gammas(config, [r for r in rows if r.get("source") == PREDICTED])
     meta["measured_gammas"] = {f"{d}/{p}": list(g) for (d, p), g in gammas.items()}
     write_meta(out_dir, meta)
     measured = measure_plan(config, prompts, gammas, has_drafter_model=has_model)
-    todo = [run for run in measured if run.key not in done]
+    todo = pending_runs(measured, done_rows)
     skipped += len(measured) - len(todo)
     written += run_phase(todo, rows)
     meta["finished"] = True

@@ -21,7 +21,7 @@ from specbench.models import defaults
 from specbench.models.specs import DEFAULT, NONE, ModelSpec, check_device, check_draft_vocab, drafter_kind, parse_model_spec
 from specbench.speed.draft_vocab import output_head
 from specbench.speed.kernels import use_kernels
-from specbench.speed.quantize import INT8, int8_available, quantize_linears
+from specbench.speed.quantize import INT8, int8_available, quantize_linears, quantize_target, target_int8_why_not
 
 DTYPES = {
     "float32": torch.float32,
@@ -41,9 +41,19 @@ def parse_dtype(name: str) -> torch.dtype:
     try:
         return DTYPES[name.lower()]
     except KeyError:
-        if name.lower() == INT8:
-            raise ModelError("int8 is a drafter dtype (--draft-dtype int8): a target's one- and several-token forwards must round alike") from None
-        raise ModelError(f"unknown dtype {name!r}; choose from float32, bfloat16, float16") from None
+        raise ModelError(f"unknown dtype {name!r}; choose from float32, bfloat16, float16, int8") from None
+
+
+def parse_target_dtype(name: str, device: str) -> torch.dtype:
+    """The dtype a target loads in; int8 (quantize.Int8TargetLinear, batch-invariant) loads
+    float32 first and needs specbench's AVX2 kernel on a CPU."""
+    if name.lower() != INT8:
+        return parse_dtype(name)
+    if device != "cpu":
+        raise ModelError(f"--dtype int8 runs on the CPU only, not on {device}")
+    if (why := target_int8_why_not()) is not None:
+        raise ModelError(f"--dtype int8: {why}")
+    return torch.float32
 
 
 def resolve_draft_dtype(name: str, device: str) -> str:
@@ -97,14 +107,14 @@ def load_model(
     tokenizer files are byte-identical to this one's (the default pair's are; a large
     tokenizer takes seconds to load).
     """
-    torch_dtype = parse_draft_dtype(dtype, device) if role == "drafter" else parse_dtype(dtype)
+    torch_dtype = parse_draft_dtype(dtype, device) if role == "drafter" else parse_target_dtype(dtype, device)
     check_device(device)
     folder, kwargs, name = _locate(spec, role, progress)
     task = f"loading {role} {name} ({dtype})"
     progress(task, 0, None)
     model = _load_weights(folder, kwargs, torch_dtype, device, role, name)
     if dtype.lower() == INT8:
-        quantize_linears(model)
+        (quantize_linears if role == "drafter" else quantize_target)(model)
     digest = tokenizer_digest(folder) if "gguf_file" not in kwargs else None
     shared = share_tokenizer_with
     if shared is not None and digest is not None and shared.tokenizer_digest == digest:
@@ -326,7 +336,7 @@ class LoadedPair:
 def validate_pair_config(config: PairConfig) -> None:
     """Cheap checks before anything loads: specs parse, dtypes and device exist."""
     parse_model_spec(config.target)
-    parse_dtype(config.dtype)
+    parse_target_dtype(config.dtype, config.device)
     check_device(config.device)
     parse_draft_dtype(config.draft_dtype, config.device)
     check_draft_vocab(config.draft_vocab)

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from specbench.drafters.step import ModelForward
 from specbench.speed.lean_step import MAX_LEAN_ROWS, lean_decoder
-from specbench.speed.quantize import Int8Linear, fast_int8_linear, runs_int8
+from specbench.speed.quantize import Int8Linear, dequantize_rows, fast_int8_linear, runs_int8
 
 
 class RestrictedStep(ModelForward):
@@ -110,11 +110,11 @@ def covers_output(missed: int, tokens: int) -> bool:
 
 
 def output_head(model) -> torch.nn.Module:
-    """The model's output head (hidden -> vocab logits), a module with a 2-d weight and
-    maybe a bias; a one-line error if it has none. An int8 head (quantize.py) offers its
-    dequantized bf16 twin."""
+    """The model's output head (hidden -> vocab logits): a module with a 2-d weight and maybe
+    a bias, or an int8 head (quantize.Int8Linear); a one-line error if it has neither."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    head = getattr(head, "dense", head)
+    if isinstance(head, Int8Linear):
+        return head
     if head is None or getattr(head, "weight", None) is None or head.weight.dim() != 2:
         raise ValueError(f"--draft-vocab needs a drafter with a plain linear output head ({type(model).__name__} has none); pass --draft-vocab 0")
     return head
@@ -125,10 +125,11 @@ def restricted_head(model, limit: int, extra: Iterable[int] = ()) -> RestrictedH
     when those ids are the whole vocabulary (the model's own head does the same, cheaper).
     An int8 head (quantize.py) lends its int8 rows too."""
     head = output_head(model)
-    ids = draft_token_ids(limit, head.weight.shape[0], extra)
-    if ids.shape[0] >= head.weight.shape[0]:
+    vocab = head.out_features if isinstance(head, Int8Linear) else head.weight.shape[0]
+    ids = draft_token_ids(limit, vocab, extra)
+    if ids.shape[0] >= vocab:
         return None
-    return RestrictedHead(model.get_output_embeddings(), ids)
+    return RestrictedHead(head, ids)
 
 
 def restricted_logits(model, head: RestrictedHead, input_ids: torch.Tensor, cache, last: int = 1, lean: bool = True) -> torch.Tensor:
@@ -151,8 +152,8 @@ class RestrictedHead:
     more in a second, small weight, so an id the output gains costs a copy of the added
     rows only, not of the N rows. A call reads only kept rows.
 
-    Over an Int8Linear head it keeps the int8 rows of the same ids as well as its dense
-    twin's, and scores a drafter step (up to MAX_INT8_ROWS rows) through them
+    Over an Int8Linear head it keeps the int8 rows of the same ids as well as their
+    dequantized bf16 rows (what a dense twin holds), and scores a drafter step (up to MAX_INT8_ROWS rows) through them
     (quantize.fast_int8_linear), as the full int8 head scores through its own: the kept bf16
     rows are twice the bytes, and a draft step is bound by reading weights
     (bench/drafter_step.py times the step both ways).
@@ -160,8 +161,8 @@ class RestrictedHead:
 
     def __init__(self, head: torch.nn.Module, ids: torch.Tensor):
         self.int8 = head if isinstance(head, Int8Linear) else None
-        head = head.dense if self.int8 is not None else head
-        self.full_weight = head.weight.detach()
+        # an int8 head's dense rows are its dequantized int8 rows, made for the kept ids only
+        self.full_weight = head.qweight if self.int8 is not None else head.weight.detach()
         self.full_bias = None if getattr(head, "bias", None) is None else head.bias.detach()
         self.vocab_size = self.full_weight.shape[0]
         device = self.full_weight.device
@@ -181,8 +182,10 @@ class RestrictedHead:
     def _part(self, ids: torch.Tensor) -> tuple:
         """(ids, weight rows, bias, (int8 rows, scales) or None) for these ids."""
         bias = None if self.full_bias is None else self.full_bias.index_select(0, ids)
-        packed = None if self.int8 is None else (self.int8.qweight.index_select(0, ids), self.int8.scales.index_select(0, ids))
-        return ids, self.full_weight.index_select(0, ids), bias, packed
+        if self.int8 is None:
+            return ids, self.full_weight.index_select(0, ids), bias, None
+        packed = (self.int8.qweight.index_select(0, ids), self.int8.scales.index_select(0, ids))
+        return ids, dequantize_rows(*packed), bias, packed
 
     def add(self, ids: torch.Tensor) -> int:
         """Keep these ids too (ids already kept, repeats and ids past the vocabulary are
@@ -202,7 +205,7 @@ class RestrictedHead:
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [..., hidden] -> logits [..., vocab]."""
-        hidden = hidden.to(self.full_weight.dtype)
+        hidden = hidden.to(self.first[1].dtype)
         kept = _linear(hidden, self.first)
         logits = kept.new_full((*kept.shape[:-1], self.vocab_size), torch.finfo(kept.dtype).min)
         logits[..., self.first[0]] = kept

@@ -75,7 +75,7 @@ def _stack_int8(linears: list[Int8Linear]) -> tuple[torch.Tensor, torch.Tensor, 
     """(rows, scales, bias) of the stacked layers; each layer's buffers become views of them."""
     qweight = torch.cat([linear.qweight for linear in linears])
     scales = torch.cat([linear.scales for linear in linears])
-    biases = [linear.dense.bias for linear in linears]
+    biases = [linear.bias for linear in linears]
     bias = None
     if any(b is not None for b in biases):
         bias = torch.cat([b.detach() if b is not None else torch.zeros(linear.out_features, dtype=scales.dtype) for b, linear in zip(biases, linears)])

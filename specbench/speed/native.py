@@ -1,13 +1,20 @@
-"""Builds and loads int8_gemv.c, specbench's own int8 kernel for a drafter's draft steps.
+"""Builds and loads specbench's own int8 kernels (C files beside this module).
 
-The C file is compiled once per machine with the system C compiler (`cc`, or $CC) for this
-CPU (-march=native) into the cache (defaults.cache_root() / "native", keyed by the source,
-the flags and the CPU's model and flags), and loaded with ctypes. It uses OpenMP through
-the runtime PyTorch has already loaded, so both share one thread pool.
+Two libraries, each compiled once per machine with the system C compiler (`cc`, or $CC) for
+this CPU (-march=native) into the cache (defaults.cache_root() / "native", keyed by the
+source, the flags and the CPU's model and flags), and loaded with ctypes. Both use OpenMP
+through the runtime PyTorch has already loaded, so they share one thread pool.
 
-No compiler, a failed build, or a CPU without AVX512BW and AVX512-VNNI: kernel() returns
-None and callers keep PyTorch's int8 kernel (`why_not()` says which). SPECBENCH_NATIVE=0
-turns it off.
+  int8_gemv.c    (kernel())         a drafter's draft steps, up to 4 bf16 rows; needs
+                                    AVX512BW and AVX512-VNNI.
+  int8_linear.c  (linear_kernel())  any number of rows, fp32 or bf16, summed exactly in
+                                    integers, so each row's result does not depend on the
+                                    others: the int8 target (quantize.Int8TargetLinear) and
+                                    the draft steps where the VNNI kernel is missing; needs AVX2.
+
+No compiler, a failed build, or a CPU without the instructions: the getter returns None,
+callers keep PyTorch's kernels (or refuse an int8 target) and `why_not()` /
+`linear_why_not()` say why. SPECBENCH_NATIVE=0 turns both off.
 """
 
 from __future__ import annotations
@@ -20,34 +27,72 @@ import platform
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-import torch  # noqa: F401  (loads PyTorch's OpenMP runtime before the kernel's)
+import torch  # noqa: F401  (loads PyTorch's OpenMP runtime before the kernels')
 
 from specbench.models import defaults
 
-SOURCE = Path(__file__).with_name("int8_gemv.c")
-FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]
+# -ffp-contract=off: the float epilogue stays three separate roundings (no fused multiply-add),
+# the same in every build, so int8_linear.c's results equal the exact reference bit for bit
+FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC"]
+_P, _I = ctypes.c_void_p, ctypes.c_int
+
+
+@dataclass(frozen=True)
+class Library:
+    source: str  # the C file beside this module
+    ready: str  # symbol: int f(void), 1 when the CPU has what the code needs
+    needs: str  # those instructions, for the reason it is not used
+    entries: tuple  # (symbol, ctypes argtypes) of each function; each returns int: 0, or -1 for a call it refuses
+
+    @property
+    def path(self) -> Path:
+        return Path(__file__).with_name(self.source)
+
+
+GEMV = Library("int8_gemv.c", "specbench_int8_ready", "AVX512BW or AVX512-VNNI", (("specbench_int8_gemv", (_P, _I, _I, _P, _P, _P, _I, _P)),))
+LINEAR = Library(
+    "int8_linear.c",
+    "specbench_int8_linear_ready",
+    "AVX2",
+    (("specbench_int8_linear", (_P, _I, _I, _I, _P, _P, _P, _I, _I, _P)), ("specbench_quantize_rows", (_P, _I, _I, _I, _P, _P, _I))),
+)
 
 
 def kernel() -> ctypes.CDLL | None:
-    """The loaded kernel library, or None where it cannot be had on this machine."""
-    return _load()[0]
+    """The AVX512-VNNI draft-step library, or None where it cannot be had on this machine."""
+    return _load(GEMV)[0]
 
 
 def why_not() -> str | None:
-    """None when the kernel is in use, else one line on why not."""
-    return _load()[1]
+    """None when the draft-step kernel is in use, else one line on why not."""
+    return _load(GEMV)[1]
+
+
+def linear_kernel() -> ctypes.CDLL | None:
+    """The batch-invariant AVX2 int8 linear library, or None where it cannot be had."""
+    return _load(LINEAR)[0]
+
+
+def linear_why_not() -> str | None:
+    """None when the int8 linear kernel is in use, else one line on why not."""
+    return _load(LINEAR)[1]
 
 
 def name() -> str:
     """What runs a drafter's few-row int8 layers here: for results' metadata."""
-    lib, reason = _load()
-    return "specbench int8_gemv (AVX512-VNNI)" if lib is not None else f"torch._weight_int8pack_mm ({reason})"
+    if kernel() is not None:
+        return "specbench int8_gemv (AVX512-VNNI)"
+    if linear_kernel() is not None:
+        return f"specbench int8_linear (AVX2; int8_gemv: {why_not()})"
+    reasons = dict.fromkeys((why_not(), linear_why_not()))  # one reason when both share it
+    return f"torch._weight_int8pack_mm ({'; '.join(reasons)})"
 
 
 @functools.cache
-def _load() -> tuple[ctypes.CDLL | None, str | None]:
+def _load(library: Library) -> tuple[ctypes.CDLL | None, str | None]:
     """(the library, None), or (None, why it cannot be had); built and loaded once."""
     if os.environ.get("SPECBENCH_NATIVE", "1") == "0":
         return None, "SPECBENCH_NATIVE=0"
@@ -56,21 +101,24 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
     compiler = _compiler()
     if compiler is None:
         return None, "no C compiler (cc or gcc) on PATH"
-    path = defaults.cache_root() / "native" / f"int8_gemv-{_key(compiler)}.so"
+    stem = library.path.stem
+    path = defaults.cache_root() / "native" / f"{stem}-{_key(compiler, library.path)}.so"
     if not path.exists():
-        error = _build(compiler, path)
+        error = _build(compiler, library.path, path)
         if error:
             return None, error
     try:
         lib = ctypes.CDLL(str(path))
     except OSError as error:
         return None, f"could not load {path}: {error}"
-    lib.specbench_int8_ready.restype = ctypes.c_int
-    if not lib.specbench_int8_ready():
-        return None, "this CPU lacks AVX512BW or AVX512-VNNI"
-    gemv = lib.specbench_int8_gemv
-    gemv.restype = ctypes.c_int
-    gemv.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+    ready = getattr(lib, library.ready)
+    ready.restype = ctypes.c_int
+    if not ready():
+        return None, f"this CPU lacks {library.needs}"
+    for symbol, argtypes in library.entries:
+        entry = getattr(lib, symbol)
+        entry.restype = ctypes.c_int
+        entry.argtypes = list(argtypes)
     return lib, None
 
 
@@ -78,9 +126,9 @@ def _compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
 
 
-def _key(compiler: str) -> str:
+def _key(compiler: str, source: Path) -> str:
     """A short hash of what the built library depends on: source, compiler, flags, CPU."""
-    digest = hashlib.sha256(SOURCE.read_bytes())
+    digest = hashlib.sha256(source.read_bytes())
     digest.update(" ".join([compiler, *FLAGS]).encode())
     digest.update(_cpu_signature().encode())
     return digest.hexdigest()[:16]
@@ -96,7 +144,8 @@ def _cpu_signature() -> str:
 
 
 # The instruction sets that decide which fast path runs on an x86 CPU: AVX2 and FMA for
-# PyTorch's fp32 and int8 kernels; AVX512BW + AVX512_VNNI for specbench's int8 kernel;
+# PyTorch's fp32 and int8 kernels and specbench's int8_linear; AVX512BW + AVX512_VNNI for
+# specbench's draft-step kernel (int8_gemv);
 # AVX512_BF16 / AMX for oneDNN's bf16 paths.
 SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile")
 
@@ -113,13 +162,13 @@ def cpu_description() -> dict:
     return {"model": model, "flags": [f for f in SPEED_FLAGS if f in flags]}
 
 
-def _build(compiler: str, path: Path) -> str | None:
-    """Compile SOURCE to path (atomically); None on success, else one line on what failed."""
+def _build(compiler: str, source: Path, path: Path) -> str | None:
+    """Compile source to path (atomically); None on success, else one line on what failed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
         out = Path(scratch) / path.name
         try:
-            done = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(out)], capture_output=True, text=True, timeout=120)
+            done = subprocess.run([compiler, *FLAGS, str(source), "-o", str(out)], capture_output=True, text=True, timeout=120)
         except (OSError, subprocess.TimeoutExpired) as error:
             return f"the build failed: {error}"
         if done.returncode != 0:

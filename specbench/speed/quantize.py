@@ -1,21 +1,27 @@
-"""Weight-only int8 Linear layers for a drafter (`--draft-dtype int8`, the CPU default where
-PyTorch has the kernel).
+"""Weight-only int8 Linear layers: a drafter's (`--draft-dtype int8`) and a target's (`--dtype int8`).
 
 Why: a single-token forward of a small bf16 drafter is bound by reading its weights, and
 int8 weights are half the bytes. Each output row of a weight gets one scale (absmax / 127);
 activations stay bf16, so the drafter loses little: quantizing the activations as well
 (PyTorch's dynamic int8) cut the drafter's greedy agreement with the target markedly. Up to
 MAX_INT8_ROWS rows (a draft step, a round's catch-up) run `torch._weight_int8pack_mm`, the
-int8 kernel PyTorch ships for CPUs; more rows (a prompt) run an ordinary bf16 Linear over
-the dequantized weight, which `--kernels` may swap like any other. MAX_INT8_ROWS is where
-the two meet: the int8 kernel's time grows with the rows faster than the packed fp32 oneDNN
-copy that `--kernels` gives the dense layer, for the MLP weights and the head alike.
+int8 kernel PyTorch ships for CPUs (specbench's draft step calls fast_int8_linear, which
+prefers specbench's kernels); more rows (a prompt) run int8_linear.c, or, where it is not
+built, an ordinary bf16 Linear over the dequantized weight, which `--kernels` may swap like
+any other: PyTorch's int8 kernel's time grows with the rows faster than either.
 
-Only drafters: a target's one-token and several-token forwards would round differently, and
-greedy parity with plain decoding needs them to agree. The drafter's q is whatever it
-computed, so verification stays lossless.
+A drafter's one-token and several-token forwards may round differently: its q is whatever
+it computed, so verification stays lossless. A target's may not: greedy parity with plain
+decoding needs the target's k-token verify pass to give each row exactly what a one-token
+step gives. So the target's layers (Int8TargetLinear) run only through int8_linear.c, which
+sums every dot product exactly in integers (activations quantized to int16 per row, one
+float32 scale per weight row) and so gives a row the same bits whatever else shares the
+call; there is no PyTorch fallback that could round differently, and without the kernel an
+int8 target is refused. Why int8 at all: a CPU target step is bound by reading its weights,
+and int8 reads a quarter of float32's bytes.
 
-Knows nothing about decoding or loading; models/loading.py calls quantize_linears.
+Knows nothing about decoding or loading; models/loading.py calls quantize_linears and
+quantize_target.
 """
 
 from __future__ import annotations
@@ -34,7 +40,12 @@ def int8_available() -> bool:
 
 
 class Int8Linear(torch.nn.Module):
-    """y = x W^T + b with W stored as int8 rows times one bf16 scale per row."""
+    """y = x W^T + b with W stored as int8 rows times one bf16 scale per row.
+
+    Up to MAX_INT8_ROWS rows run PyTorch's int8 kernel; more rows (a prompt) run int8_linear.c
+    where it is built, else a dense bf16 twin over the dequantized weight (`--kernels` may swap
+    it), which only then is kept.
+    """
 
     def __init__(self, linear: torch.nn.Linear):
         super().__init__()
@@ -42,19 +53,27 @@ class Int8Linear(torch.nn.Module):
         qweight, scales = quantize_rows(linear.weight.detach())
         self.register_buffer("qweight", qweight)  # [out, in] int8
         self.register_buffer("scales", scales)  # [out] bf16
-        # several rows: a plain bf16 Linear over the dequantized weight (kernels may swap it);
-        # its bias serves the one-row path too
-        self.dense = torch.nn.Linear(self.in_features, self.out_features, bias=linear.bias is not None, dtype=torch.bfloat16, device=qweight.device)
-        with torch.no_grad():
-            self.dense.weight.copy_(dequantize_rows(qweight, scales))
-            if linear.bias is not None:
-                self.dense.bias.copy_(linear.bias)
-        self.dense.requires_grad_(False)
+        bias = None if linear.bias is None else linear.bias.detach().to(torch.bfloat16).contiguous()
+        self.register_buffer("bias", bias)  # [out] bf16 or None
+        self.dense = None if native.linear_kernel() is not None else dense_twin(qweight, scales, bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not runs_int8(x):
+        if runs_int8(x):
+            return int8_linear(x, self.qweight, self.scales, self.bias)
+        if self.dense is not None:
             return self.dense(x)
-        return int8_linear(x, self.qweight, self.scales, self.dense.bias)
+        return native_int8_linear(x.to(torch.bfloat16), self.qweight, self.scales, self.bias)
+
+
+def dense_twin(qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None) -> torch.nn.Linear:
+    """A bf16 Linear over the dequantized rows (skip_init: no random weights to overwrite)."""
+    out_features, in_features = qweight.shape
+    dense = torch.nn.utils.skip_init(torch.nn.Linear, in_features, out_features, bias=bias is not None, dtype=torch.bfloat16, device=qweight.device)
+    with torch.no_grad():
+        dense.weight.copy_(dequantize_rows(qweight, scales))
+        if bias is not None:
+            dense.bias.copy_(bias)
+    return dense.requires_grad_(False)
 
 
 def runs_int8(x: torch.Tensor) -> bool:
@@ -71,31 +90,110 @@ def int8_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bi
 
 
 def fast_int8_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """int8_linear through specbench's own kernel (native.py, int8_gemv.c) where it is built
-    and takes the call, else through PyTorch's. Only specbench's draft step calls it (the
-    lean forward and the restricted head); a module's forward, which HF's generation runs,
-    keeps PyTorch's kernel."""
-    lib = native.kernel()
-    rows, width = x.numel() // x.shape[-1], x.shape[-1]
-    if lib is None or x.device.type != "cpu" or not runs_int8(x) or scales.dtype != torch.bfloat16:
+    """int8_linear through specbench's own kernels where one is built and takes the call
+    (native.py: int8_gemv.c on AVX512-VNNI, else int8_linear.c on AVX2), else through
+    PyTorch's. Only specbench's draft step calls it (the lean forward and the restricted
+    head); a module's forward, which HF's generation runs, keeps PyTorch's kernel."""
+    if x.device.type != "cpu" or not runs_int8(x) or scales.dtype != torch.bfloat16:
         return int8_linear(x, qweight, scales, bias)
+    rows, width = x.numel() // x.shape[-1], x.shape[-1]
     x2 = x.reshape(rows, width).contiguous()
     qweight, scales = qweight.contiguous(), scales.contiguous()
     if bias is not None:
         bias = bias.to(torch.bfloat16).contiguous()
-    out = torch.empty(rows, qweight.shape[0], dtype=torch.bfloat16)
-    status = lib.specbench_int8_gemv(x2.data_ptr(), rows, width, qweight.data_ptr(), scales.data_ptr(), None if bias is None else bias.data_ptr(), qweight.shape[0], out.data_ptr())
-    if status != 0:
-        return int8_linear(x, qweight, scales, bias)
+    if (gemv := native.kernel()) is not None:
+        out = torch.empty(rows, qweight.shape[0], dtype=torch.bfloat16)
+        status = gemv.specbench_int8_gemv(x2.data_ptr(), rows, width, qweight.data_ptr(), scales.data_ptr(), None if bias is None else bias.data_ptr(), qweight.shape[0], out.data_ptr())
+        if status == 0:
+            return out.reshape(*x.shape[:-1], qweight.shape[0])
+    if native.linear_kernel() is not None:
+        return native_int8_linear(x2, qweight, scales, bias).reshape(*x.shape[:-1], qweight.shape[0])
+    return int8_linear(x, qweight, scales, bias)
+
+
+# ---------------------------------------------------------------------------- the target
+
+
+class Int8TargetLinear(torch.nn.Module):
+    """y = x W^T + b for a target: W as int8 rows times one float32 scale per row, every
+    row of x (float32) through int8_linear.c, so a row's result does not depend on how many
+    rows share the call (see the module docstring). No dense copy is kept."""
+
+    def __init__(self, linear: torch.nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        qweight, scales = quantize_rows(linear.weight.detach(), torch.float32)
+        self.register_buffer("qweight", qweight)  # [out, in] int8
+        self.register_buffer("scales", scales)  # [out] float32
+        bias = None if linear.bias is None else linear.bias.detach().float().contiguous()
+        self.register_buffer("bias", bias)  # [out] float32 or None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return exact_int8_linear(x, self.qweight, self.scales, self.bias)
+
+
+def exact_int8_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x [..., in] (float32) times int8 rows qweight [out, in] with float32 scales [out], plus
+    bias, through int8_linear.c: each row's result is exact up to one rounding of the
+    integer dot product and the epilogue, whatever the other rows."""
+    return native_int8_linear(x.float(), qweight, scales, bias).to(x.dtype)
+
+
+def native_int8_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """int8_linear.c on x [..., in], float32 or bf16 (the output's dtype); scales and bias
+    float32 or bf16 alike. Raises RuntimeError where the kernel is not built."""
+    lib = native.linear_kernel()
+    if lib is None:
+        raise RuntimeError(f"the int8 linear kernel is not available: {native.linear_why_not()}")
+    rows, width = x.numel() // x.shape[-1], x.shape[-1]
+    x2 = x.reshape(rows, width).contiguous()
+    qweight, scales = qweight.contiguous(), scales.contiguous()
+    out = torch.empty(rows, qweight.shape[0], dtype=x.dtype)
+    if bias is not None:
+        bias = bias.to(scales.dtype).contiguous()
+    x_bf16, p_bf16 = int(x.dtype == torch.bfloat16), int(scales.dtype == torch.bfloat16)
+    if rows and lib.specbench_int8_linear(x2.data_ptr(), x_bf16, rows, width, qweight.data_ptr(), scales.data_ptr(), None if bias is None else bias.data_ptr(), p_bf16, qweight.shape[0], out.data_ptr()) != 0:
+        raise RuntimeError(f"int8_linear refused a call of {rows} x {width}")
     return out.reshape(*x.shape[:-1], qweight.shape[0])
 
 
-def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric int8 per output row: (q [out, in] int8, scale [out] bf16), w ~ q * scale."""
-    w = weight.float()
-    scales = (w.abs().amax(dim=1) / 127).clamp(min=1e-10).to(torch.bfloat16)
-    q = torch.round(w / scales.float()[:, None]).clamp(-127, 127).to(torch.int8)
+def target_int8_why_not() -> str | None:
+    """None where a target can be int8 on this machine, else one line on why not."""
+    if (why := native.linear_why_not()) is not None:
+        return f"the int8 target needs specbench's AVX2 kernel: {why}"
+    return None
+
+
+def quantize_target(model: torch.nn.Module) -> int:
+    """Swap every float32 CPU nn.Linear of the model for an Int8TargetLinear; returns how
+    many. The float32 weights are dropped (a tied head's stays with the embedding)."""
+    if (why := target_int8_why_not()) is not None:
+        raise ValueError(why)
+    return swap_linears(model, (torch.float32,), Int8TargetLinear)
+
+
+def quantize_rows(weight: torch.Tensor, scale_dtype: torch.dtype = torch.bfloat16) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 per output row: (q [out, in] int8, scale [out]), w ~ q * scale.
+    Row by row in blocks, so a large float32 weight needs no float32 temporary of its size;
+    a float32 or bfloat16 CPU weight goes through int8_linear.c's quantizer where it is
+    built: the same operations in one pass (tested equal)."""
+    q = torch.empty(weight.shape, dtype=torch.int8, device=weight.device)
+    scales = torch.empty(weight.shape[0], dtype=scale_dtype, device=weight.device)
+    native_dtypes = (torch.float32, torch.bfloat16)
+    lib = native.linear_kernel() if weight.dtype in native_dtypes and scale_dtype in native_dtypes and weight.device.type == "cpu" else None
+    if lib is not None and weight.dim() == 2 and weight.numel():
+        w, bf16 = weight.contiguous(), torch.bfloat16
+        if lib.specbench_quantize_rows(w.data_ptr(), int(w.dtype == bf16), w.shape[0], w.shape[1], q.data_ptr(), scales.data_ptr(), int(scale_dtype == bf16)) == 0:
+            return q, scales
+    for start in range(0, weight.shape[0], _QUANTIZE_BLOCK):
+        w = weight[start : start + _QUANTIZE_BLOCK].float()
+        s = (w.abs().amax(dim=1) / 127).clamp(min=1e-10).to(scale_dtype)
+        scales[start : start + _QUANTIZE_BLOCK] = s
+        q[start : start + _QUANTIZE_BLOCK] = torch.round(w / s.float()[:, None]).clamp(-127, 127).to(torch.int8)
     return q, scales
+
+
+_QUANTIZE_BLOCK = 4096  # weight rows quantized at a time
 
 
 def dequantize_rows(qweight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:

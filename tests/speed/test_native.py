@@ -1,5 +1,6 @@
-"""specbench's own int8 kernel (native.py, int8_gemv.c): the numbers it computes, and the
-fallbacks when it cannot be built or does not take a call."""
+"""specbench's own int8 kernels (native.py): int8_gemv.c (AVX512-VNNI draft steps) and
+int8_linear.c (AVX2, any rows, exact), the numbers they compute, and the fallbacks when they
+cannot be built or do not take a call. Each test skips on a CPU without its instructions."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import torch
 from specbench.speed import native
 from specbench.speed import quantize
 
-pytestmark = pytest.mark.skipif(native.kernel() is None, reason=f"specbench's int8 kernel is not in use here: {native.why_not()}")
+needs_gemv = pytest.mark.skipif(native.kernel() is None, reason=f"specbench's int8_gemv is not in use here: {native.why_not()}")
+needs_linear = pytest.mark.skipif(native.linear_kernel() is None, reason=f"specbench's int8_linear is not in use here: {native.linear_why_not()}")
+needs_either = pytest.mark.skipif(native.kernel() is None and native.linear_kernel() is None, reason="neither native int8 kernel is in use here")
 
 
 def reference(x, qweight, scales, bias):
@@ -18,6 +21,7 @@ def reference(x, qweight, scales, bias):
     return out if bias is None else out + bias.float()
 
 
+@needs_either
 @pytest.mark.parametrize("rows", [1, 2, 3, 4])
 @pytest.mark.parametrize("out_features,in_features", [(64, 896), (1150, 900), (7, 33), (3, 8)])
 @pytest.mark.parametrize("with_bias", [False, True])
@@ -33,6 +37,7 @@ def test_matches_the_dequantized_product_to_bf16_rounding(rows, out_features, in
     assert torch.allclose(got.float(), want, rtol=2**-8, atol=want.abs().max().item() * 2**-12)
 
 
+@needs_either
 def test_rows_of_very_different_size_keep_their_own_scale():
     qweight, scales = quantize.quantize_rows(torch.randn(16, 64, generator=torch.Generator().manual_seed(1)))
     x = torch.randn(1, 2, 64, generator=torch.Generator().manual_seed(2)).bfloat16()
@@ -42,39 +47,46 @@ def test_rows_of_very_different_size_keep_their_own_scale():
     assert torch.allclose(got[0, 1], want[0, 1], rtol=2**-8, atol=want[0, 1].abs().max().item() * 2**-12)
 
 
+@needs_gemv
 def test_more_rows_than_the_kernel_takes_run_pytorchs_path():
     qweight, scales = quantize.quantize_rows(torch.randn(32, 64, generator=torch.Generator().manual_seed(3)))
     x = torch.randn(1, quantize.MAX_INT8_ROWS + 1, 64, generator=torch.Generator().manual_seed(4)).bfloat16()
     assert torch.equal(quantize.fast_int8_linear(x, qweight, scales, None), quantize.int8_linear(x, qweight, scales, None))
 
 
+@needs_either
 def test_turned_off_or_unbuildable_it_says_why_and_callers_fall_back(monkeypatch, tmp_path):
+    had_gemv, had_linear = native.kernel() is not None, native.linear_kernel() is not None
     try:
         monkeypatch.setenv("SPECBENCH_NATIVE", "0")
         native._load.cache_clear()
         assert native.kernel() is None and native.why_not() == "SPECBENCH_NATIVE=0"
+        assert native.linear_kernel() is None and native.linear_why_not() == "SPECBENCH_NATIVE=0"
         assert native.name() == "torch._weight_int8pack_mm (SPECBENCH_NATIVE=0)"
         monkeypatch.delenv("SPECBENCH_NATIVE")
         monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path))  # nothing built there yet
         monkeypatch.setenv("CC", "false")  # a compiler that always fails
         native._load.cache_clear()
         assert native.kernel() is None and native.why_not().startswith("the build failed")
+        assert native.linear_kernel() is None and native.linear_why_not().startswith("the build failed")
         qweight, scales = quantize.quantize_rows(torch.randn(32, 64))
         x = torch.randn(1, 1, 64).bfloat16()
         assert torch.equal(quantize.fast_int8_linear(x, qweight, scales, None), quantize.int8_linear(x, qweight, scales, None))
     finally:
         monkeypatch.undo()
         native._load.cache_clear()
-    assert native.kernel() is not None
+    assert (native.kernel() is not None, native.linear_kernel() is not None) == (had_gemv, had_linear)
 
 
+@needs_linear
 def test_it_builds_into_the_cache_keyed_by_source_and_cpu(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path))
     native._load.cache_clear()
     try:
-        assert native.kernel() is not None
-        built = list((tmp_path / "native").glob("int8_gemv-*.so"))
-        assert len(built) == 1 and native._key(native._compiler()) in built[0].name
+        assert native.linear_kernel() is not None
+        built = list((tmp_path / "native").glob("int8_linear-*.so"))
+        assert len(built) == 1 and native._key(native._compiler(), native.LINEAR.path) in built[0].name
+        assert native._key(native._compiler(), native.LINEAR.path) != native._key(native._compiler(), native.GEMV.path)
     finally:
         monkeypatch.undo()
         native._load.cache_clear()

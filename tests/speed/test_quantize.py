@@ -1,5 +1,6 @@
 """Weight-only int8 drafter layers: the quantization rule, the one-row int8 kernel against the
-dequantized dense layer, and decoding with an int8 drafter staying lossless."""
+dequantized dense layer, prompts through the native kernel or the dense twin, and decoding
+with an int8 drafter staying lossless. (The int8 target: test_int8_target.py.)"""
 
 import pytest
 import torch
@@ -11,8 +12,9 @@ from specbench.speed import draft_vocab
 from specbench.speed.draft_vocab import restricted_head
 from specbench.drafters import ModelDrafter, make_drafter
 from specbench.policies import FixedGamma
-from specbench.models.loading import ModelError, PairConfig, parse_draft_dtype, parse_dtype, resolve_draft_dtype
-from specbench.speed.quantize import MAX_INT8_ROWS, Int8Linear, dequantize_rows, int8_available, quantize_linears, quantize_rows
+from specbench.models.loading import ModelError, PairConfig, parse_draft_dtype, parse_dtype, parse_target_dtype, resolve_draft_dtype
+from specbench.speed import native
+from specbench.speed.quantize import MAX_INT8_ROWS, Int8Linear, dense_twin, dequantize_rows, int8_available, native_int8_linear, quantize_linears, quantize_rows
 
 needs_int8 = pytest.mark.skipif(not int8_available(), reason="no int8 weight-only kernel in this torch")
 
@@ -30,16 +32,41 @@ def test_quantize_rows_rounds_each_row_to_its_own_scale():
 def test_few_rows_run_the_int8_kernel_and_match_the_dequantized_layer():
     torch.manual_seed(0)
     layer = Int8Linear(torch.nn.Linear(64, 96, dtype=torch.bfloat16))
+    dense = dense_twin(layer.qweight, layer.scales, layer.bias)
     with torch.no_grad():
         for n in range(1, MAX_INT8_ROWS + 1):
             few = torch.randn(1, n, 64, dtype=torch.bfloat16)
-            fast, dense = layer(few), layer.dense(few)
-            assert fast.shape == dense.shape == (1, n, 96)
-            assert torch.allclose(fast.float(), dense.float(), rtol=2e-2, atol=2e-2)
-            expected = torch._weight_int8pack_mm(few.reshape(n, 64), layer.qweight, layer.scales) + layer.dense.bias
+            fast = layer(few)
+            assert fast.shape == (1, n, 96)
+            assert torch.allclose(fast.float(), dense(few).float(), rtol=2e-2, atol=2e-2)
+            expected = torch._weight_int8pack_mm(few.reshape(n, 64), layer.qweight, layer.scales) + layer.bias
             assert torch.equal(fast.reshape(n, 96), expected)
-        many = torch.randn(1, MAX_INT8_ROWS + 1, 64, dtype=torch.bfloat16)
-        assert torch.equal(layer(many), layer.dense(many))
+
+
+@needs_int8
+def test_many_rows_run_the_native_kernel_or_the_dense_twin():
+    """A prompt's rows: int8_linear.c where it is built (no dense copy kept), else the twin."""
+    torch.manual_seed(0)
+    layer = Int8Linear(torch.nn.Linear(64, 96, dtype=torch.bfloat16))
+    many = torch.randn(1, MAX_INT8_ROWS + 1, 64, dtype=torch.bfloat16)
+    with torch.no_grad():
+        if native.linear_kernel() is not None:
+            assert layer.dense is None
+            assert torch.equal(layer(many), native_int8_linear(many, layer.qweight, layer.scales, layer.bias))
+            twin = dense_twin(layer.qweight, layer.scales, layer.bias)
+            assert torch.allclose(layer(many).float(), twin(many).float(), rtol=2e-2, atol=2e-2)
+        else:
+            assert torch.equal(layer(many), layer.dense(many))
+
+
+@needs_int8
+def test_without_the_native_kernel_a_layer_keeps_its_dense_twin(monkeypatch):
+    monkeypatch.setattr(native, "linear_kernel", lambda: None)
+    torch.manual_seed(0)
+    layer = Int8Linear(torch.nn.Linear(64, 96, dtype=torch.bfloat16))
+    many = torch.randn(1, MAX_INT8_ROWS + 1, 64, dtype=torch.bfloat16)
+    with torch.no_grad():
+        assert layer.dense is not None and torch.equal(layer(many), layer.dense(many))
 
 
 @needs_int8
@@ -56,11 +83,13 @@ def test_an_int8_drafter_keeps_greedy_parity():
     assert accepted > 0
 
 
-def test_int8_is_for_drafters_on_the_cpu():
-    with pytest.raises(ModelError, match="drafter dtype"):
-        parse_dtype("int8")
+def test_int8_runs_on_the_cpu_only():
+    with pytest.raises(ModelError, match="unknown dtype"):
+        parse_dtype("int4")
     with pytest.raises(ModelError, match="CPU only"):
         parse_draft_dtype("int8", "cuda")
+    with pytest.raises(ModelError, match="CPU only"):
+        parse_target_dtype("int8", "cuda")
     assert parse_draft_dtype("bf16", "cpu") == torch.bfloat16
 
 

@@ -6,8 +6,8 @@ with the restricted head (--draft-vocab, default 65536), through
   - HF's decoder and the head's bf16 rows,
   - HF's decoder and the head's int8 rows (draft_vocab.RestrictedHead given its Int8Linear),
   - lean_step.py's forward and the int8 rows through PyTorch's int8 kernel,
-  - the same through specbench's own kernel (native.py, int8_gemv.c): the step the model
-    drafter runs (draft_vocab.RestrictedStep) where that kernel builds.
+  - the same through specbench's own kernels (native.py: int8_gemv.c on AVX512-VNNI, else
+    int8_linear.c on AVX2): the step the model drafter runs (draft_vocab.RestrictedStep).
 Prints milliseconds and whether the argmax agrees with the first way's.
 
     python bench/drafter_step.py [--context 144] [--repeats 21]
@@ -26,16 +26,17 @@ from specbench.bench.prompts import load_prompts
 from specbench.core.cache import crop_cache, new_cache
 from specbench.speed import native
 from specbench.speed.draft_vocab import RestrictedHead, output_head, restricted_head, restricted_logits
+from specbench.speed.quantize import dense_twin
 
 
 def pytorch_kernel(forward):
-    """forward() with specbench's int8 kernel turned off (quantize falls back to PyTorch's)."""
-    kernel = native.kernel
-    native.kernel = lambda: None
+    """forward() with specbench's int8 kernels turned off (quantize falls back to PyTorch's)."""
+    kernel, linear = native.kernel, native.linear_kernel
+    native.kernel = native.linear_kernel = lambda: None
     try:
         return forward()
     finally:
-        native.kernel = kernel
+        native.kernel, native.linear_kernel = kernel, linear
 
 
 def main() -> None:
@@ -49,7 +50,8 @@ def main() -> None:
     prompt = prompt_ids(pair, load_prompts("quick")[0])
     context = (prompt * (args.context // len(prompt) + 1))[: args.context]
     int8_head = restricted_head(drafter, args.draft_vocab, context)
-    bf16_head = RestrictedHead(output_head(drafter), int8_head.ids)
+    head = output_head(drafter)
+    bf16_head = RestrictedHead(dense_twin(head.qweight, head.scales, head.bias), int8_head.ids)
     ways = {
         "HF decoder, bf16 head rows": lambda ids, cache: restricted_logits(drafter, bf16_head, ids, cache, lean=False),
         "HF decoder, int8 head rows": lambda ids, cache: restricted_logits(drafter, int8_head, ids, cache, lean=False),

@@ -175,7 +175,7 @@ def generate_command(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the sampling generator.")] = 0,
     raw: Annotated[bool, typer.Option("--raw", help="Feed the prompt as is, without the chat template.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (text, token_ids, stats) instead of streaming.")] = False,
-    dtype: Annotated[str, typer.Option("--dtype", help="Target weights: float32, bfloat16 or float16.")] = defaults.DEFAULT_DTYPE,
+    dtype: Annotated[str, typer.Option("--dtype", help="Target weights: auto (int8 on a CPU with AVX2, else float32), float32, bfloat16, float16, or int8 (weight-only, batch-invariant, CPU).")] = defaults.DEFAULT_DTYPE,
     draft_dtype: Annotated[str, typer.Option("--draft-dtype", help="Drafter weights: auto (int8 on the CPU, else bfloat16), float32, bfloat16, float16, or int8 (weight-only, CPU).")] = defaults.DEFAULT_DRAFT_DTYPE,
     draft_vocab: Annotated[int, typer.Option("--draft-vocab", help="The model drafter scores only ids below this (plus the prompt's and EOS); 0 scores all. Lossless either way.")] = defaults.DEFAULT_DRAFT_VOCAB,
     lookup: Annotated[bool, typer.Option("--lookup/--no-lookup", help="With a model drafter: copy from the context instead when its last 3 tokens occurred before (free drafts).")] = defaults.DEFAULT_LOOKUP,

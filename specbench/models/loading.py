@@ -44,6 +44,14 @@ def parse_dtype(name: str) -> torch.dtype:
         raise ModelError(f"unknown dtype {name!r}; choose from float32, bfloat16, float16, int8") from None
 
 
+def resolve_target_dtype(name: str, device: str) -> str:
+    """The target dtype "auto" stands for: int8 on a CPU where specbench's batch-invariant
+    int8 kernel builds (quantize.Int8TargetLinear), float32 otherwise; other names unchanged."""
+    if name.lower() != AUTO:
+        return name
+    return INT8 if device == "cpu" and target_int8_why_not() is None else "float32"
+
+
 def parse_target_dtype(name: str, device: str) -> torch.dtype:
     """The dtype a target loads in; int8 (quantize.Int8TargetLinear, batch-invariant) loads
     float32 first and needs specbench's AVX2 kernel on a CPU."""
@@ -286,13 +294,14 @@ def _show(token: str | None) -> str:
 class PairConfig:
     target: str = DEFAULT  # a model spec
     drafter: str = DEFAULT  # a model spec, "none", or a drafter name (see drafter_kind)
-    dtype: str = defaults.DEFAULT_DTYPE  # target weights
+    dtype: str = defaults.DEFAULT_DTYPE  # target weights; "auto" is resolved on creation
     draft_dtype: str = defaults.DEFAULT_DRAFT_DTYPE  # drafter weights; "auto" is resolved on creation
     device: str = "cpu"  # cpu, cuda, mps or auto
     draft_vocab: int = defaults.DEFAULT_DRAFT_VOCAB  # a model drafter scores ids below it (+ prompt, EOS); 0: all
     lookup: bool = defaults.DEFAULT_LOOKUP  # a model drafter copies from the context when it can ("model+lookup")
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", resolve_target_dtype(self.dtype, self.device))
         object.__setattr__(self, "draft_dtype", resolve_draft_dtype(self.draft_dtype, self.device))
 
 

@@ -218,7 +218,7 @@ def test_device_auto_runs_on_this_machine(tiny):
         (["hi", "--target", "missing.gguf"], "no such model file or folder: missing.gguf"),
         (["hi", "--drafter", "./no-such-drafter"], "no such model file or folder: ./no-such-drafter"),
         (["hi", "--dtype", "int3"], "unknown dtype 'int3'"),
-        (["hi", "--dtype", "int8"], "int8 is a drafter dtype (--draft-dtype int8)"),
+        (["hi", "--dtype", "int8", "--device", "cuda"], "--dtype int8 runs on the CPU only, not on cuda"),
         (["hi", "--device", "tpu"], "unknown device 'tpu'"),
         (["hi", "--kernels", "fast"], "unknown kernels 'fast'"),
         (["hi", "--draft-vocab", "-1"], "--draft-vocab must be >= 0"),

@@ -26,6 +26,8 @@ quantize_target.
 
 from __future__ import annotations
 
+import gc
+
 import torch
 
 from specbench.speed import native
@@ -166,10 +168,18 @@ def target_int8_why_not() -> str | None:
 
 def quantize_target(model: torch.nn.Module) -> int:
     """Swap every float32 CPU nn.Linear of the model for an Int8TargetLinear; returns how
-    many. The float32 weights are dropped (a tied head's stays with the embedding)."""
+    many. The float32 weights are dropped (a tied head's stays with the embedding), and the
+    tensors kept (embedding, norms) are copied out of the weights file that from_pretrained
+    memory-maps: a view of the file keeps all of its pages mapped, the dropped ones too."""
     if (why := target_int8_why_not()) is not None:
         raise ValueError(why)
-    return swap_linears(model, (torch.float32,), Int8TargetLinear)
+    swapped = swap_linears(model, (torch.float32,), Int8TargetLinear)
+    with torch.no_grad():
+        for tensor in [*model.parameters(), *model.buffers()]:
+            if tensor.dtype != torch.int8:
+                tensor.data = tensor.data.clone()
+    gc.collect()  # the file's mapping closes with its last view
+    return swapped
 
 
 def quantize_rows(weight: torch.Tensor, scale_dtype: torch.dtype = torch.bfloat16) -> tuple[torch.Tensor, torch.Tensor]:

@@ -37,7 +37,7 @@ def test_the_wheel_ships_the_prompt_sets_and_the_kernel_source(tmp_path):
     shipped_sets = {Path(n).stem for n in names if n.startswith("specbench/bench/prompt_sets/") and n.endswith(".jsonl")}
     assert shipped_sets == set(prompts.available_sets())
     assert {"default", "quick"} <= shipped_sets
-    assert "specbench/speed/int8_gemv.c" in names
+    assert {"specbench/speed/int8_gemv.c", "specbench/speed/int8_linear.c", "specbench/speed/bf16.h"} <= set(names)
     assert "specbench/core/generate.py" in names and "specbench/cli/commands.py" in names
 
 

@@ -23,6 +23,8 @@
 #include <math.h>
 #include <omp.h>
 
+#include "bf16.h"
+
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #include <immintrin.h>
 
@@ -31,21 +33,6 @@
 #define PREFETCH_ROWS 16 /* how far ahead (in weight rows) to prefetch */
 
 int specbench_int8_ready(void) { return 1; }
-
-static inline float bf16_to_float(uint16_t v) {
-    uint32_t bits = (uint32_t)v << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static inline uint16_t float_to_bf16(float f) { /* round to nearest even, as PyTorch does */
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40); /* NaN stays NaN */
-    bits += 0x7fffu + ((bits >> 16) & 1u);
-    return (uint16_t)(bits >> 16);
-}
 
 /* x [M, K] bf16 -> xq [M, K] int16 and one scale per row */
 static void quantize_rows(const uint16_t *x, int M, int K, int16_t *xq, float *xscale) {

@@ -31,6 +31,8 @@
 #include <math.h>
 #include <omp.h>
 
+#include "bf16.h"
+
 #if defined(__AVX2__)
 #include <immintrin.h>
 
@@ -42,21 +44,6 @@
 #define PREFETCH 8     /* weight rows ahead to prefetch */
 
 int specbench_int8_linear_ready(void) { return 1; }
-
-static inline float bf16_to_float(uint16_t v) {
-    uint32_t bits = (uint32_t)v << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static inline uint16_t float_to_bf16(float f) { /* round to nearest even, as PyTorch does */
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40); /* NaN stays NaN */
-    bits += 0x7fffu + ((bits >> 16) & 1u);
-    return (uint16_t)(bits >> 16);
-}
 
 static inline float load(const void *p, int bf16, size_t i) {
     return bf16 ? bf16_to_float(((const uint16_t *)p)[i]) : ((const float *)p)[i];

@@ -38,6 +38,7 @@ from specbench.models import defaults
 # the same in every build, so int8_linear.c's results equal the exact reference bit for bit
 FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC"]
 _P, _I = ctypes.c_void_p, ctypes.c_int
+HEADER = Path(__file__).with_name("bf16.h")  # included by both C files
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def _compiler() -> str | None:
 
 def _key(compiler: str, source: Path) -> str:
     """A short hash of what the built library depends on: source, compiler, flags, CPU."""
-    digest = hashlib.sha256(source.read_bytes())
+    digest = hashlib.sha256(source.read_bytes() + HEADER.read_bytes())
     digest.update(" ".join([compiler, *FLAGS]).encode())
     digest.update(_cpu_signature().encode())
     return digest.hexdigest()[:16]

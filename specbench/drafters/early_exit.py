@@ -93,9 +93,6 @@ class EarlyExitModel(torch.nn.Module):
         with exit_after(self.target, self.n_layers):
             return self.target(**kwargs)
 
-    def describe(self) -> str:
-        return f"early exit: the target's first {self.n_layers} of {self.total_layers} layers, its final norm and head; its KV cache shared"
-
 
 class EarlyExitDrafter(ModelDrafter):
     """Drafts with EarlyExitModel over the target's own cache for those layers (see the
@@ -104,7 +101,6 @@ class EarlyExitDrafter(ModelDrafter):
 
     def __init__(self, target, n_layers: int):
         super().__init__(EarlyExitModel(target, n_layers), name=f"{PREFIX}{n_layers}")
-        self.mapping = self.model.describe()
 
     def start(self, sampling, generator) -> None:
         super().start(sampling, generator)

@@ -108,7 +108,6 @@ class TranslatedDrafter:
         self.name = name
         self.target_vocab_size = target_vocab_size
         self.limit = int(getattr(drafter_model.config, "max_position_embeddings", 0) or 1 << 30)
-        self.mapping = f"tokenizer translated through text ({len(drafter_tokenizer)} drafter ids -> {len(target_tokenizer)} target ids)"
         self.start(SamplingConfig(), None)
 
     def start(self, sampling: SamplingConfig, generator: torch.Generator | None) -> None:

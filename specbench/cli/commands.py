@@ -265,12 +265,13 @@ def _pair_costs(pair, pair_config, kernels: str, prompt_ids: list[int], max_new_
     """c and v(k) for the cost policy: from the cache folder, or measured once (seconds)."""
     import torch
 
+    from specbench import models
     from specbench.speed.costs import METHOD, costs_for, for_drafter, timing_context
     from specbench.speed.kernels import VERSION
 
     drafter_model = pair.drafting_model
     key = f"{pair.target.name}|{pair_config.dtype}|{_drafter_label(pair)}|{pair_config.draft_dtype}|vocab={pair.draft_vocab}|{pair_config.device}|{kernels}.v{VERSION}|threads={torch.get_num_threads()}|costs.v{METHOD}"
-    context = timing_context(prompt_ids, max_new_tokens, pair.context_limit)
+    context = models.timing_ids(timing_context(prompt_ids, max_new_tokens, pair.context_limit), pair.target.model, drafter_model)
     with err_console.status("measuring the drafter and verify costs for the cost policy (once per model pair)"):
         costs, cached = costs_for(pair.target.model, drafter_model, key, context, defaults.cache_root() / "costs", draft_vocab=pair.draft_vocab)
     if pair.drafter_model is not None or drafter_model is None:  # early exit keeps its measured c
@@ -441,10 +442,12 @@ def _pct(value) -> str:
 
 
 def _configuration(summary) -> str:
-    """e.g. "specbench model cost", "hf-assisted fixed", "hf-assisted defaults", "plain"."""
-    if summary.method == "hf-assisted":  # HF always drafts with the drafter model
+    """e.g. "specbench model cost", "hf-assisted fixed", "hf-early-exit early-exit:2
+    defaults", "plain"."""
+    if summary.method.startswith("hf-"):  # hf-assisted and hf-universal draft with the drafter model
         names = {"hf-defaults": "defaults", "hf-defaults-stock-kernels": "defaults, stock kernels"}
-        return "hf-assisted " + names.get(summary.policy, summary.policy)
+        drafter = "" if summary.drafter == "model" else f"{summary.drafter} "
+        return f"{summary.method} {drafter}" + names.get(summary.policy, summary.policy)
     return " ".join(part for part in (summary.method, summary.drafter, summary.policy) if part)
 
 
@@ -469,10 +472,10 @@ def _run_label(run) -> str:
 @command("sweep")
 def sweep_command(
     gamma: Annotated[str, typer.Option("--gamma", help="Draft lengths: 4, a range 1..8, or a list 1,2,4.")] = "1..4",
-    drafter: Annotated[list[str] | None, typer.Option("--drafter", help="Drafter to compare (repeat for several); default: model.", show_default=False)] = None,
+    drafter: Annotated[list[str] | None, typer.Option("--drafter", help="Drafter to compare (repeat for several): model, model+lookup, ngram, prompt-lookup, early-exit:N; default: model.", show_default=False)] = None,
     gamma_policy: Annotated[list[str] | None, typer.Option("--gamma-policy", help="Gamma policy to compare (repeat for several); default: fixed.", show_default=False)] = None,
     target: Annotated[str, typer.Option("--target", help="Target model: default, a local folder, a .gguf file or a cached hub id.")] = "default",
-    drafter_model: Annotated[str, typer.Option("--drafter-model", help="Drafter model for the model drafter and hf-assisted (a model spec, or none).")] = "default",
+    drafter_model: Annotated[str, typer.Option("--drafter-model", help="Drafter model for the model drafter and hf-assisted (a model spec, any tokenizer, or none).")] = "default",
     prompts: Annotated[str, typer.Option("--prompts", help="Prompt set: a JSONL file (ours or Spec-Bench's question.jsonl) or a name: default, quick.")] = "default",
     category: Annotated[list[str] | None, typer.Option("--category", help="Only prompts of this category (repeat for several).", show_default=False)] = None,
     temperature: Annotated[float, typer.Option("--temperature", help="0 is greedy (outputs are checked against plain decoding).")] = 0.0,
@@ -480,7 +483,7 @@ def sweep_command(
     repeats: Annotated[int, typer.Option("--repeats", help="Runs of every combination per prompt.")] = 1,
     out: Annotated[Path | None, typer.Option("--out", help="Results directory (default: results/sweep-DATE-TIME).", show_default=False)] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted sweep in --out, skipping the rows it has.")] = False,
-    hf_assisted: Annotated[bool, typer.Option("--hf-assisted/--no-hf-assisted", help="Also run transformers' assisted generation.")] = True,
+    hf_assisted: Annotated[bool, typer.Option("--hf-assisted/--no-hf-assisted", help="Also run transformers' counterpart of each drafter: hf-assisted (hf-universal for another tokenizer), hf-early-exit, hf-prompt-lookup.")] = True,
     hf_fixed: Annotated[bool, typer.Option("--hf-fixed/--no-hf-fixed", help="Also time hf-assisted at each measured gamma, not only with its own defaults.")] = False,
     measure: Annotated[str, typer.Option("--measure", help="Which gammas get timed runs (every one is predicted): best (each drafter/policy's best predicted gamma), all, or a list such as 2,5.")] = "best",
     measure_per_category: Annotated[int, typer.Option("--measure-per-category", help="Time runs on the first N prompts of each category only (every prompt is predicted); 0: all prompts.")] = 0,
@@ -527,8 +530,9 @@ def sweep_command(
     drafter_spec = drafter_model if bench.needs_drafter_model(config) else models.NONE
     dtypes = {k: v for k, v in (("dtype", dtype), ("draft_dtype", draft_dtype)) if v}  # else the pair's defaults
     pair_config = models.PairConfig(target=target, drafter=drafter_spec, device=device, draft_vocab=draft_vocab, **dtypes)
-    pair = load_pair_with_progress(pair_config, mismatch_hint="pick a --drafter-model with the target's tokenizer")
+    pair = load_pair_with_progress(pair_config, mismatch_hint="pick a --drafter-model with a tokenizer that shares text with the target's")
     pair.use_kernels(kernels)
+    config = _replace(config, translated=pair.translated)
     # 3. the sweep, then its table
     _run_sweep(bench, pair, prompt_list, config, out_dir, resume=resume, prompts_source=prompts)
 
@@ -551,6 +555,7 @@ def _run_sweep(bench, pair, prompt_list, config, out_dir: Path, *, resume: bool,
                 pair.target.model, drafter.model if drafter else None, pair.tokenizer, prompt_list, config, out_dir,
                 resume=resume, target_name=pair.target.name, drafter_name=drafter.name if drafter else None,
                 prompts_source=prompts_source, command="specbench " + " ".join(_sys.argv[1:]), eos_ids=pair.eos_token_ids,
+                drafter_tokenizer=drafter.tokenizer if pair.translated else None,
                 on_status=lambda text: progress.update(task, description=text),
                 on_start=lambda total, skipped: progress.update(task, total=total, completed=skipped),
                 on_row=on_row,

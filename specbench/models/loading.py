@@ -271,6 +271,13 @@ def translates(target: LoadedModel, drafter: LoadedModel) -> bool:
     return True
 
 
+def timing_ids(ids: list[int], *models) -> list[int]:
+    """ids that every one of the models can embed, for timing forwards only (a drafter with
+    another tokenizer cannot read the target's ids): each id modulo the narrowest vocabulary."""
+    width = min(output_vocab_size(m) for m in models if m is not None)
+    return [i % width for i in ids]
+
+
 def first_vocab_difference(target_vocab: dict[str, int], draft_vocab: dict[str, int]) -> str | None:
     """None if both token -> id maps are equal, else where they first differ (by id)."""
     if target_vocab == draft_vocab:

@@ -44,6 +44,7 @@ def tiny(tmp_path_factory):
         "drafter": str(save_tiny(root / "drafter", like=target, noise=0.3, seed=5)),
         "swapped": str(save_tiny(root / "swapped", like=target, noise=0.3, seed=5, tokenizer=char_tokenizer(char_vocab(swap=("e", "t"))))),
         "short": str(save_tiny(root / "short", max_positions=16)),
+        "narrow": str(save_tiny(root / "narrow", seed=6, vocab_size=48, tokenizer=char_tokenizer(char_vocab(chars="abcdefghijklmnopqrstuvwxyz0123456789 .,:"), chat_template=None))),
         "capitals": str(save_tiny(root / "capitals", seed=5, tokenizer=char_tokenizer(char_vocab(chars="ABCDEFGHIJ"), chat_template=None))),
     }
 
@@ -272,6 +273,13 @@ def test_generate_with_another_tokenizer_or_early_exit(tiny, drafter):
     plain = generate_json(tiny, "--drafter", "none", "--max-new-tokens", "20")
     assert out["token_ids"] == plain["token_ids"]
     assert out["mapping"].startswith("another tokenizer" if drafter == "swapped" else "early exit: the target's first 1 of 2 layers")
+
+
+def test_generate_with_a_narrower_drafter_and_the_cost_policy(tiny):
+    """The cost policy times both models on ids the narrower drafter can read (timing_ids)."""
+    out = generate_json(tiny, "--drafter", tiny["narrow"], "--max-new-tokens", "12")
+    assert out["token_ids"] == generate_json(tiny, "--drafter", "none", "--max-new-tokens", "12")["token_ids"]
+    assert out["mapping"].startswith("another tokenizer")
 
 
 def test_trace_header_says_how_the_drafter_maps(tiny):

@@ -26,7 +26,8 @@ Methods:
                has one (hf_counterparts): hf-assisted beside the model drafter (hf-universal,
                assistant_tokenizer, when the drafter model has another tokenizer; greedy
                only: HF's sampling mode prunes the assistant's head in place, which would
-               change the drafter specbench times beside it), hf-early-exit beside
+               change the drafter specbench times beside it; and only where the two configs'
+               vocab_size differ, which is how HF tells tokenizers apart), hf-early-exit beside
                early-exit:N, hf-prompt-lookup beside prompt-lookup.
 
 Measured only: a drafter with another tokenizer (config.translated) and early-exit:N get
@@ -133,6 +134,7 @@ class SweepConfig:
     measure: str = "best"  # timed runs: "best" predicted gamma per drafter x policy, "all", or gammas "2,5"
     measure_per_category: int = 0  # time runs on the first N prompts of each category; 0: all prompts
     translated: bool = False  # the drafter model has another tokenizer than the target (set from the loaded pair)
+    hf_universal: bool = True  # HF can run its universal mode on the pair: it tells tokenizers apart by vocab_size alone
 
     def __post_init__(self) -> None:
         """The options `generate` shares are checked by the same functions (core's configs,
@@ -193,6 +195,13 @@ def needs_drafter_model(config: SweepConfig) -> bool:
     return drafts_with_model(config) or (config.hf_assisted and not all(has_own_hf_counterpart(d) for d in config.drafters))
 
 
+def hf_tells_apart(target, drafter_model) -> bool:
+    """Whether HF's generate() takes the pair for two tokenizers (it compares the configs'
+    vocab_size; with equal sizes it refuses assistant_tokenizer)."""
+    size = lambda model: model.config.get_text_config().vocab_size  # noqa: E731
+    return size(target) != size(drafter_model)
+
+
 def predicted(config: SweepConfig, drafter: str) -> bool:
     """Whether the sweep predicts the drafter (else it is measured only; module docstring)."""
     return parse_early_exit(drafter) is None and not (config.translated and uses_model(drafter))
@@ -204,7 +213,7 @@ def hf_counterparts(config: SweepConfig, has_drafter_model: bool) -> list[tuple[
     if has_drafter_model and needs_drafter_model(config):
         if not config.translated:
             found.append((HF_ASSISTED, MODEL_DRAFTER))
-        elif config.temperature == 0:
+        elif config.temperature == 0 and config.hf_universal:
             found.append((HF_UNIVERSAL, MODEL_DRAFTER))
     found += [(HF_EARLY_EXIT, d) for d in config.drafters if parse_early_exit(d) is not None]
     if "prompt-lookup" in config.drafters:

@@ -532,7 +532,7 @@ def sweep_command(
     pair_config = models.PairConfig(target=target, drafter=drafter_spec, device=device, draft_vocab=draft_vocab, **dtypes)
     pair = load_pair_with_progress(pair_config, mismatch_hint="pick a --drafter-model with a tokenizer that shares text with the target's")
     pair.use_kernels(kernels)
-    config = _replace(config, translated=pair.translated)
+    config = _replace(config, translated=pair.translated, hf_universal=pair.translated and bench.hf_tells_apart(pair.target.model, pair.drafter_model.model))
     # 3. the sweep, then its table
     _run_sweep(bench, pair, prompt_list, config, out_dir, resume=resume, prompts_source=prompts)
 

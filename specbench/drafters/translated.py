@@ -141,22 +141,23 @@ class TranslatedDrafter:
         tail = context[-TAIL:].tolist()
         drafted: list[int] = []
         found: list[int] = []  # the draft so far in target ids
-        ended = []  # why drafting stopped early: "eos"
+        at_eos = False
 
         def counting(step, probs, token):
+            """The policy's say on each drafter token, then: stop at the drafter's EOS, or
+            once the draft holds more target tokens than asked for."""
+            nonlocal at_eos
             say = keep_drafting(step, probs, token)
             if not say:
                 return say
             drafted.append(token)
             found[:] = self._translate(ids[-TAIL:], drafted, tail)
-            if token in self.drafter.eos:
-                ended.append("eos")
-                return Keep.LAST
-            return Keep.LAST if len(found) > max_tokens else say
+            at_eos = token in self.drafter.eos
+            return Keep.LAST if at_eos or len(found) > max_tokens else say
 
         draft = self.model.propose(torch.tensor(ids, dtype=torch.long), steps, counting)
         self.held = ids + drafted
-        closed = found if ended or len(found) > max_tokens else found[:-1]  # the last may still grow
+        closed = found if at_eos or len(found) > max_tokens else found[:-1]  # the last may still grow
         tokens = torch.tensor(closed[:max_tokens], dtype=torch.long, device=context.device)
         return Draft(tokens, None, time.perf_counter() - start, draft.feeds)
 

@@ -616,6 +616,12 @@ def test_plan_measures_new_drafters_only_and_puts_hf_beside_each():
     assert not [r for r in plan if r.source == "predicted"]
     assert {r.method for r in plan if r.method.startswith("hf-")} == {"hf-universal"}
     assert not [r for r in plan_runs(replace(translated, temperature=0.7), PROMPTS[:1]) if r.method.startswith("hf-")]
+    assert not [r for r in plan_runs(replace(translated, hf_universal=False), PROMPTS[:1]) if r.method.startswith("hf-")]
+    # HF takes a pair for two tokenizers by the configs' vocab_size alone
+    from conftest import tiny_model
+
+    assert bench.hf_tells_apart(tiny_model(0, vocab=96), tiny_model(1, vocab=64))
+    assert not bench.hf_tells_apart(tiny_model(0), tiny_model(1))
     with pytest.raises(SpecbenchError, match="N >= 1"):
         SweepConfig(drafters=("early-exit:0",))
 
@@ -669,3 +675,26 @@ def test_sweep_with_early_exit_and_another_tokenizer(tokenizer, tmp_path):
     assert all(r["identical_to_baseline"].lower() == "true" for r in rows if r["method"] != "plain")
     with pytest.raises(SweepError, match="another tokenizer"):
         sweep(wide_target, drafter, merges, PROMPTS, translated, tmp_path / "tr2", command="test")
+
+
+def test_sweep_command_with_a_drafter_of_another_tokenizer_and_early_exit(tmp_path):
+    """The command loads a drafter with another tokenizer from a folder, sweeps it through
+    text beside hf-universal, and early-exit:1 beside hf-early-exit; all equal plain."""
+    from conftest import tiny_model
+    from tiny_hf import merge_tokenizer, save_tiny
+
+    target = save_tiny(tmp_path / "target", vocab_size=64)
+    drafter = save_tiny(tmp_path / "drafter", vocab_size=96, seed=3, tokenizer=merge_tokenizer())
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "a", "category": "code", "turns": ["print the cat"]}) + "\n")
+    out = tmp_path / "res"
+    args = ["sweep", "--target", str(target), "--drafter-model", str(drafter), "--dtype", "float32", "--draft-dtype", "float32",
+            "--drafter", "model", "--drafter", "early-exit:1", "--gamma", "2", "--prompts", str(prompts), "--max-new-tokens", "6",
+            "--timing-repeats", "1", "--out", str(out)]  # fmt: skip
+    result = CliRunner().invoke(cli.app, args)
+    assert result.exit_code == 0, result.output
+    rows = read_rows(out / "runs.csv")
+    measured = {(r["method"], r["drafter"]) for r in rows if r["source"] == "measured"}
+    assert measured == {("plain", ""), ("specbench", "model"), ("specbench", "early-exit:1"), ("hf-universal", "model"), ("hf-early-exit", "early-exit:1")}
+    assert all(r["identical_to_baseline"].lower() == "true" for r in rows if r["method"] != "plain")
+    assert json.loads((out / "meta.json").read_text())["sweep"]["translated"] is True

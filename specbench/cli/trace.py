@@ -264,7 +264,7 @@ def round_notes(record: StepRecord) -> list[str]:
         else:
             notes.append("greedy: a draft is accepted while it equals the target's argmax; the argmax replaces the first mismatch (p and q shown for information)")
     if any(q is None for q in record.draft_probs):
-        notes.append('q "-": the drafter gives no probabilities (n-gram); it is verified as a one-hot q (q=1 on the drafted token), so sampling accepts it if r < p')
+        notes.append('q "-": the draft has no probabilities (n-gram, a copy, a drafter of another tokenizer); it is verified as a one-hot q (q=1 on the drafted token), so sampling accepts it if r < p')
     return notes
 
 

@@ -52,3 +52,44 @@ def noisy_trigram(model: TrigramLM, scale: float, seed: int) -> TrigramLM:
     gen = torch.Generator().manual_seed(seed)
     table = model.table.detach()
     return TrigramLM(table + torch.randn(table.shape, generator=gen) * scale)
+
+
+class ScriptedLM(torch.nn.Module):
+    """A drafter that knows the text to come, for tests of drafters that translate text.
+
+    After the text that its cache plus its input decode to, it predicts (one-hot logits) the
+    tokenizer's first id of the rest of `script`; at every `wrong_every`-th character
+    position it predicts another id on purpose (a rejection to recover from). Once its text
+    has left the script, which is what a drafter cache that failed to realign would hold, it
+    predicts `off_script` forever, so acceptance collapses. Ids live in a DynamicCache (as
+    fake keys), so cropping that cache is what realigns it.
+    """
+
+    def __init__(self, tokenizer, script: str, vocab: int, wrong_every: int = 5, off_script: int = 0):
+        super().__init__()
+        self.anchor = torch.nn.Parameter(torch.zeros(1), requires_grad=False)  # a device to report
+        self.tokenizer, self.script, self.vocab = tokenizer, script, vocab
+        self.wrong_every, self.off_script = wrong_every, off_script
+        self.config = PretrainedConfig(max_position_embeddings=4096, vocab_size=vocab, num_hidden_layers=1)
+
+    def forward(self, input_ids, past_key_values, use_cache=True, logits_to_keep=0, **kwargs):
+        ids = input_ids[0]
+        fake_kv = ids.float().view(1, 1, -1, 1)
+        past_key_values.update(fake_kv, fake_kv, 0)
+        seq = past_key_values.layers[0].keys[0, 0, :, 0].long().tolist()
+        first = len(seq) - ids.shape[0]
+        logits = torch.stack([self._row(seq[: j + 1]) for j in range(first, len(seq))])  # [s, vocab]
+        if logits_to_keep:
+            logits = logits[-logits_to_keep:]
+        return SimpleNamespace(logits=logits.unsqueeze(0))
+
+    def _row(self, prefix: list[int]) -> torch.Tensor:
+        text = self.tokenizer.decode(prefix, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        token = self.off_script
+        if self.script.startswith(text) and len(text) < len(self.script):
+            token = self.tokenizer.encode(self.script[len(text):], add_special_tokens=False)[0]
+            if len(text) % self.wrong_every == self.wrong_every - 1:
+                token = (token + 1) % self.vocab
+        row = torch.full((self.vocab,), -10.0)
+        row[token] = 10.0
+        return row

@@ -152,3 +152,25 @@ def write_tiny_gguf(path: Path, model=None, vocab: dict[str, int] | None = None)
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+# pieces of a tokenizer with multi-character merges (byte-level spelling: "Ġ" is a space)
+MERGES = (("t", "h"), ("th", "e"), ("Ġ", "the"), ("Ġ", "t"), ("Ġ", "a"), ("a", "n"), ("an", "d"), ("Ġ", "an"),
+          ("e", "r"), ("i", "n"), ("in", "g"), ("o", "n"), ("r", "e"), ("Ġ", "s"), ("e", "s"), ("o", "r"), ("a", "t"),
+          ("Ġ", "c"), ("Ġ", "o"), ("Ġ", "f"), ("Ġ", "w"), ("e", "n"), ("a", "r"), ("Ġ", "i"), ("l", "l"), ("s", "t"))  # fmt: skip
+
+
+def merge_tokenizer(chars: str = CHARS, merges=MERGES, *, reverse: bool = False) -> PreTrainedTokenizerFast:
+    """A byte-level BPE whose merges join characters into multi-character pieces ("the",
+    " the", "ing", "and"...), so it splits words differently from char_tokenizer; the
+    characters' ids come in reverse order with `reverse`, so no id means what it means there."""
+    tokens = list(SPECIALS) + [_byte_level(c) for c in (reversed(chars) if reverse else chars)]
+    tokens += [a + b for a, b in merges]
+    vocab = {token: i for i, token in enumerate(tokens)}
+    backend = Tokenizer(models.BPE(vocab, list(merges), unk_token=None))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens(list(SPECIALS))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", eos_token=EOS, pad_token="<unk>")
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer

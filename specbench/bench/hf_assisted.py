@@ -1,10 +1,17 @@
 """transformers' assisted generation, timed and counted like specbench's own runs.
 
-`target.generate(assistant_model=drafter_model)` on the same model objects the sweep gives
-specbench, with a constant schedule of gamma draft tokens a round, or with HF's own defaults
-(HF_DEFAULTS, pinned here). HF's drafter scores its whole vocabulary. Rounds are seen through
-a streamer and forward hooks; nothing inside transformers is patched. This module knows
-nothing of the sweep: it returns an AssistedRun, which the sweep records like its own runs.
+`target.generate(...)` on the same model objects the sweep gives specbench, with a constant
+schedule of gamma draft tokens a round, or with HF's own defaults (HF_DEFAULTS, pinned here),
+drafting with one of HF's candidate generators (HFDrafter):
+  assistant      assistant_model=drafter_model (AssistedCandidateGenerator);
+  universal      the same with tokenizer= and assistant_tokenizer=, for a drafter with
+                 another tokenizer (Universal Assisted Generation: text between the two);
+  early-exit     assistant_early_exit=N, the target's first N layers (EarlyExitCandidateGenerator);
+  prompt-lookup  prompt_lookup_num_tokens=gamma (PromptLookupCandidateGenerator; its own
+                 default, 10, for HF's defaults).
+HF's drafter scores its whole vocabulary. Rounds are seen through a streamer and forward
+hooks; nothing inside transformers is patched. This module knows nothing of the sweep: it
+returns an AssistedRun, which the sweep records like its own runs.
 """
 
 from __future__ import annotations
@@ -21,6 +28,31 @@ from specbench.core.stats import RunStats
 # transformers' own defaults (GenerationConfig._get_default_generation_params in 5.x), pinned
 # here so that a drafter's generation_config.json cannot change what "HF's defaults" means
 HF_DEFAULTS = {"num_assistant_tokens": 20, "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.4}
+PROMPT_LOOKUP_DEFAULT = 10  # PromptLookupCandidateGenerator's num_output_tokens default
+
+
+@dataclass(frozen=True)
+class HFDrafter:
+    """Which of HF's candidate generators drafts (see the module docstring)."""
+
+    kind: str = "assistant"  # "assistant", "universal", "early-exit" or "prompt-lookup"
+    tokenizers: tuple | None = None  # universal: (target tokenizer, assistant tokenizer)
+    layers: int | None = None  # early-exit: N
+
+    def generate_kwargs(self, drafter_model, gamma: int | None) -> dict:
+        """What generate() is given besides the inputs and the generation config."""
+        if self.kind == "prompt-lookup":
+            return {"prompt_lookup_num_tokens": gamma or PROMPT_LOOKUP_DEFAULT}
+        if self.kind == "early-exit":
+            return {"assistant_early_exit": self.layers}
+        kwargs = {"assistant_model": drafter_model}
+        if self.kind == "universal":
+            kwargs.update(tokenizer=self.tokenizers[0], assistant_tokenizer=self.tokenizers[1])
+        return kwargs
+
+    def schedule_owner(self, target, drafter_model):
+        """The model whose generation_config HF reads the draft schedule from (None: none)."""
+        return {"prompt-lookup": None, "early-exit": target}.get(self.kind, drafter_model)
 
 
 @dataclass
@@ -51,17 +83,18 @@ class _ForwardCounter:
     """Counts a module's forward calls while in a `with` block."""
 
     def __init__(self, module) -> None:
-        self.module, self.calls = module, 0
+        self.module, self.calls = module, 0  # module None: counts nothing
 
     def __enter__(self) -> "_ForwardCounter":
-        self.handle = self.module.register_forward_hook(self._count)
+        self.handle = self.module.register_forward_hook(self._count) if self.module is not None else None
         return self
 
     def _count(self, *_) -> None:
         self.calls += 1
 
     def __exit__(self, *_) -> None:
-        self.handle.remove()
+        if self.handle is not None:
+            self.handle.remove()
 
 
 def _hf_generation_config(gen: GenerationConfig):
@@ -94,7 +127,7 @@ def _assistant_settings(drafter_model, gamma: int | None):
 
 
 @torch.inference_mode()
-def measure_hf_assisted(target, drafter_model, prompt_ids: list[int], gen: GenerationConfig, gamma: int | None) -> AssistedRun:
+def measure_hf_assisted(target, drafter_model, prompt_ids: list[int], gen: GenerationConfig, gamma: int | None, drafter: HFDrafter = HFDrafter()) -> AssistedRun:
     """HF's assisted generation, timed and counted like specbench's own runs.
 
     Timing: HF has no separate first-target pass (its first round drafts from the prompt and
@@ -106,35 +139,45 @@ def measure_hf_assisted(target, drafter_model, prompt_ids: list[int], gen: Gener
     Counting: forward hooks count target forwards (one per round) and drafter forwards (one per
     draft token). drafted = drafter forwards; accepted = new tokens - rounds (each round emits
     its accepted drafts plus one token). When the target forwards do not match the rounds seen,
-    the count is not trusted and acceptance is reported as unknown.
+    the count is not trusted and acceptance is reported as unknown. Early exit drafts with the
+    target's own forward: its forwards beyond one per round are the drafts. Prompt lookup runs
+    no drafter forward, so what it drafted is not seen: acceptance unknown.
     """
     from transformers.utils import logging as hf_logging
 
     device = model_device(target)
     input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
     clock = _RoundClock()
-    saved_settings, saved_verbosity = drafter_model.generation_config, hf_logging.get_verbosity()
-    drafter_model.generation_config = _assistant_settings(drafter_model, gamma)
+    owner = drafter.schedule_owner(target, drafter_model)
+    saved_settings, saved_verbosity = (owner.generation_config if owner is not None else None), hf_logging.get_verbosity()
+    if owner is not None:
+        owner.generation_config = _assistant_settings(owner, gamma)
     hf_logging.set_verbosity_error()  # HF warns about flags it ignores; the progress bar needs stderr
+    counted = drafter_model if drafter.kind in ("assistant", "universal") else None
     try:
         torch.manual_seed(gen.seed)  # HF samples from the global generator
-        with _ForwardCounter(target) as target_calls, _ForwardCounter(drafter_model) as drafter_calls:
+        with _ForwardCounter(target) as target_calls, _ForwardCounter(counted) as drafter_calls:
             start = time.perf_counter()
             output = target.generate(
                 input_ids,
                 attention_mask=torch.ones_like(input_ids),
-                assistant_model=drafter_model,
                 generation_config=_hf_generation_config(gen),
                 streamer=clock,
+                **drafter.generate_kwargs(drafter_model, gamma),
             )
             sync(device)
             end = time.perf_counter()
     finally:
-        drafter_model.generation_config = saved_settings
+        if owner is not None:
+            owner.generation_config = saved_settings
         hf_logging.set_verbosity(saved_verbosity)
     token_ids = output[0, len(prompt_ids):].tolist()
-    stats = _hf_stats(token_ids, clock.times[1:], clock.sizes[1:], start, end, target_calls.calls, drafter_calls.calls)
-    known = target_calls.calls == len(clock.sizes) - 1
+    rounds = len(clock.sizes) - 1
+    target_forwards, drafted = target_calls.calls, drafter_calls.calls
+    if drafter.kind == "early-exit":  # one full forward a round, the rest are drafts
+        target_forwards, drafted = rounds, target_calls.calls - rounds
+    stats = _hf_stats(token_ids, clock.times[1:], clock.sizes[1:], start, end, target_forwards, drafted)
+    known = target_forwards == rounds and drafter.kind != "prompt-lookup"
     return AssistedRun(token_ids, stats, known, _hf_stop_reason(token_ids, gen))
 
 

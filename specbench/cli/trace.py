@@ -264,7 +264,7 @@ def round_notes(record: StepRecord) -> list[str]:
         else:
             notes.append("greedy: a draft is accepted while it equals the target's argmax; the argmax replaces the first mismatch (p and q shown for information)")
     if any(q is None for q in record.draft_probs):
-        notes.append('q "-": the drafter gives no probabilities (n-gram); it is verified as a one-hot q (q=1 on the drafted token), so sampling accepts it if r < p')
+        notes.append('q "-": the draft has no probabilities (n-gram, a copy, a drafter of another tokenizer); it is verified as a one-hot q (q=1 on the drafted token), so sampling accepts it if r < p')
     return notes
 
 
@@ -272,13 +272,16 @@ def round_notes(record: StepRecord) -> list[str]:
 
 
 def render_header(header: dict, plain: bool) -> RenderableType:
-    """What was run: the prompt, then every other setting as key=value, then the legend."""
+    """What was run: the prompt, every other setting as key=value, how the drafter maps to
+    the target, then the legend."""
     parts: list[RenderableType] = [Text("specbench trace", style="bold")]
     if "prompt" in header:
         parts.append(Text("prompt: ") + Text(shorten(escape_text(str(header["prompt"])), 240), style="italic"))
-    settings = {k: v for k, v in header.items() if k != "prompt"}
+    settings = {k: v for k, v in header.items() if k not in ("prompt", "mapping")}
     if settings:
         parts.append(Text(format_info(settings)))
+    if "mapping" in header:  # how the drafter's drafts reach the target (models.drafter_mapping)
+        parts.append(Text(f"drafter -> target: {header['mapping']}"))
     parts.append(render_legend(plain))
     parts.append(Text(""))
     return Group(*parts)

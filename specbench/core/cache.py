@@ -46,3 +46,15 @@ def crop_cache(cache: DynamicCache, keep: int) -> None:
         cache.crop(keep - current)  # negative: remove that many from the end
     else:
         cache.crop(keep)
+
+
+def leading_layers(cache: DynamicCache, n_layers: int) -> DynamicCache:
+    """A cache whose layers ARE the first n_layers of `cache` (the same layer objects, not
+    copies). A forward through a model's first n_layers over it reads and extends those
+    layers of `cache`, and crop_cache on it crops those alone: how an early-exit drafter
+    shares the target's cache for the layers it runs."""
+    if not 0 < n_layers <= len(cache.layers):
+        raise ValueError(f"cannot share {n_layers} layers of a cache with {len(cache.layers)}")
+    view = DynamicCache()
+    view.layers = list(cache.layers[:n_layers])
+    return view

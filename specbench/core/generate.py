@@ -161,11 +161,12 @@ def speculative_generate(
         return reason
 
     # 1. first-target pass: prefill the prompt and take the first token from the target;
-    # the drafter reads the prompt too, so that prefill time is prefill for both
+    # the drafter reads the prompt too, so that prefill time is prefill for both (it is offered
+    # the target's cache, which a drafter that shares the target's first layers reads)
     start = time.perf_counter()
     logits = _target_forward(target, seq, cache, 1)[0]
     token, probs = choose(logits, sampling, generator)
-    drafter.prefill(seq)
+    drafter.prefill(seq, cache)
     sync(device)
     stats.prefill_seconds = time.perf_counter() - start
     stats.target_forwards = stats.first_pass_tokens = 1

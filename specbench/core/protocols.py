@@ -13,9 +13,12 @@ Drafter
     start(sampling, generator)
         a new generation begins: drop all state; use the SAME sampling processor as the target
         (rejection sampling is lossless only then) and draw from the given generator.
-    prefill(prompt)
+    prefill(prompt, target_cache)
         read the prompt before the first round (counted as prefill time, as the target's is);
-        optional work: propose catches up on anything unread.
+        optional work: propose catches up on anything unread. target_cache is the target's
+        KV cache, which holds the prompt by then: a drafter that runs the target's own first
+        layers (drafters/early_exit.py) reads and extends those layers there, and must leave
+        the cache as it found it before each propose returns; every other drafter ignores it.
     commit(n_accepted)
         the target kept the first n_accepted drafts and then emitted one more token; roll
         any internal state back to match.
@@ -95,6 +98,7 @@ class Drafter(Protocol):
         """Forget the last generation; draw with this processor and generator from now on."""
         ...
 
-    def prefill(self, prompt: torch.Tensor) -> None:
-        """Read the prompt ([n] ids) ahead of the first propose."""
+    def prefill(self, prompt: torch.Tensor, target_cache=None) -> None:
+        """Read the prompt ([n] ids) ahead of the first propose; target_cache: the target's
+        cache (see the module docstring), None where there is none (a replay)."""
         ...

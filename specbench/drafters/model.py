@@ -58,7 +58,7 @@ class ModelDrafter:
         self._context_len = context.shape[0]
 
     @torch.inference_mode()
-    def prefill(self, prompt: torch.Tensor) -> None:
+    def prefill(self, prompt: torch.Tensor, target_cache=None) -> None:
         """Feed the prompt into the cache; the first propose then feeds only what followed."""
         self._observe(prompt)
         unread = prompt[cache_length(self.cache):]
@@ -136,8 +136,8 @@ class LookupFirstDrafter:
         self.lookup.start(sampling, generator)
         self._model_round = False
 
-    def prefill(self, prompt: torch.Tensor) -> None:
-        self.model.prefill(prompt)
+    def prefill(self, prompt: torch.Tensor, target_cache=None) -> None:
+        self.model.prefill(prompt, target_cache)
         self.lookup.prefill(prompt)
 
     def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:

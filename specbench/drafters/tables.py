@@ -199,7 +199,7 @@ class TableDrafter:
         self.table = self._make_table()
         self._last = -1  # the last token fed to the table
 
-    def prefill(self, prompt: torch.Tensor) -> None:
+    def prefill(self, prompt: torch.Tensor, target_cache=None) -> None:
         self._feed(prompt)
 
     def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:

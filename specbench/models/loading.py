@@ -1,7 +1,8 @@
 """Loading models from a spec, checking that a pair can work together: ONE pair loader.
 
-This module owns model loading (dtype, device, kernels), the vocabulary check and
-end-of-sequence ids; `generate`, the sweep and the bench scripts all load through load_pair.
+This module owns model loading (dtype, device, kernels), pairing (a drafter with the
+target's vocabulary drafts ids; one with another tokenizer drafts through text, or the pair
+is refused with one line) and end-of-sequence ids; `generate`, the sweep and the bench scripts all load through load_pair.
 What a spec names is specs.py's. It names no model (defaults.py does), prints nothing, and
 knows nothing about the command line: progress goes through a callback, and the CLI draws it.
 """
@@ -15,7 +16,9 @@ from pathlib import Path
 import torch
 
 from specbench.core.generate import context_limit, model_device
-from specbench.drafters import Drafter, make_drafter, uses_model
+from specbench.drafters import Drafter, make_drafter, parse_early_exit, uses_model
+from specbench.drafters.early_exit import EarlyExitModel
+from specbench.drafters.translated import TextCodec, check_translatable
 from specbench.errors import ModelError, OptionError, VocabMismatch, reraise_as
 from specbench.models import defaults
 from specbench.models.specs import DEFAULT, NONE, ModelSpec, check_device, check_draft_vocab, drafter_kind, parse_model_spec
@@ -269,6 +272,30 @@ def check_vocab(target: LoadedModel, drafter: LoadedModel) -> None:
         )
 
 
+def translates(target: LoadedModel, drafter: LoadedModel) -> bool:
+    """How the drafter's drafts reach the target: False when its ids are the target's
+    (check_vocab passes), True when its tokenizer differs and drafts are translated through
+    text. VocabMismatch (one line) when neither can work: a side without a tokenizer, a
+    drafter tokenizer that cannot decode, or tokenizers with no common text."""
+    try:
+        check_vocab(target, drafter)
+        return False
+    except VocabMismatch as mismatch:
+        if drafter.tokenizer is None or target.tokenizer is None:
+            side = "drafter" if drafter.tokenizer is None else "target"
+            raise VocabMismatch(f"{mismatch}, and the {side} has no tokenizer to translate drafts through text") from None
+    with reraise_as(VocabMismatch):
+        check_translatable(TextCodec(target.tokenizer), TextCodec(drafter.tokenizer))
+    return True
+
+
+def timing_ids(ids: list[int], *models) -> list[int]:
+    """ids that every one of the models can embed, for timing forwards only (a drafter with
+    another tokenizer cannot read the target's ids): each id modulo the narrowest vocabulary."""
+    width = min(output_vocab_size(m) for m in models if m is not None)
+    return [i % width for i in ids]
+
+
 def first_vocab_difference(target_vocab: dict[str, int], draft_vocab: dict[str, int]) -> str | None:
     """None if both token -> id maps are equal, else where they first differ (by id)."""
     if target_vocab == draft_vocab:
@@ -309,9 +336,10 @@ class PairConfig:
 class LoadedPair:
     target: LoadedModel
     drafter_model: LoadedModel | None  # set when the drafter is a model
-    drafter_name: str  # "none", "model", or a drafter name from DRAFTERS
+    drafter_name: str  # "none", "model", a drafter name from DRAFTERS, or "early-exit:N"
     draft_vocab: int = 0  # the model drafter's vocabulary limit (draft_vocab.py); 0: all ids
     lookup: bool = False  # the model drafter copies from the context when it can ("model+lookup")
+    translated: bool = False  # the drafter model has another tokenizer: drafts go through text
 
     @property
     def tokenizer(self):
@@ -325,13 +353,36 @@ class LoadedPair:
     def context_limit(self) -> int:
         return context_limit(self.target.model)
 
+    @property
+    def translation(self) -> tuple | None:
+        """make_drafter's translate argument: (drafter tokenizer, target tokenizer, target
+        logits width) for a drafter with another tokenizer, else None."""
+        if not self.translated:
+            return None
+        return (self.drafter_model.tokenizer, self.target.tokenizer, output_vocab_size(self.target.model))
+
+    @property
+    def drafting_model(self):
+        """The model whose forward drafts: the drafter model, the target's first N layers
+        for early-exit:N (costs.py times it as a drafter), or None (no model drafts)."""
+        if self.drafter_model is not None:
+            return self.drafter_model.model
+        layers = parse_early_exit(self.drafter_name) if self.drafter_name != NONE else None
+        return EarlyExitModel(self.target.model, layers) if layers is not None else None
+
+    @property
+    def mapping(self) -> str:
+        """How the drafter maps to the target, in a few words (for the trace and --json)."""
+        return drafter_mapping(self.drafter_name, self.translated, self.target.model)
+
     def new_drafter(self) -> Drafter | None:
         """A fresh drafter for one generation (None: plain decoding)."""
         if self.drafter_name == NONE:
             return None
         model = self.drafter_model.model if self.drafter_model is not None else None
         name = "model+lookup" if self.lookup and self.drafter_name == "model" else self.drafter_name
-        return make_drafter(name, model, self.draft_vocab, self.eos_token_ids)
+        with reraise_as(ModelError):
+            return make_drafter(name, model, self.draft_vocab, self.eos_token_ids, target_model=self.target.model, translate=self.translation)
 
     def use_kernels(self, kernels: str) -> None:
         """Swap both models' Linear kernels (speed.kernels; float CPU layers only); a choice
@@ -340,6 +391,24 @@ class LoadedPair:
             for loaded in (self.target, self.drafter_model):
                 if loaded is not None:
                     use_kernels(loaded.model, kernels)
+
+
+def drafter_mapping(drafter_name: str, translated: bool = False, target_model=None) -> str:
+    """How a drafter's drafts reach the target: ids of a shared tokenizer, text translated
+    between two tokenizers, the target's own first layers, or copies of the context."""
+    if drafter_name == NONE:
+        return "no drafter: plain decoding"
+    layers = parse_early_exit(drafter_name)
+    if layers is not None:
+        return early_exit_mapping(str(layers), getattr(getattr(target_model, "config", None), "num_hidden_layers", None))
+    if not uses_model(drafter_name):
+        return "no model: the target's ids, copied from the context"
+    return "another tokenizer: drafts translated through text" if translated else "tokenizer shared: draft ids are the target's"
+
+
+def early_exit_mapping(layers: str, total: int | None = None) -> str:
+    of = f" of {total}" if total else ""
+    return f"early exit: the target's first {layers}{of} layers, its norm and head, its KV cache shared"
 
 
 def validate_pair_config(config: PairConfig) -> None:
@@ -356,12 +425,16 @@ def validate_pair_config(config: PairConfig) -> None:
 
 
 def load_pair(config: PairConfig, progress: Progress = defaults._no_progress) -> LoadedPair:
-    """Load the target and, if the drafter is a model, the drafter; check their vocabularies."""
+    """Load the target and, if the drafter is a model, the drafter; pair them (translates).
+    An early-exit drafter is checked against the target now (ModelError)."""
     validate_pair_config(config)
     target = load_model(parse_model_spec(config.target), role="target", dtype=config.dtype, device=config.device, progress=progress)
     kind = drafter_kind(config.drafter)
     if kind != "model":
-        return LoadedPair(target, None, kind)
+        pair = LoadedPair(target, None, kind)
+        if parse_early_exit(kind) is not None:
+            pair.new_drafter()  # a target that cannot exit early, or a bad N, fails now
+        return pair
     # "auto" spreads the target; the drafter goes where the target's inputs go
     device = str(model_device(target.model)) if config.device == "auto" else config.device
     drafter = load_model(
@@ -373,10 +446,10 @@ def load_pair(config: PairConfig, progress: Progress = defaults._no_progress) ->
         require_tokenizer=False,
         share_tokenizer_with=target,
     )
-    check_vocab(target, drafter)
-    if config.draft_vocab:
+    translated = translates(target, drafter)
+    if config.draft_vocab and not translated:
         with reraise_as(ModelError):
             output_head(drafter.model)  # the restricted head needs a plain one
-    return LoadedPair(target, drafter, "model", config.draft_vocab, config.lookup)
+    return LoadedPair(target, drafter, "model", 0 if translated else config.draft_vocab, config.lookup, translated)
 
 

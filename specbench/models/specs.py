@@ -5,8 +5,9 @@ A model spec is one string:
     a local folder     written by save_pretrained (config.json inside)
     a .gguf file       dequantized by transformers on load
     a Hugging Face id  "org/name", from the local Hugging Face cache only (never downloads)
-A drafter spec is a model spec, "none" (plain decoding), or a drafter name from
-drafters.DRAFTERS other than "model" (e.g. an n-gram drafter, which needs no model).
+A drafter spec is a model spec (with the target's tokenizer or another one), "none" (plain
+decoding), a drafter name from drafters.DRAFTERS other than "model" (e.g. an n-gram
+drafter, which needs no model), or "early-exit:N" (the target's own first N layers).
 
 Nothing here loads a model; a bad name raises ModelError or OptionError (errors.py) with a
 one-line message that lists the choices. Dtypes are loading.py's (they decide how weights load).
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from specbench.drafters import DRAFTERS, uses_model
+from specbench.drafters import DRAFTERS, parse_early_exit, uses_model
 from specbench.errors import ModelError, OptionError
 from specbench.speed.kernels import KERNELS
 
@@ -68,12 +69,18 @@ def _looks_like_path(spec: str) -> bool:
 
 
 def drafter_kind(spec: str) -> str:
-    """"none", a model-free drafter name from DRAFTERS, or "model" for a model spec."""
+    """"none", a drafter name that needs no drafter model (ngram, prompt-lookup,
+    early-exit:N), or "model" for a model spec; a bad early-exit:N raises OptionError."""
     spec = spec.strip()
     if spec == NONE:
         return NONE
     if spec in DRAFTERS and not uses_model(spec):
         return spec
+    try:
+        if parse_early_exit(spec) is not None:
+            return spec
+    except ValueError as error:
+        raise OptionError(str(error)) from None
     return "model"
 
 

@@ -594,3 +594,107 @@ def test_sweep_command_loads_local_folders(close_pair, tokenizer, tmp_path):
     assert measured == [("plain", ""), ("specbench", "fixed"), ("hf-assisted", "hf-defaults")]
     meta = json.loads((out / "meta.json").read_text())
     assert meta["models"]["target"]["name"] == "target" and meta["models"]["drafter"]["name"] == "drafter"
+
+
+# ---------------------------------------------------------------------------- other tokenizers, early exit, HF's counterparts
+
+
+def test_plan_measures_new_drafters_only_and_puts_hf_beside_each():
+    """early-exit:N and a drafter model with another tokenizer get no predicted rows ("best"
+    times them at every gamma); each drafter gets its HF counterpart where HF has one."""
+    config = SweepConfig(gammas=(1, 3), drafters=("early-exit:1", "early-exit:2", "prompt-lookup", "ngram"))
+    plan = plan_runs(config, PROMPTS[:1])
+    predicted = {r.drafter for r in plan if r.source == "predicted"}
+    assert predicted == {"prompt-lookup", "ngram"}
+    measured = [(r.drafter, r.gamma) for r in plan if r.source == "measured" and r.method == "specbench" and r.drafter.startswith("early")]
+    assert measured == [("early-exit:1", 1), ("early-exit:1", 3), ("early-exit:2", 1), ("early-exit:2", 3)]
+    hf = {(r.method, r.drafter) for r in plan if r.method.startswith("hf-")}
+    assert hf == {("hf-assisted", "model"), ("hf-early-exit", "early-exit:1"), ("hf-early-exit", "early-exit:2"), ("hf-prompt-lookup", "prompt-lookup")}
+    assert not bench.needs_drafter_model(replace(config, drafters=("early-exit:1", "prompt-lookup")))
+    translated = SweepConfig(gammas=(1, 3), translated=True)
+    plan = plan_runs(translated, PROMPTS[:1])
+    assert not [r for r in plan if r.source == "predicted"]
+    assert {r.method for r in plan if r.method.startswith("hf-")} == {"hf-universal"}
+    assert not [r for r in plan_runs(replace(translated, temperature=0.7), PROMPTS[:1]) if r.method.startswith("hf-")]
+    assert not [r for r in plan_runs(replace(translated, hf_universal=False), PROMPTS[:1]) if r.method.startswith("hf-")]
+    # HF takes a pair for two tokenizers by the configs' vocab_size alone
+    from conftest import tiny_model
+
+    assert bench.hf_tells_apart(tiny_model(0, vocab=96), tiny_model(1, vocab=64))
+    assert not bench.hf_tells_apart(tiny_model(0), tiny_model(1))
+    with pytest.raises(SpecbenchError, match="N >= 1"):
+        SweepConfig(drafters=("early-exit:0",))
+
+
+@pytest.mark.parametrize("kind", ["early-exit", "prompt-lookup", "universal"])
+def test_hf_counterparts_match_greedy_and_count(kind):
+    """HF's early exit, prompt lookup and Universal Assisted Generation on the same model
+    objects: greedy-lossless, the target's settings restored, drafts counted where seen."""
+    from tiny_hf import char_tokenizer, merge_tokenizer
+    from conftest import tiny_model
+
+    target, drafter = tiny_model(0, layers=4, vocab=96), tiny_model(1, layers=1, hidden=16, vocab=64)
+    merges, chars = merge_tokenizer(), char_tokenizer()
+    chosen = {"early-exit": bench.HFDrafter("early-exit", layers=2), "prompt-lookup": bench.HFDrafter("prompt-lookup"),
+              "universal": bench.HFDrafter("universal", (merges, chars))}[kind]  # fmt: skip
+    ids = merges.encode("the cat and the dog and the cat")
+    gen = GenerationConfig(max_new_tokens=12)
+    settings = target.generation_config
+    for gamma in (None, 3):
+        hf = bench.measure_hf_assisted(target, drafter, ids, gen, gamma, chosen)
+        assert hf.token_ids == plain_generate(target, ids, gen).token_ids
+        assert target.generation_config is settings and target.config.num_hidden_layers == 4
+        s = hf.stats
+        assert hf.acceptance_known == (kind != "prompt-lookup")
+        if kind != "prompt-lookup":
+            assert s.target_forwards == s.rounds + 1 and 0 <= s.accepted <= s.drafted
+
+
+def test_sweep_with_early_exit_and_another_tokenizer(tokenizer, tmp_path):
+    """End to end: early-exit drafters beside hf-early-exit, and a drafter model with another
+    tokenizer beside hf-universal; every greedy output equals plain decoding."""
+    from tiny_hf import char_tokenizer, merge_tokenizer
+    from conftest import tiny_model
+
+    target = tiny_model(0, layers=3, vocab=64)
+    config = SweepConfig(drafters=("early-exit:1", "early-exit:2"), **FAST)
+    run_sweep((target, None), tokenizer, tmp_path / "ee", config)
+    rows = read_rows(tmp_path / "ee" / "runs.csv")
+    early = [r for r in rows if r["drafter"].startswith("early-exit")]
+    assert {r["method"] for r in early} == {"specbench", "hf-early-exit"}
+    assert all(r["source"] == "measured" for r in early)
+    assert all(r["identical_to_baseline"].lower() == "true" for r in early), [(r["method"], r["drafter"]) for r in early]
+    assert {round(float(r["c"]), 4) for r in early if r["method"] == "specbench"} == {0.3333, 0.6667}  # N / 3 layers
+
+    merges = merge_tokenizer()
+    wide_target, drafter = tiny_model(0, vocab=96), tiny_model(1, layers=1, hidden=16, vocab=64)
+    translated = SweepConfig(translated=True, **FAST)
+    sweep(wide_target, drafter, merges, PROMPTS, translated, tmp_path / "tr", command="test", drafter_tokenizer=char_tokenizer())
+    rows = read_rows(tmp_path / "tr" / "runs.csv")
+    assert {r["method"] for r in rows} == {"plain", "specbench", "hf-universal"}
+    assert all(r["identical_to_baseline"].lower() == "true" for r in rows if r["method"] != "plain")
+    with pytest.raises(SweepError, match="another tokenizer"):
+        sweep(wide_target, drafter, merges, PROMPTS, translated, tmp_path / "tr2", command="test")
+
+
+def test_sweep_command_with_a_drafter_of_another_tokenizer_and_early_exit(tmp_path):
+    """The command loads a drafter with another tokenizer from a folder, sweeps it through
+    text beside hf-universal, and early-exit:1 beside hf-early-exit; all equal plain."""
+    from conftest import tiny_model
+    from tiny_hf import merge_tokenizer, save_tiny
+
+    target = save_tiny(tmp_path / "target", vocab_size=64)
+    drafter = save_tiny(tmp_path / "drafter", vocab_size=96, seed=3, tokenizer=merge_tokenizer())
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "a", "category": "code", "turns": ["print the cat"]}) + "\n")
+    out = tmp_path / "res"
+    args = ["sweep", "--target", str(target), "--drafter-model", str(drafter), "--dtype", "float32", "--draft-dtype", "float32",
+            "--drafter", "model", "--drafter", "early-exit:1", "--gamma", "2", "--prompts", str(prompts), "--max-new-tokens", "6",
+            "--timing-repeats", "1", "--out", str(out)]  # fmt: skip
+    result = CliRunner().invoke(cli.app, args)
+    assert result.exit_code == 0, result.output
+    rows = read_rows(out / "runs.csv")
+    measured = {(r["method"], r["drafter"]) for r in rows if r["source"] == "measured"}
+    assert measured == {("plain", ""), ("specbench", "model"), ("specbench", "early-exit:1"), ("hf-universal", "model"), ("hf-early-exit", "early-exit:1")}
+    assert all(r["identical_to_baseline"].lower() == "true" for r in rows if r["method"] != "plain")
+    assert json.loads((out / "meta.json").read_text())["sweep"]["translated"] is True

@@ -44,6 +44,8 @@ def tiny(tmp_path_factory):
         "drafter": str(save_tiny(root / "drafter", like=target, noise=0.3, seed=5)),
         "swapped": str(save_tiny(root / "swapped", like=target, noise=0.3, seed=5, tokenizer=char_tokenizer(char_vocab(swap=("e", "t"))))),
         "short": str(save_tiny(root / "short", max_positions=16)),
+        "narrow": str(save_tiny(root / "narrow", seed=6, vocab_size=48, tokenizer=char_tokenizer(char_vocab(chars="abcdefghijklmnopqrstuvwxyz0123456789 .,:"), chat_template=None))),
+        "capitals": str(save_tiny(root / "capitals", seed=5, tokenizer=char_tokenizer(char_vocab(chars="ABCDEFGHIJ"), chat_template=None))),
     }
 
 
@@ -254,13 +256,42 @@ def test_prompt_longer_than_the_context(tiny):
     assert result.stderr.strip() == "error: the prompt is 22 tokens; the model's context holds 16, leaving no room to generate"
 
 
-def test_vocabulary_mismatch_says_where(tiny):
-    result = run("generate", "hi", "--target", tiny["target"], "--drafter", tiny["swapped"])
+def test_a_pair_with_no_common_text_says_so(tiny):
+    result = run("generate", "hi", "--target", tiny["target"], "--drafter", tiny["capitals"])
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1
-    e, t = char_vocab()["e"], char_vocab()["t"]
-    assert f"vocabularies differ: first at id {min(e, t)}" in lines[0] and "--drafter none" in lines[0]
+    assert "no common text" in lines[0] and "--drafter none" in lines[0]
+
+
+@pytest.mark.parametrize("drafter", ["swapped", "early-exit:1"])
+def test_generate_with_another_tokenizer_or_early_exit(tiny, drafter):
+    """A drafter with another tokenizer and the target's own first layer: both run, say how
+    they map to the target, and give plain decoding's greedy output."""
+    spec = tiny.get(drafter, drafter)
+    out = generate_json(tiny, "--drafter", spec, "--gamma-policy", "fixed", "--max-new-tokens", "20")
+    plain = generate_json(tiny, "--drafter", "none", "--max-new-tokens", "20")
+    assert out["token_ids"] == plain["token_ids"]
+    assert out["mapping"].startswith("another tokenizer" if drafter == "swapped" else "early exit: the target's first 1 of 2 layers")
+
+
+def test_generate_with_a_narrower_drafter_and_the_cost_policy(tiny):
+    """The cost policy times both models on ids the narrower drafter can read (timing_ids)."""
+    out = generate_json(tiny, "--drafter", tiny["narrow"], "--max-new-tokens", "12")
+    assert out["token_ids"] == generate_json(tiny, "--drafter", "none", "--max-new-tokens", "12")["token_ids"]
+    assert out["mapping"].startswith("another tokenizer")
+
+
+def test_trace_header_says_how_the_drafter_maps(tiny):
+    result = run("generate", "hi", "--target", tiny["target"], "--drafter", "early-exit:1", "--trace", "--max-new-tokens", "6", "--gamma-policy", "fixed")
+    assert result.exit_code == 0, result.output
+    assert "drafter -> target: early exit: the target's first 1 of 2 layers" in " ".join(result.stdout.split())
+
+
+def test_models_lists_how_each_drafter_maps():
+    result = run("models")
+    assert result.exit_code == 0
+    assert "translated through text" in result.stdout and "early-exit:N" in result.stdout
 
 
 def test_a_hub_id_that_is_not_cached(tiny, tmp_path, monkeypatch):

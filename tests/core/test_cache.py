@@ -33,3 +33,25 @@ def test_crop_to_same_length_is_a_no_op_and_growing_is_an_error():
     assert cache_length(cache) == 3
     with pytest.raises(ValueError):
         crop_cache(cache, 4)
+
+
+def test_leading_layers_is_a_view_that_grows_and_crops_only_those_layers():
+    """An early-exit drafter drafts over leading_layers(target cache): a forward through the
+    first layers extends the target's own layer objects, and cropping the view restores
+    exactly what they held, leaving the other layers alone."""
+    from specbench.core.cache import leading_layers
+
+    model = tiny_model(0, layers=3)
+    cache = new_cache(model)
+    with torch.no_grad():
+        model(input_ids=torch.tensor([[3, 8, 1, 9]]), past_key_values=cache, use_cache=True)
+        before = [layer.keys.clone() for layer in cache.layers]
+        view = leading_layers(cache, 2)
+        assert all(a is b for a, b in zip(view.layers, cache.layers[:2]))
+        for layer, (key, value) in zip(view.layers, [(torch.ones(1, 2, 2, 8), torch.ones(1, 2, 2, 8))] * 2):
+            layer.update(key, value)
+        assert [layer.keys.shape[-2] for layer in cache.layers] == [6, 6, 4]
+        crop_cache(view, 4)
+    assert all(torch.equal(layer.keys, b) for layer, b in zip(cache.layers, before))
+    with pytest.raises(ValueError):
+        leading_layers(cache, 4)

@@ -18,7 +18,7 @@ import torch
 from conftest import tiny_model
 from specbench.models import defaults
 from specbench import models
-from tiny_hf import EOS, char_tokenizer, char_vocab, one_thread, save_tiny, write_tiny_gguf
+from tiny_hf import EOS, char_tokenizer, char_vocab, merge_tokenizer, one_thread, save_tiny, write_tiny_gguf
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -136,6 +136,9 @@ def folders(tmp_path_factory):
         "other_eos": save_tiny(root / "other_eos", like=target, noise=0.1, seed=3, tokenizer=other_eos),
         "wider": save_tiny(root / "wider", vocab_size=80),
         "no_tokenizer": save_tiny(root / "no_tokenizer", like=target, noise=0.1, seed=3, tokenizer=False),
+        "merges": save_tiny(root / "merges", vocab_size=96, seed=4, tokenizer=merge_tokenizer()),
+        "wider_no_tokenizer": save_tiny(root / "wider_no_tokenizer", vocab_size=80, tokenizer=False),
+        "capitals": save_tiny(root / "capitals", seed=5, tokenizer=char_tokenizer(char_vocab(chars="ABCDEFGHIJ"), chat_template=None)),
     }
 
 
@@ -210,10 +213,45 @@ def test_identical_tokenizer_files_share_one_tokenizer(folders):
     assert models.tokenizer_digest(str(folders["no_tokenizer"])) is None
 
 
-def test_load_pair_refuses_a_mismatched_drafter(folders):
-    config = models.PairConfig(target=str(folders["target"]), drafter=str(folders["swapped"]))
-    with pytest.raises(models.VocabMismatch):
-        models.load_pair(config)
+@pytest.mark.parametrize("drafter", ["swapped", "wider", "other_eos", "merges"])
+def test_a_drafter_with_another_tokenizer_is_translated(folders, drafter):
+    """Where the vocabulary check fails but both sides have a tokenizer with common text,
+    the pair drafts through text; greedy output still equals plain decoding."""
+    from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
+    from specbench.policies import FixedGamma
+
+    pair = models.load_pair(models.PairConfig(target=str(folders["target"]), drafter=str(folders[drafter]), lookup=False))
+    assert pair.translated and pair.draft_vocab == 0 and "translated through text" in pair.mapping
+    made = pair.new_drafter()
+    assert type(made).__name__ == "TranslatedDrafter"
+    prompt = pair.tokenizer.encode("the cat and the dog")
+    config = GenerationConfig(max_new_tokens=12)
+    expected = plain_generate(pair.target.model, prompt, config).token_ids
+    assert speculative_generate(pair.target.model, made, prompt, config, FixedGamma(3)).token_ids == expected
+
+
+def test_a_pair_that_cannot_work_is_one_line(folders):
+    """No tokenizer to translate through, or no common text: VocabMismatch, one line."""
+    cases = {"wider_no_tokenizer": "drafter has no tokenizer", "capitals": "no common text"}
+    for drafter, message in cases.items():
+        with pytest.raises(models.VocabMismatch, match=message) as info:
+            models.load_pair(models.PairConfig(target=str(folders["target"]), drafter=str(folders[drafter])))
+        assert "\n" not in str(info.value)
+
+
+def test_a_shared_tokenizer_is_not_translated(folders):
+    pair = models.load_pair(models.PairConfig(target=str(folders["target"]), drafter=str(folders["drafter"])))
+    assert not pair.translated and pair.mapping == "tokenizer shared: draft ids are the target's"
+
+
+def test_early_exit_drafter_spec(folders):
+    pair = models.load_pair(models.PairConfig(target=str(folders["target"]), drafter="early-exit:1"))
+    assert pair.drafter_model is None and pair.new_drafter().name == "early-exit:1"
+    assert pair.mapping.startswith("early exit: the target's first 1 of 2 layers")
+    with pytest.raises(models.ModelError, match="choose N from 1 to 1"):
+        models.load_pair(models.PairConfig(target=str(folders["target"]), drafter="early-exit:2"))
+    with pytest.raises(models.OptionError, match="N >= 1"):
+        models.validate_pair_config(models.PairConfig(target=str(folders["target"]), drafter="early-exit:0"))
 
 
 def test_device_auto_places_the_target_with_accelerate(folders, monkeypatch):

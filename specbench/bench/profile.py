@@ -32,7 +32,7 @@ from specbench.bench.replay import (
     replay,
     replay_sampled,
 )
-from specbench.core.cache import new_cache
+from specbench.core.cache import cache_arg, new_cache
 from specbench.core.generate import GenerationConfig
 from specbench.core.sampling import logits_to_probs
 from specbench.core.stats import RunStats, StepRecord
@@ -67,7 +67,7 @@ def teacher_forced_logits(model, prompt_ids: list[int], output: list[int]) -> to
     way, each costing a predicted round (docs/log.md)."""
     device = next(model.parameters()).device
     cache = new_cache(model)
-    step = lambda ids: model(input_ids=torch.tensor([ids], device=device), past_key_values=cache, use_cache=True, logits_to_keep=1).logits[0, -1]
+    step = lambda ids: model(input_ids=torch.tensor([ids], device=device), **cache_arg(model, cache), use_cache=True, logits_to_keep=1).logits[0, -1]
     rows = [step(list(prompt_ids))]
     rows += [step([token]) for token in output[:-1]]
     return torch.stack(rows).float().cpu()

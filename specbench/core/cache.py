@@ -1,16 +1,22 @@
-"""The only module that touches KV-cache internals.
+"""The only module that touches KV-cache internals, and the one that names the cache to a model.
 
-transformers changed `DynamicCache.crop` within 5.x: early 5.x took the length to keep
-(`crop(max_length)`), later releases (5.23 here) take a negative count of tokens to remove
-and raise on a positive one. We read which one the installed version has from the method's
-parameter name rather than guessing from version numbers.
+transformers changed both within 5.x, so we read the installed version's signatures rather
+than guess from version numbers:
+- `DynamicCache.crop`: early 5.x took the length to keep (`crop(max_length)`), later
+  releases (5.23) take a negative count of tokens to remove and raise on a positive one;
+- a model's forward takes its cache as `cache` from 5.24, which deprecates
+  `past_key_values` (a FutureWarning on every call site); earlier 5.x and remote code take
+  `past_key_values` only. cache_arg gives the keyword the model's own forward declares.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 from transformers import DynamicCache
+
+_CACHE_KEYWORDS = ("cache", "past_key_values")
 
 
 def new_cache(model) -> DynamicCache:
@@ -20,6 +26,30 @@ def new_cache(model) -> DynamicCache:
         return DynamicCache(config=config)
     except Exception:  # configs that DynamicCache cannot read (e.g. test doubles)
         return DynamicCache()
+
+
+def cache_keyword(model) -> str:
+    """The keyword `model`'s forward takes a KV cache by: "cache" or "past_key_values".
+    A wrapper whose forward takes **kwargs only says which through its own cache_keyword
+    attribute (drafters.early_exit.EarlyExitModel); else "past_key_values"."""
+    own = getattr(model, "cache_keyword", None)
+    if isinstance(own, str):
+        return own
+    return _forward_keyword(type(model))
+
+
+@functools.lru_cache(maxsize=None)
+def _forward_keyword(model_class) -> str:
+    try:
+        params = inspect.signature(model_class.forward).parameters
+    except (TypeError, ValueError, AttributeError):
+        return "past_key_values"
+    return next((name for name in _CACHE_KEYWORDS if name in params), "past_key_values")
+
+
+def cache_arg(model, cache) -> dict:
+    """{keyword: cache} for a forward call: model(input_ids=..., **cache_arg(model, cache))."""
+    return {cache_keyword(model): cache}
 
 
 def cache_length(cache: DynamicCache) -> int:

@@ -15,7 +15,7 @@ from typing import Callable
 
 import torch
 
-from specbench.core.cache import crop_cache, new_cache
+from specbench.core.cache import cache_arg, crop_cache, new_cache
 from specbench.core.protocols import Draft, Drafter, GammaPolicy
 from specbench.core.sampling import SamplingConfig, choose, greedy_tokens, logits_to_probs
 from specbench.core.stats import FIRST, RunStats, StepRecord
@@ -116,7 +116,7 @@ def check_prompt(prompt_len: int, limit: int) -> None:
 
 def _target_forward(model, new_tokens: torch.Tensor, cache, n_logits: int) -> torch.Tensor:
     """Feed new_tokens ([n]) over the cache; logits of the last n_logits positions -> [n_logits, vocab]."""
-    out = model(input_ids=new_tokens.unsqueeze(0), past_key_values=cache, use_cache=True, logits_to_keep=n_logits)
+    out = model(input_ids=new_tokens.unsqueeze(0), **cache_arg(model, cache), use_cache=True, logits_to_keep=n_logits)
     return out.logits[0, -n_logits:]
 
 

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 
 import torch
 
-from specbench.core.cache import cache_length, crop_cache, leading_layers
+from specbench.core.cache import cache_keyword, cache_length, crop_cache, leading_layers
 from specbench.core.protocols import Draft, KeepDrafting
 from specbench.drafters.model import ModelDrafter
 
@@ -79,7 +79,8 @@ def exit_after(model, n_layers: int):
 
 class EarlyExitModel(torch.nn.Module):
     """The target's first n_layers, its final norm and head, called like a causal LM
-    (input_ids, past_key_values, use_cache, logits_to_keep). Its parameters are the target's."""
+    (input_ids, the cache by the target's keyword, use_cache, logits_to_keep). Its parameters
+    are the target's."""
 
     def __init__(self, target, n_layers: int):
         super().__init__()
@@ -88,6 +89,7 @@ class EarlyExitModel(torch.nn.Module):
         self.n_layers = n_layers
         self.total_layers = int(base_model(target).config.num_hidden_layers)
         self.config = target.config
+        self.cache_keyword = cache_keyword(target)  # its forward takes **kwargs: say which
 
     def forward(self, **kwargs):
         with exit_after(self.target, self.n_layers):

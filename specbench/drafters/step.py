@@ -13,6 +13,8 @@ from typing import Protocol
 
 import torch
 
+from specbench.core.cache import cache_arg
+
 
 class DraftStep(Protocol):
     """What the model drafter asks of a step, per generation:
@@ -43,5 +45,5 @@ class ModelForward:
         """No-op: nothing depends on the context."""
 
     def __call__(self, model, input_ids: torch.Tensor, cache) -> torch.Tensor:
-        out = model(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        out = model(input_ids=input_ids, **cache_arg(model, cache), use_cache=True, logits_to_keep=1)
         return out.logits[0, -1]  # [vocab]

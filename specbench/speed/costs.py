@@ -11,11 +11,15 @@ drafter's catch-up curve u(n).
 Measured with the models as loaded (dtypes, kernels, device), by medians of timed forwards;
 a drafter forward is its draft step (drafters/step.py), the one the model drafter runs.
 The forwards are interleaved (each round times k = 1..max_k and a drafter step once), so a
-machine that slows down mid-measurement slows every point alike. v(k) for k >= 2 is a line
-fitted to the medians (t(k) = a + b*k, b >= 0): on a small, busy CPU single points scatter
-from run to run far more than the curve itself, which is close to a line. t(1) keeps its
-own point: one row often runs a different kernel than several; so does the drafter's t(2)
-(a half-precision drafter runs two rows on its half weight, kernels.HybridLinear).
+machine that slows down mid-measurement slows every point alike. v(k) for k >= 2 is the
+non-decreasing curve closest to the medians (isotonic regression): a longer forward never
+costs less, so a median below its left neighbour is noise and is pooled with it, while
+steps stay. The curve is not a line on every kernel: the int8 kernel runs rows in tiles of
+four, so on one AVX2 CPU v(2..4) was about 1.2, v(5) 1.5 and v(6..9) 1.9 to 2.1, where a
+fitted line put v(4) at 1.4 and v(6) at 1.7 (docs/log.md, "The verify curve has steps").
+t(1) keeps its own point: one row often runs a different kernel than several; so does the
+drafter's t(2) (a half-precision drafter runs two rows on its half weight,
+kernels.HybridLinear).
 The sweep measures them once per sweep and records them in meta.json; `generate` with the
 cost policy measures them once per model pair and settings and keeps them in the cache
 folder (costs/*.json), so later runs start at once. Knows nothing about decoding.
@@ -34,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from specbench.core.cache import crop_cache, new_cache
+from specbench.core.cache import cache_arg, crop_cache, new_cache
 from specbench.core.generate import model_device, sync
 from specbench.drafters import DraftStep, draft_step, uses_model
 
@@ -92,14 +96,14 @@ class ForwardTimer:
         prompt = torch.tensor([context], device=self.device)  # [1, n]
         if step is not None:
             step.start(model, prompt[0])
-        model(input_ids=prompt, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        model(input_ids=prompt, **cache_arg(model, self.cache), use_cache=True, logits_to_keep=1)
 
     def seconds(self, k: int) -> float:
         """One forward over k new tokens."""
         new = torch.tensor([(self.context * k)[:k]], device=self.device)  # [1, k] ordinary token ids
         start = time.perf_counter()
         if self.step is None:
-            self.model(input_ids=new, past_key_values=self.cache, use_cache=True, logits_to_keep=k)
+            self.model(input_ids=new, **cache_arg(self.model, self.cache), use_cache=True, logits_to_keep=k)
         else:
             self.step(self.model, new, self.cache)
         sync(self.device)
@@ -109,22 +113,32 @@ class ForwardTimer:
 
 
 def fit_verify_curve(seconds: dict[int, float], exact: int = 1) -> dict[int, float]:
-    """v(k) = t(k) / t(1): t(k <= exact) as measured, t(k > exact) from the least-squares
-    line through those points (slope clamped at 0: a longer forward never costs less).
+    """v(k) = t(k) / t(1): t(k <= exact) as measured, t(k > exact) the isotonic (least-squares
+    non-decreasing) fit to those points: a point below the one before it is pooled with it.
 
-    fit_verify_curve({1: 1.0, 2: 1.5, 3: 1.4, 4: 1.9}) == {1: 1.0, 2: 1.4, 3: 1.6, 4: 1.8}
+    fit_verify_curve({1: 1.0, 2: 1.5, 3: 1.4, 4: 1.9}) == {1: 1.0, 2: 1.45, 3: 1.45, 4: 1.9}
     fit_verify_curve({1: 1.0, 2: 1.5, 3: 1.4, 4: 1.9}, exact=2) == {1: 1.0, 2: 1.5, 3: 1.4, 4: 1.9}
     """
     t1 = seconds[1]
     own = {k: t / t1 for k, t in sorted(seconds.items()) if k <= exact}
     points = [(k, t) for k, t in sorted(seconds.items()) if k > exact]
-    if not points:
-        return own
-    mean_k = sum(k for k, _ in points) / len(points)
-    mean_t = sum(t for _, t in points) / len(points)
-    spread = sum((k - mean_k) ** 2 for k, _ in points)
-    slope = max(0.0, sum((k - mean_k) * (t - mean_t) for k, t in points) / spread) if spread else 0.0
-    return {**own, **{k: (mean_t + slope * (k - mean_k)) / t1 for k, _ in points}}
+    fitted = isotonic([t for _, t in points])
+    return {**own, **{k: t / t1 for (k, _), t in zip(points, fitted)}}
+
+
+def isotonic(values: list[float]) -> list[float]:
+    """The non-decreasing sequence closest to values in least squares (pool adjacent
+    violators): each run of points that decreases is replaced by its mean.
+
+    isotonic([1.0, 3.0, 2.0, 4.0]) == [1.0, 2.5, 2.5, 4.0]"""
+    blocks: list[list[float]] = []  # [sum, count] of each pooled run
+    for value in values:
+        blocks.append([value, 1])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+    return [total / count for total, count in blocks for _ in range(count)]
 
 
 def timing_context(prompt_ids: list[int], max_new_tokens: int, limit: int) -> list[int]:

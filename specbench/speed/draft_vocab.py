@@ -35,6 +35,7 @@ from collections.abc import Iterable
 import torch
 import torch.nn.functional as F
 
+from specbench.core.cache import cache_arg
 from specbench.drafters.step import ModelForward
 from specbench.speed.lean_step import MAX_LEAN_ROWS, lean_decoder
 from specbench.speed.quantize import Int8Linear, dequantize_rows, fast_int8_linear, runs_int8
@@ -140,7 +141,8 @@ def restricted_logits(model, head: RestrictedHead, input_ids: torch.Tensor, cach
     if decoder is not None:
         hidden = decoder(input_ids, cache)
     else:
-        hidden = model.get_decoder()(input_ids=input_ids, past_key_values=cache, use_cache=True).last_hidden_state
+        body = model.get_decoder()
+        hidden = body(input_ids=input_ids, **cache_arg(body, cache), use_cache=True).last_hidden_state
     return head(hidden[0, -last:])
 
 

@@ -13,7 +13,7 @@ import specbench.core.verify
 from chi_square import pvalues
 from conftest import PROMPTS, tiny_model
 from mock_lm import random_trigram
-from specbench.core.cache import cache_length, new_cache
+from specbench.core.cache import cache_arg, cache_length, new_cache
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
 from specbench.core.sampling import SamplingConfig, logits_to_probs
 from specbench.drafters.early_exit import EarlyExitDrafter, EarlyExitModel, parse_early_exit
@@ -62,7 +62,8 @@ def test_drafts_are_the_first_layers_with_the_targets_norm_and_head(target):
     with torch.no_grad():
         hidden = target.model(input_ids=ids, output_hidden_states=True).hidden_states[2]  # after 2 layers
         expected = target.lm_head(target.model.norm(hidden))
-        got = EarlyExitModel(target, 2)(input_ids=ids, past_key_values=new_cache(target), use_cache=True).logits
+        model = EarlyExitModel(target, 2)
+        got = model(input_ids=ids, **cache_arg(model, new_cache(target)), use_cache=True).logits
     assert torch.allclose(got, expected, atol=1e-5)
     assert target.config.num_hidden_layers == 4  # restored after the call
 
@@ -74,7 +75,7 @@ def test_the_drafter_shares_the_targets_cache_and_leaves_it_as_it_was(target):
     prompt = torch.tensor(PROMPTS[3])
     cache = new_cache(target)
     with torch.no_grad():
-        target(input_ids=prompt[:-1].unsqueeze(0), past_key_values=cache, use_cache=True)
+        target(input_ids=prompt[:-1].unsqueeze(0), **cache_arg(target, cache), use_cache=True)
     before = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
     drafter = EarlyExitDrafter(target, 2)
     drafter.start(SamplingConfig(), None)
@@ -92,7 +93,7 @@ def test_without_the_targets_cache_it_drafts_over_its_own(target):
     prompt = torch.tensor(PROMPTS[0])
     cache = new_cache(target)
     with torch.no_grad():
-        target(input_ids=prompt[:-1].unsqueeze(0), past_key_values=cache, use_cache=True)
+        target(input_ids=prompt[:-1].unsqueeze(0), **cache_arg(target, cache), use_cache=True)
     shared, own = EarlyExitDrafter(target, 2), EarlyExitDrafter(target, 2)
     for drafter in (shared, own):
         drafter.start(SamplingConfig(), None)

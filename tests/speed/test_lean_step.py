@@ -7,7 +7,7 @@ import torch
 from conftest import tiny_model
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from specbench.core.cache import crop_cache, new_cache
+from specbench.core.cache import cache_arg, crop_cache, new_cache
 from specbench.speed.lean_step import MAX_LEAN_ROWS, lean_decoder, supports
 from specbench.speed.quantize import int8_available, quantize_linears
 
@@ -40,10 +40,10 @@ def test_lean_forward_matches_hf_hidden_states_and_cache(name):
     prompt = torch.tensor([[3, 14, 15, 9, 26, 5, 35, 8]])
     theirs, mine = new_cache(model), new_cache(model)
     for cache in (theirs, mine):
-        model.get_decoder()(input_ids=prompt, past_key_values=cache, use_cache=True)
+        model.get_decoder()(input_ids=prompt, **cache_arg(model.get_decoder(), cache), use_cache=True)
     for n in range(1, MAX_LEAN_ROWS + 1):
         new = torch.arange(n).unsqueeze(0) * 7 % 64
-        expected = model.get_decoder()(input_ids=new, past_key_values=theirs, use_cache=True).last_hidden_state
+        expected = model.get_decoder()(input_ids=new, **cache_arg(model.get_decoder(), theirs), use_cache=True).last_hidden_state
         got = decoder(new, mine)
         torch.testing.assert_close(got, expected, rtol=1e-2 if name.endswith("int8") else 1e-5, atol=1e-2 if name.endswith("int8") else 1e-5)
         for a, b in zip(theirs.layers, mine.layers):

@@ -192,14 +192,18 @@ def for_drafter(costs: Costs, drafter: str) -> Costs:
 # ---------------------------------------------------------------------------- the on-disk cache
 
 
+CACHE_FORMAT = 2  # 2: v(k) and u(n) fitted isotonic; files of another format are measured anew
+
+
 def load_cached(folder: Path, key: str) -> Costs | None:
-    """Costs measured earlier for `key` (a description of models and settings), if any."""
+    """Costs measured earlier for `key` (a description of models and settings) and fitted the
+    way this version fits them (CACHE_FORMAT), if any."""
     path = folder / f"{_slug(key)}.json"
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return Costs.from_meta(raw["costs"]) if raw.get("key") == key else None
+    return Costs.from_meta(raw["costs"]) if raw.get("key") == key and raw.get("format") == CACHE_FORMAT else None
 
 
 def save_cached(folder: Path, key: str, costs: Costs) -> None:
@@ -207,7 +211,7 @@ def save_cached(folder: Path, key: str, costs: Costs) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump({"key": key, "costs": costs.as_meta()}, handle, indent=1)
+        json.dump({"key": key, "format": CACHE_FORMAT, "costs": costs.as_meta()}, handle, indent=1)
     os.replace(tmp, folder / f"{_slug(key)}.json")
 
 

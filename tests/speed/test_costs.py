@@ -49,6 +49,9 @@ def test_cached_costs_round_trip_and_key_mismatch(tmp_path):
     assert load_cached(tmp_path, "pair A float32") == costs
     assert load_cached(tmp_path, "pair B float32") is None
     assert not list(tmp_path.glob("*.tmp"))
+    (saved,) = tmp_path.glob("*.json")
+    saved.write_text(saved.read_text().replace('"format": 2', '"format": 1'))  # fitted by an older version
+    assert load_cached(tmp_path, "pair A float32") is None
 
 
 def test_model_free_drafters_pay_no_drafter_cost():

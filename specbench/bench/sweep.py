@@ -742,6 +742,7 @@ def _model_meta(model, name: str | None) -> dict | None:
         "dtype": "int8" if int8 else str(first.dtype).removeprefix("torch."),
         "device": str(first.device),
         "parameters": sum(p.numel() for p in model.parameters()),
+        "attention": getattr(model.config, "_attn_implementation", None),
     }
 
 

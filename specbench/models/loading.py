@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from specbench.core.attention import use_row_invariant_attention
 from specbench.core.generate import context_limit, model_device
 from specbench.drafters import Drafter, make_drafter, parse_early_exit, uses_model
 from specbench.drafters.early_exit import EarlyExitModel
@@ -116,7 +117,8 @@ def load_model(
     device "auto" spreads the model with accelerate (device_map="auto"); other devices load
     the whole model there. share_tokenizer_with: a model whose tokenizer is reused when its
     tokenizer files are byte-identical to this one's (the default pair's are; a large
-    tokenizer takes seconds to load).
+    tokenizer takes seconds to load). A target's sdpa attention becomes core.attention's
+    row-invariant one, so its verify forwards give the logits its decoding steps give.
     """
     torch_dtype = parse_draft_dtype(dtype, device) if role == "drafter" else parse_target_dtype(dtype, device)
     check_device(device)
@@ -126,6 +128,8 @@ def load_model(
     model = _load_weights(folder, kwargs, torch_dtype, device, role, name)
     if dtype.lower() == INT8:
         (quantize_linears if role == "drafter" else quantize_target)(model)
+    if role == "target":
+        use_row_invariant_attention(model)  # a verify row's logits = a decoding step's, bit for bit
     digest = tokenizer_digest(folder) if "gguf_file" not in kwargs else None
     shared = share_tokenizer_with
     if shared is not None and digest is not None and shared.tokenizer_digest == digest:

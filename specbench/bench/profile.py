@@ -2,7 +2,7 @@
 
 A sweep runs plain decoding on every prompt anyway (the baseline). `record_path` adds the
 drafter teacher-forced along that output (its row for every position: the prompt in one
-forward, then one token a forward over its cache, as a real drafter reads accepted tokens)
+forward, then one token a forward over its cache, through the draft step real runs use)
 and, under sampling, one target forward over the whole path for the processed p rows. From
 that, `predict` replays any drafter x policy x gamma (replay.py) and returns what a run
 would have counted: rounds, drafts, accepted drafts, target forwards and the StepRecords
@@ -38,14 +38,18 @@ from specbench.core.sampling import logits_to_probs
 from specbench.core.stats import RunStats, StepRecord
 from specbench.drafters import LookupFirstDrafter, make_drafter, uses_model
 from specbench.policies import make_policy
+from specbench.speed.draft_vocab import path_logits
 
 
 
 @torch.inference_mode()
-def record_path(target, drafter_model, prompt_ids: list[int], output: list[int], gen: GenerationConfig) -> RecordedPath:
+def record_path(target, drafter_model, prompt_ids: list[int], output: list[int], gen: GenerationConfig, draft_vocab: int = 0) -> RecordedPath:
     """The path of one prompt: the plain run's output, the drafter's logits along it (when
-    a drafter model is given) and, under sampling, the target's processed rows."""
-    draft_logits = teacher_forced_logits(drafter_model, prompt_ids, output) if drafter_model is not None else None
+    a drafter model is given; draft_vocab > 0 computes them as its restricted draft step
+    does) and, under sampling, the target's processed rows."""
+    draft_logits = None
+    if drafter_model is not None:
+        draft_logits = path_logits(drafter_model, prompt_ids, output) if draft_vocab > 0 else teacher_forced_logits(drafter_model, prompt_ids, output)
     target_probs = None
     if not gen.sampling.greedy:
         n = len(output)
@@ -58,13 +62,14 @@ def record_path(target, drafter_model, prompt_ids: list[int], output: list[int],
 
 def teacher_forced_logits(model, prompt_ids: list[int], output: list[int]) -> torch.Tensor:
     """The drafter's logits for output[t] given prompt + output[:t], t = 0..n-1 ([n, vocab],
-    float32): the prompt in one forward, then the path one token at a time over a KV cache.
+    float32), through the model's own forward (the draft step of a drafter that scores every
+    id): the prompt in one forward, then the path one token at a time over a KV cache.
 
-    One token a forward, as the drafter feeds the tokens a round accepted, and not one
-    forward over the whole path: a model's several-row and one-row forwards round
-    differently (an int8 drafter runs several rows through a bf16 copy of its weights), and
-    on the default pair the batched rows put about one near-tied argmax per prompt the other
-    way, each costing a predicted round (docs/log.md)."""
+    One token a forward, as the drafter feeds most tokens, and not one forward over the
+    whole path: a model's several-row and one-row forwards round differently (an int8
+    drafter runs several rows through a bf16 copy of its weights). A round's two-row
+    catch-up still rounds its way here, so a near tie can cost a predicted round; the
+    restricted draft step (draft_vocab.path_logits) computes every row as a one-row step."""
     device = next(model.parameters()).device
     cache = new_cache(model)
     step = lambda ids: model(input_ids=torch.tensor([ids], device=device), **cache_arg(model, cache), use_cache=True, logits_to_keep=1).logits[0, -1]

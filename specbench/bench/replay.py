@@ -19,10 +19,12 @@ What this assumes: the context after an accepted draft or a correction is the re
 position's acceptance is independent of the others given the path.
 
 Where greedy predictions can miss a real run (each is a near tie, or the path's end):
-  * the recorded rows come from the drafter's own forward fed one path token at a time; a
-    real run feeds it through its draft step (a lean forward, a restricted head), and
-    after a fully accepted round two tokens at once: a near-tied argmax can fall the
-    other way;
+  * a drafter that scores every id (--draft-vocab 0) is recorded through its own forward
+    fed one path token at a time, and a real run feeds it two tokens at once after a fully
+    accepted round: a near-tied argmax can fall the other way. A restricted draft step
+    (the default) computes every row it feeds as a one-row step (lean_step.py's row-wise
+    attention, exact int8 kernels), and the profile records through that step, so its
+    rows are the real run's bit for bit where those kernels run;
   * after a draft that leaves the path, the real drafter continues on its own wrong path;
     the replay reads rows on the target's path there. That changes which later rows a
     policy sees (so where an adaptive policy stops), never what a round accepts;

@@ -571,7 +571,7 @@ class SweepRunner:
                 raise SweepError(f"no plain output recorded for prompt {run.prompt.id} (repeat {run.repeat}) to predict from")
             predicts_model = any(uses_model(d) and predicted(self.config, d) for d in self.config.drafters)
             drafter = self.drafter_model if predicts_model else None
-            self._path = (key, record_path(self.target, drafter, self.prompt_ids(run.prompt), self.outputs[key], gen))
+            self._path = (key, record_path(self.target, drafter, self.prompt_ids(run.prompt), self.outputs[key], gen, self.config.draft_vocab))
         return self._path[1]
 
     def warm_up(self, plan: list[PlannedRun]) -> None:

@@ -35,7 +35,7 @@ from collections.abc import Iterable
 import torch
 import torch.nn.functional as F
 
-from specbench.core.cache import cache_arg
+from specbench.core.cache import cache_arg, new_cache
 from specbench.drafters.step import ModelForward
 from specbench.speed.lean_step import MAX_LEAN_ROWS, lean_decoder
 from specbench.speed.quantize import Int8Linear, dequantize_rows, fast_int8_linear, runs_int8
@@ -79,9 +79,8 @@ class RestrictedStep(ModelForward):
             self.head = None  # the reply lives outside the subset: score every id from now on
 
     def __call__(self, model, input_ids: torch.Tensor, cache) -> torch.Tensor:
-        """input_ids [1, n] after the cache -> the next token's logits [vocab]."""
-        if self.head is None:
-            return super().__call__(model, input_ids, cache)
+        """input_ids [1, n] after the cache -> the next token's logits [vocab]; after the
+        head is dropped, the whole head on the same body (path_logits' arithmetic)."""
         return restricted_logits(model, self.head, input_ids, cache)[0]
 
 
@@ -133,17 +132,50 @@ def restricted_head(model, limit: int, extra: Iterable[int] = ()) -> RestrictedH
     return RestrictedHead(head, ids)
 
 
-def restricted_logits(model, head: RestrictedHead, input_ids: torch.Tensor, cache, last: int = 1, lean: bool = True) -> torch.Tensor:
-    """Feed input_ids ([1, n]) over the cache through the model's body (a draft step through
-    lean_step.py's forward where the model's layout allows and lean is True), then the
-    restricted head: logits of the last `last` positions, [last, vocab]."""
-    decoder = lean_decoder(model) if lean and input_ids.shape[1] <= MAX_LEAN_ROWS else None
-    if decoder is not None:
-        hidden = decoder(input_ids, cache)
-    else:
-        body = model.get_decoder()
-        hidden = body(input_ids=input_ids, **cache_arg(body, cache), use_cache=True).last_hidden_state
-    return head(hidden[0, -last:])
+def restricted_logits(model, head: RestrictedHead | None, input_ids: torch.Tensor, cache, lean: bool = True) -> torch.Tensor:
+    """Feed input_ids ([1, n]) over the cache through draft_hidden, then the restricted head
+    (None: the model's whole head, through its int8 rows where it has them): the last
+    position's logits, [1, vocab]."""
+    hidden = draft_hidden(model, input_ids, cache, lean)[0, -1:]
+    return head(hidden) if head is not None else full_head_logits(model, hidden)
+
+
+def draft_hidden(model, input_ids: torch.Tensor, cache, lean: bool = True) -> torch.Tensor:
+    """The decoder's final hidden states for input_ids ([1, n]) over the cache -> [1, m,
+    hidden], m the rows of the last call. Through lean_step.py's forward where the layout
+    allows and lean is True: a step of at most MAX_LEAN_ROWS rows, or any number over a
+    cache in calls of that many (a round's catch-up after copied drafts), so that every row
+    after the prompt is computed as a one-row step computes it. A longer prompt goes through
+    HF's decoder in one call."""
+    decoder = lean_decoder(model) if lean else None
+    n = input_ids.shape[1]
+    if decoder is not None and (n <= MAX_LEAN_ROWS or cache.get_seq_length() > 0):
+        for start in range(0, n, MAX_LEAN_ROWS):
+            hidden = decoder(input_ids[:, start : start + MAX_LEAN_ROWS], cache)
+        return hidden
+    body = model.get_decoder()
+    return body(input_ids=input_ids, **cache_arg(body, cache), use_cache=True).last_hidden_state
+
+
+def full_head_logits(model, hidden: torch.Tensor) -> torch.Tensor:
+    """hidden [rows, hidden] through the model's whole head: an int8 head's rows through
+    fast_int8_linear (a restricted head's logit of an id is this one's, bit for bit), else
+    the head module."""
+    head = output_head(model)
+    if isinstance(head, Int8Linear) and runs_int8(hidden.to(torch.bfloat16)):
+        return fast_int8_linear(hidden.to(torch.bfloat16), head.qweight, head.scales, head.bias)
+    return head(hidden)
+
+
+def path_logits(model, prompt_ids: list[int], output: list[int]) -> torch.Tensor:
+    """The logits a RestrictedStep computes for output[t] given prompt + output[:t], over
+    every id ([n, vocab], float32): the prompt in one call, then one token a step, as
+    draft_hidden computes every row a generation feeds."""
+    device = next(model.parameters()).device
+    cache = new_cache(model)
+    tokens = [list(prompt_ids)] + [[t] for t in output[:-1]]
+    rows = [full_head_logits(model, draft_hidden(model, torch.tensor([ids], device=device), cache)[0, -1:])[0] for ids in tokens]
+    return torch.stack(rows).float().cpu()
 
 
 class RestrictedHead:

@@ -13,6 +13,10 @@ ones, so no memory is added and HF's forward reads the very same numbers.
 `python bench/drafter_step.py` times it against HF's forward on this machine; the
 measurements so far are in docs/log.md.
 
+Rows fed over a cache attend one at a time, as core/attention.py does for the target, and
+the int8 kernels work row by row: a row's hidden state comes out the same whether it was fed
+alone or with others, so the sweep's profile (one token a step) sees what real rounds see.
+
 Only few-token steps (at most quantize.MAX_INT8_ROWS new tokens) take this path; a prompt,
 and any model of another layout (Qwen2/Llama with sliding windows, Qwen3's q/k norms,
 Gemma, ...), goes through HF's forward. Lossless either way: the drafter's q is whatever it
@@ -109,7 +113,7 @@ class LeanDecoder:
         hidden = self.decoder.embed_tokens(input_ids)
         positions = torch.arange(past, past + n, device=input_ids.device).unsqueeze(0)
         cos, sin = self.decoder.rotary_emb(hidden, positions)
-        mask = None if n == 1 else _block_causal_mask(n, past, input_ids.device)
+        mask = None if n == 1 or past > 0 else _block_causal_mask(n, past, input_ids.device)
         for i, layer in enumerate(self.decoder.layers):
             hidden = hidden + self._attention(i, layer.self_attn, layer.input_layernorm(hidden), cos, sin, mask, cache)
             x = layer.post_attention_layernorm(hidden)
@@ -126,7 +130,13 @@ class LeanDecoder:
         v = v.view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = _rotate(q, k, cos, sin)
         k, v = cache.update(k, v, i)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling, enable_gqa=self.kv_heads != self.heads)
+        gqa = self.kv_heads != self.heads
+        past = k.shape[2] - n
+        if n == 1 or past == 0:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling, enable_gqa=gqa)
+        else:  # row by row over a cache: each row's bits are a one-row step's (core/attention.py)
+            rows = [F.scaled_dot_product_attention(q[:, :, r : r + 1], k[:, :, : past + r + 1], v[:, :, : past + r + 1], scale=attn.scaling, enable_gqa=gqa) for r in range(n)]
+            out = torch.cat(rows, dim=2)
         (o,) = self.o[i](out.transpose(1, 2).reshape(1, n, self.heads * self.head_dim))
         return o
 

@@ -12,7 +12,10 @@ from specbench.bench.replay import Acceptance, RecordedPath, position_counts
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
 from specbench.core.sampling import SamplingConfig
 from specbench.drafters import DRAFTERS, make_drafter
+from specbench.core.attention import use_row_invariant_attention
 from specbench.policies import make_policy
+from specbench.speed import native
+from specbench.speed.quantize import int8_available, quantize_linears, quantize_target
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -127,3 +130,31 @@ def test_sampled_prediction_tracks_real_runs(pair):
         predicted.append(predict(path, "model", "fixed", 4, gen).stats.target_forwards)
         real.append(_real(target, drafter_model, PROMPTS[1], "model", "fixed", 4, gen).stats.target_forwards)
     assert abs(sum(predicted) / sum(real) - 1) < 0.15, (predicted, real)
+
+
+@pytest.mark.skipif(native.linear_kernel() is None or not int8_available(), reason="needs the int8 target kernel and PyTorch's int8 weight-only kernel")
+@pytest.mark.parametrize("drafter", ["model", "model+lookup"])
+def test_an_int8_drafter_with_a_restricted_head_is_predicted_exactly(drafter):
+    """The default pair's arrangement in small: an int8 target with row-invariant attention,
+    a bf16 int8 drafter drafting over part of the vocabulary through the lean forward, head
+    dim 32 (where fused attention rounds a block of rows unlike single rows). Every row the
+    drafter feeds (one-row steps, two-row catch-ups, longer catch-ups after copied drafts) is
+    computed as a one-row step, so the profile's path_logits predict every round."""
+    target = tiny_model(0, hidden=128, max_positions=512)
+    quantize_target(target)
+    use_row_invariant_attention(target)
+    drafter_model = noisy_copy(tiny_model(0, hidden=128, max_positions=512), 0.3, seed=1).to(torch.bfloat16)
+    quantize_linears(drafter_model)
+    gen = GenerationConfig(max_new_tokens=60)
+    accepted = 0
+    for prompt in PROMPTS:
+        output = plain_generate(target, prompt, gen).token_ids
+        path = record_path(target, drafter_model, prompt, output, gen, draft_vocab=16)
+        for gamma in range(1, 9):
+            real = _real(target, drafter_model, prompt, drafter, "fixed", gamma, gen, vocab=16)
+            assert real.token_ids == output
+            predicted = predict(path, drafter, "fixed", gamma, gen, draft_vocab=16)
+            got = (predicted.stats.target_forwards, predicted.stats.drafted, predicted.stats.accepted)
+            assert got == (real.stats.target_forwards, real.stats.drafted, real.stats.accepted), gamma
+            accepted += real.stats.accepted
+    assert accepted > 0

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from conftest import PROMPTS, noisy_copy
+from conftest import PROMPTS, noisy_copy, tiny_model
 from specbench.core.attention import ROWS, mask_ranges, row_invariant_attention, use_row_invariant_attention
 from specbench.core.cache import cache_arg, new_cache
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
@@ -107,29 +106,17 @@ def test_what_rows_cannot_express_goes_to_the_fused_call(case):
 # ---------------------------------------------------------------------------- a model
 
 
-def wide_model(seed: int = 0, attention: str = "sdpa"):
-    """A Qwen2 with head dim 32 (where fused attention is not row-invariant)."""
-    torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=64,
-        hidden_size=128,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        eos_token_id=None,
-        tie_word_embeddings=False,
-        attn_implementation=attention,
-    )
-    return Qwen2ForCausalLM(config).eval()
+def wide_model(seed: int = 0):
+    """A tiny Qwen2 with head dim 32 (where fused attention is not row-invariant)."""
+    return tiny_model(seed, hidden=128, max_positions=512)
 
 
 def test_use_switches_sdpa_models_and_leaves_others():
     model = wide_model()
     assert use_row_invariant_attention(model) and model.config._attn_implementation == ROWS
     assert use_row_invariant_attention(model)  # a second call keeps it
-    eager = wide_model(attention="eager")
+    eager = wide_model()
+    eager.set_attn_implementation("eager")
     assert not use_row_invariant_attention(eager) and eager.config._attn_implementation == "eager"
 
 

@@ -9,6 +9,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 
 from specbench.core.cache import cache_arg, crop_cache, new_cache
 from specbench.speed.lean_step import MAX_LEAN_ROWS, lean_decoder, supports
+from specbench.speed import native
 from specbench.speed.quantize import int8_available, quantize_linears
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -75,3 +76,22 @@ def test_other_layouts_take_hf_forward():
     assert not supports(Qwen2ForCausalLM(sliding))
     assert not supports(torch.nn.Linear(2, 2))
     assert supports(tiny_model(0)) and supports(tiny_llama(0))
+
+
+@pytest.mark.skipif(not int8_available() or native.linear_kernel() is None, reason="needs PyTorch's int8 weight-only kernel and specbench's int8 kernel")
+@torch.inference_mode()
+def test_rows_fed_together_over_a_cache_get_the_bits_of_one_row_steps():
+    """A round's catch-up (several rows over the cache) must compute each row as a one-row
+    step does, so the sweep's profile, which feeds one token a step, predicts real rounds.
+    Head dim 32 and a long cache: where fused attention rounds a block unlike single rows."""
+    model = tiny_model(3, hidden=128, max_positions=512).to(torch.bfloat16)
+    quantize_linears(model)
+    decoder = lean_decoder(model)
+    generator = torch.Generator().manual_seed(0)
+    prompt, tail = torch.randint(0, 64, (1, 150), generator=generator), torch.randint(0, 64, (1, MAX_LEAN_ROWS), generator=generator)
+    together, alone = new_cache(model), new_cache(model)
+    for cache in (together, alone):
+        model.get_decoder()(input_ids=prompt, **cache_arg(model.get_decoder(), cache), use_cache=True)
+    block = decoder(tail, together)
+    steps = torch.cat([decoder(tail[:, i : i + 1], alone) for i in range(tail.shape[1])], dim=1)
+    assert torch.equal(block, steps)

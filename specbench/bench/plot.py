@@ -63,6 +63,7 @@ SUPERSEDED = ("acceptance_rate.png", "tokens_per_second.png", "speedup.png", "ac
 # (it times a few gammas only, so they would be lone points); its measured rows are drawn there
 POSITION_CHARTS = ("position_acceptance.png", "position_acceptance_by_category.png")  # need positions.csv
 MAX_CATEGORY_SERIES = 6  # bars per category group before the chart stops being readable
+LEGEND_INSIDE = 8  # legend entries that fit inside the axes; more go beside them
 GAMMA_AXIS = "gamma (draft tokens per round; adaptive policies: their gamma setting)"
 
 
@@ -140,7 +141,11 @@ def _gamma_axis(ax, gammas: list[int]) -> None:
 
 def _finish(fig, ax, path: Path) -> Path:
     handles, _ = ax.get_legend_handles_labels()
-    if handles:
+    if len(handles) > LEGEND_INSIDE:  # beside the axes, on a wider figure: it would hide lines
+        width, height = fig.get_size_inches()
+        fig.set_size_inches(width + 3.6, height)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), framealpha=0.85)
+    elif handles:
         ax.legend(fontsize=8, loc="best", framealpha=0.85)
     else:
         ax.text(0.5, 0.5, "nothing to show in these results", ha="center", va="center", transform=ax.transAxes, color="0.4")

@@ -16,7 +16,8 @@ make it with the same rows. Anything the row loop cannot express (a batch, paddi
 mask, a position bias) falls back to the fused call.
 
 The cost is k+1 small attention calls a layer instead of one; the linears dominate a forward
-on a CPU, so a verify forward barely notices.
+on a CPU, so a verify forward barely notices. models/loading.py switches CPU targets to it
+(on a GPU the dense kernels round by batch anyway, and each call is a kernel launch).
 """
 
 from __future__ import annotations

@@ -117,8 +117,9 @@ def load_model(
     device "auto" spreads the model with accelerate (device_map="auto"); other devices load
     the whole model there. share_tokenizer_with: a model whose tokenizer is reused when its
     tokenizer files are byte-identical to this one's (the default pair's are; a large
-    tokenizer takes seconds to load). A target's sdpa attention becomes core.attention's
-    row-invariant one, so its verify forwards give the logits its decoding steps give.
+    tokenizer takes seconds to load). A CPU target's sdpa attention becomes core.attention's
+    row-invariant one, so its verify forwards give the logits its decoding steps give (on a
+    GPU the dense kernels round by batch anyway, and a call per row costs launches).
     """
     torch_dtype = parse_draft_dtype(dtype, device) if role == "drafter" else parse_target_dtype(dtype, device)
     check_device(device)
@@ -128,7 +129,7 @@ def load_model(
     model = _load_weights(folder, kwargs, torch_dtype, device, role, name)
     if dtype.lower() == INT8:
         (quantize_linears if role == "drafter" else quantize_target)(model)
-    if role == "target":
+    if role == "target" and model_device(model).type == "cpu":
         use_row_invariant_attention(model)  # a verify row's logits = a decoding step's, bit for bit
     digest = tokenizer_digest(folder) if "gguf_file" not in kwargs else None
     shared = share_tokenizer_with

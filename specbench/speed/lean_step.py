@@ -17,7 +17,8 @@ Rows fed over a cache attend one at a time, as core/attention.py does for the ta
 the int8 kernels work row by row: a row's hidden state comes out the same whether it was fed
 alone or with others, so the sweep's profile (one token a step) sees what real rounds see.
 
-Only few-token steps (at most quantize.MAX_INT8_ROWS new tokens) take this path; a prompt,
+A call takes at most quantize.MAX_INT8_ROWS new tokens (draft_vocab.draft_hidden feeds a
+longer catch-up over a cache in calls of that many); a prompt longer than that,
 and any model of another layout (Qwen2/Llama with sliding windows, Qwen3's q/k norms,
 Gemma, ...), goes through HF's forward. Lossless either way: the drafter's q is whatever it
 computed, and verification checks every draft against the target.

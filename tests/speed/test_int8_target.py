@@ -14,6 +14,7 @@ import torch
 
 from conftest import PROMPTS, noisy_copy, tiny_model
 from chi_square import pvalues
+from specbench.core.attention import ROWS
 from specbench.core.cache import cache_arg, new_cache
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
 from specbench.core.sampling import SamplingConfig, logits_to_probs
@@ -170,6 +171,9 @@ def test_load_model_builds_an_int8_target_from_a_folder(tmp_path):
     loaded = load_model(parse_model_spec(str(folder)), role="target", dtype="int8")
     assert sum(isinstance(m, Int8TargetLinear) for m in loaded.model.modules()) == 2 * 7 + 1
     assert not any(type(m) is torch.nn.Linear for m in loaded.model.modules())
+    assert loaded.model.config._attn_implementation == ROWS  # a CPU target's rows: core/attention.py
+    drafter = load_model(parse_model_spec(str(folder)), role="drafter", dtype="bfloat16")
+    assert drafter.model.config._attn_implementation == "sdpa"
 
 
 def test_without_the_kernel_an_int8_target_is_refused_with_the_reason(monkeypatch):

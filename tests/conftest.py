@@ -45,6 +45,21 @@ def tiny_model(seed: int, layers: int = 2, hidden: int = 32, vocab: int = VOCAB,
     return Qwen2ForCausalLM(config).eval()
 
 
+@torch.inference_mode()
+def block_and_steps(model, prompt: torch.Tensor, tail: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The logits of tail ([1, k]) after prompt ([1, n]) fed as one block and as k one-token
+    steps over a KV cache: ([k, vocab], [k, vocab]). Greedy parity needs them bit-equal."""
+    from specbench.core.cache import cache_arg, new_cache
+
+    cache = new_cache(model)
+    model(input_ids=prompt, **cache_arg(model, cache), use_cache=True)
+    together = model(input_ids=tail, **cache_arg(model, cache), use_cache=True).logits[0]
+    cache = new_cache(model)
+    model(input_ids=prompt, **cache_arg(model, cache), use_cache=True)
+    steps = [model(input_ids=tail[:, i : i + 1], **cache_arg(model, cache), use_cache=True).logits[0, 0] for i in range(tail.shape[1])]
+    return together, torch.stack(steps)
+
+
 def noisy_copy(model, scale: float, seed: int):
     """A copy of model with Gaussian noise (relative to each weight's std) on every weight."""
     clone = copy.deepcopy(model)

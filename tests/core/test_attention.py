@@ -12,9 +12,8 @@ import pytest
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from conftest import PROMPTS, noisy_copy, tiny_model
+from conftest import PROMPTS, block_and_steps, noisy_copy, tiny_model
 from specbench.core.attention import ROWS, mask_ranges, row_invariant_attention, use_row_invariant_attention
-from specbench.core.cache import cache_arg, new_cache
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
 from specbench.drafters import ModelDrafter
 from specbench.policies import FixedGamma
@@ -127,14 +126,8 @@ def test_an_int8_target_verifies_k_tokens_with_the_bits_of_k_steps():
     quantize_target(model)
     use_row_invariant_attention(model)
     prompt, tail = torch.randint(0, 64, (1, 150)), torch.randint(0, 64, (1, 6))
-    with torch.inference_mode():
-        cache = new_cache(model)
-        model(input_ids=prompt, **cache_arg(model, cache), use_cache=True)
-        together = model(input_ids=tail, **cache_arg(model, cache), use_cache=True).logits[0]
-        cache = new_cache(model)
-        model(input_ids=prompt, **cache_arg(model, cache), use_cache=True)
-        steps = [model(input_ids=tail[:, i : i + 1], **cache_arg(model, cache), use_cache=True).logits[0, 0] for i in range(tail.shape[1])]
-    assert torch.equal(together, torch.stack(steps))
+    together, steps = block_and_steps(model, prompt, tail)
+    assert torch.equal(together, steps)
 
 
 @needs_kernel

@@ -12,10 +12,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import PROMPTS, noisy_copy, tiny_model
+from conftest import PROMPTS, block_and_steps, noisy_copy, tiny_model
 from chi_square import pvalues
 from specbench.core.attention import ROWS
-from specbench.core.cache import cache_arg, new_cache
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
 from specbench.core.sampling import SamplingConfig, logits_to_probs
 from specbench.drafters import ModelDrafter
@@ -110,14 +109,8 @@ def test_k_tokens_at_once_give_the_logits_of_k_single_steps():
     """The property greedy parity rests on: the verify pass's rows equal one-token steps'."""
     model = int8_target()
     prompt, tail = torch.tensor([[1, 5, 9, 12, 3]]), torch.tensor([[7, 40, 2, 2, 61, 13]])
-    with torch.inference_mode():
-        cache = new_cache(model)
-        model(input_ids=prompt, **cache_arg(model, cache), use_cache=True)
-        together = model(input_ids=tail, **cache_arg(model, cache), use_cache=True).logits[0]
-        cache = new_cache(model)
-        model(input_ids=prompt, **cache_arg(model, cache), use_cache=True)
-        steps = [model(input_ids=tail[:, i : i + 1], **cache_arg(model, cache), use_cache=True).logits[0, 0] for i in range(tail.shape[1])]
-    assert torch.equal(together, torch.stack(steps))
+    together, steps = block_and_steps(model, prompt, tail)
+    assert torch.equal(together, steps)
 
 
 @needs_kernel

@@ -36,19 +36,18 @@ import torch
 import torch.nn.functional as F
 
 from specbench.core.cache import cache_arg, new_cache
-from specbench.drafters.step import ModelForward
 from specbench.speed.lean_step import MAX_LEAN_ROWS, lean_decoder
 from specbench.speed.quantize import Int8Linear, dequantize_rows, fast_int8_linear, runs_int8
 
 
-class RestrictedStep(ModelForward):
+class RestrictedStep:
     """The model drafter's draft step over part of the vocabulary (drafters/step.py's
     contract; make_drafter plugs it in for vocab_limit > 0).
 
     start builds the generation's RestrictedHead over ids below vocab_limit, the prompt's and
     keep_ids (no head when that is every id); observe keeps the ids the context gains, and
     drops the head once covers_output fails; a step runs restricted_logits through the head,
-    or the model's own forward (ModelForward) when there is none.
+    or through the model's whole head on the same body when there is none.
     """
 
     def __init__(self, vocab_limit: int, keep_ids: Iterable[int] = ()):
@@ -162,8 +161,8 @@ def full_head_logits(model, hidden: torch.Tensor) -> torch.Tensor:
     fast_int8_linear (a restricted head's logit of an id is this one's, bit for bit), else
     the head module."""
     head = output_head(model)
-    if isinstance(head, Int8Linear) and runs_int8(hidden.to(torch.bfloat16)):
-        return fast_int8_linear(hidden.to(torch.bfloat16), head.qweight, head.scales, head.bias)
+    if isinstance(head, Int8Linear) and runs_int8(rows := hidden.to(torch.bfloat16)):
+        return fast_int8_linear(rows, head.qweight, head.scales, head.bias)
     return head(hidden)
 
 

@@ -47,7 +47,7 @@ import torch
 
 from specbench.core.generate import GenerationConfig, GenerationResult, Stopper
 from specbench.core.protocols import Draft, Drafter, GammaPolicy, Keep, KeepDrafting
-from specbench.core.sampling import SamplingConfig, greedy_tokens, logits_to_probs
+from specbench.core.sampling import SamplingConfig, greedy_tokens, logits_to_probs, sample
 from specbench.core.stats import BONUS, CORRECTION, FIRST, RunStats, StepRecord
 
 REPLICAS = 16  # sampled replays averaged per prediction (each draws its own acceptances)
@@ -124,8 +124,8 @@ class PathDrafter:
             raise ValueError("this path was recorded without a drafter model")
         self.path = path
         self.vocab = vocab
-        self._probs: dict[int, torch.Tensor] = {}  # processed rows by mask version
-        self._argmax: dict[int, list[int]] = {}
+        self._rows: dict[int, tuple[torch.Tensor, int]] = {}  # t -> (q, argmax) under mask self._version
+        self._version = 0
         self.start(path.sampling, None)
 
     def start(self, sampling: SamplingConfig, generator: torch.Generator | None) -> None:
@@ -171,19 +171,25 @@ class PathDrafter:
 
     def _row(self, t: int) -> tuple[torch.Tensor, int]:
         """q at output position t (the last recorded row past the path's end) and the token
-        drawn from it: the argmax, or a draw from this replica's generator."""
+        drawn from it: the argmax, or a draw from this replica's generator by sampling.sample,
+        the draw a real model drafter makes. Rows are processed one at a time, when first
+        read under the current mask: a replay reads a few hundred of them, and processing
+        the whole [n, vocab] matrix again at every change of the mask was most of a sampled
+        prediction's time."""
         version = 0 if self.vocab is None else self.vocab.version
-        if version not in self._probs:
-            logits = self.path.draft_logits
+        if version != self._version:  # rows of an older mask are never read again
+            self._rows.clear()
+            self._version = version
+        t = min(t, len(self.path.output) - 1)
+        if t not in self._rows:
+            logits = self.path.draft_logits[t : t + 1]
             if self.vocab is not None and self.vocab.mask is not None:
                 logits = logits.masked_fill(~self.vocab.mask, float("-inf"))
-            self._probs[version] = logits_to_probs(logits, self.sampling)
-            self._argmax[version] = greedy_tokens(logits).tolist()
-        t = min(t, len(self.path.output) - 1)
-        row = self._probs[version][t]
+            self._rows[t] = (logits_to_probs(logits, self.sampling)[0], int(greedy_tokens(logits)[0]))
+        row, argmax = self._rows[t]
         if self.sampling.greedy:
-            return row, self._argmax[version][t]
-        return row, int(torch.multinomial(row, 1, generator=self.generator))
+            return row, argmax
+        return row, int(sample(row, self.generator))
 
 
 class VocabTracker:

@@ -47,7 +47,7 @@ import torch
 
 from specbench.core.generate import GenerationConfig, GenerationResult, Stopper
 from specbench.core.protocols import Draft, Drafter, GammaPolicy, Keep, KeepDrafting
-from specbench.core.sampling import SamplingConfig, greedy_tokens, logits_to_probs, sample
+from specbench.core.sampling import SamplingConfig, greedy_tokens, logits_to_probs, sample_from_cdf
 from specbench.core.stats import BONUS, CORRECTION, FIRST, RunStats, StepRecord
 
 REPLICAS = 16  # sampled replays averaged per prediction (each draws its own acceptances)
@@ -71,6 +71,8 @@ class RecordedPath:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     draft_logits: torch.Tensor | None = None  # [n, vocab]
     target_probs: torch.Tensor | None = None  # [n, vocab]
+    # the drafter's processed rows, shared by every replay of this path (PathDrafter._row)
+    draft_rows: dict = field(default_factory=dict, repr=False, compare=False)
 
 
 class Acceptance:
@@ -124,8 +126,6 @@ class PathDrafter:
             raise ValueError("this path was recorded without a drafter model")
         self.path = path
         self.vocab = vocab
-        self._rows: dict[int, tuple[torch.Tensor, int]] = {}  # t -> (q, argmax) under mask self._version
-        self._version = 0
         self.start(path.sampling, None)
 
     def start(self, sampling: SamplingConfig, generator: torch.Generator | None) -> None:
@@ -172,36 +172,45 @@ class PathDrafter:
     def _row(self, t: int) -> tuple[torch.Tensor, int]:
         """q at output position t (the last recorded row past the path's end) and the token
         drawn from it: the argmax, or a draw from this replica's generator by sampling.sample,
-        the draw a real model drafter makes. Rows are processed one at a time, when first
-        read under the current mask: a replay reads a few hundred of them, and processing
-        the whole [n, vocab] matrix again at every change of the mask was most of a sampled
-        prediction's time."""
-        version = 0 if self.vocab is None else self.vocab.version
-        if version != self._version:  # rows of an older mask are never read again
-            self._rows.clear()
-            self._version = version
-        t = min(t, len(self.path.output) - 1)
-        if t not in self._rows:
-            logits = self.path.draft_logits[t : t + 1]
+        the draw a real model drafter makes.
+
+        Rows are processed one at a time when first read, and kept on the path for every
+        replay (16 replicas, every gamma and policy) under the vocabulary they were masked
+        with (VocabTracker.key). Processing the whole [n, vocab] matrix at every change of
+        the mask, in every replay, was most of a sampled prediction's time."""
+        key = (self.sampling, None if self.vocab is None else self.vocab.key, min(t, len(self.path.output) - 1))
+        if key not in self.path.draft_rows:
+            logits = self.path.draft_logits[key[2] : key[2] + 1]
             if self.vocab is not None and self.vocab.mask is not None:
                 logits = logits.masked_fill(~self.vocab.mask, float("-inf"))
-            self._rows[t] = (logits_to_probs(logits, self.sampling)[0], int(greedy_tokens(logits)[0]))
-        row, argmax = self._rows[t]
+            self.path.draft_rows[key] = [logits_to_probs(logits, self.sampling)[0], int(greedy_tokens(logits)[0]), None]
+        entry = self.path.draft_rows[key]
         if self.sampling.greedy:
-            return row, argmax
-        return row, int(sample(row, self.generator))
+            return entry[0], entry[1]
+        if entry[2] is None:  # the row's float64 CDF, summed once for all of its draws
+            entry[2] = torch.cumsum(entry[0], dim=-1, dtype=torch.float64)
+        return entry[0], sample_from_cdf(entry[0], entry[2], self.generator)
 
 
 class VocabTracker:
     """Which ids a restricted model drafter scores as a generation goes (speed/draft_vocab.py's
     RestrictedStep rule, without the head): ids below `limit`, the prompt's and keep_ids, and
     every id the context gains, until covers_output says the subset does not serve (then
-    every id). version changes whenever the set does."""
+    every id).
+
+    key names the set across trackers of the same path: a replay's context is always a
+    prefix of the path, so the set only grows along it (the prompt's ids, then each id the
+    path brings), and two sets of one path with the same size are the same set. key is
+    that size, or "all" once every id is scored."""
 
     def __init__(self, limit: int, vocab_size: int, keep_ids: Iterable[int] = ()):
         self.limit, self.vocab_size, self.keep_ids = limit, vocab_size, tuple(keep_ids)
         self.mask: torch.Tensor | None = None
-        self.version = 0
+        self.size = vocab_size
+
+    @property
+    def key(self) -> int | str:
+        return "all" if self.mask is None else self.size
 
     def start(self, prompt: list[int]) -> None:
         from specbench.speed.draft_vocab import draft_token_ids
@@ -211,8 +220,8 @@ class VocabTracker:
         if ids.shape[0] < self.vocab_size:
             self.mask = torch.zeros(self.vocab_size, dtype=torch.bool)
             self.mask[ids] = True
+            self.size = int(self.mask.sum())
         self.missed = self.output_tokens = 0
-        self.version += 1
 
     def observe(self, new_ids: list[int]) -> None:
         from specbench.speed.draft_vocab import covers_output
@@ -223,11 +232,10 @@ class VocabTracker:
         self.output_tokens += len(new_ids)
         if fresh:
             self.mask[list(fresh)] = True
+            self.size += len(fresh)
             self.missed += len(fresh)
-            self.version += 1
         if not covers_output(self.missed, self.output_tokens):
             self.mask = None
-            self.version += 1
 
 
 # ---------------------------------------------------------------------------- the oracle

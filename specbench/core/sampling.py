@@ -90,7 +90,17 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
     150k-id row, a visible share of a drafter step (docs/log.md has the timing).
     """
     flat = probs.reshape(-1, probs.shape[-1])
-    cdf = torch.cumsum(flat, dim=-1, dtype=torch.float64)
+    return _invert(flat, torch.cumsum(flat, dim=-1, dtype=torch.float64), generator).reshape(probs.shape[:-1])
+
+
+def sample_from_cdf(probs: torch.Tensor, cdf: torch.Tensor, generator: torch.Generator | None) -> int:
+    """sample() for one row ([vocab]) whose float64 CDF (cumsum of probs) the caller keeps,
+    for a row drawn from many times: the same draw from the same generator state."""
+    return int(_invert(probs.unsqueeze(0), cdf.unsqueeze(0), generator)[0])
+
+
+def _invert(flat: torch.Tensor, cdf: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """The ids drawn by inverting each row's CDF ([rows, vocab] -> [rows])."""
     total = cdf[:, -1:]
     u = torch.rand(flat.shape[0], 1, generator=generator, dtype=torch.float64, device=flat.device) * total
     ids = torch.searchsorted(cdf, u, right=True)
@@ -98,7 +108,7 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
     if past.any():
         last = flat.shape[-1] - 1 - torch.argmax((flat.flip(-1) > 0).to(torch.int8), dim=-1, keepdim=True)
         ids = torch.where(past, last, ids)
-    return ids.reshape(probs.shape[:-1])
+    return ids[:, 0]
 
 
 def choose(logits: torch.Tensor, config: SamplingConfig, generator: torch.Generator | None):

@@ -171,25 +171,27 @@ class PathDrafter:
 
     def _row(self, t: int) -> tuple[torch.Tensor, int]:
         """q at output position t (the last recorded row past the path's end) and the token
-        drawn from it: the argmax, or a draw from this replica's generator by sampling.sample,
-        the draw a real model drafter makes.
+        drawn from it: the argmax, or a draw from this replica's generator as sampling.sample
+        draws (a real model drafter's rule).
 
         Rows are processed one at a time when first read, and kept on the path for every
         replay (16 replicas, every gamma and policy) under the vocabulary they were masked
         with (VocabTracker.key). Processing the whole [n, vocab] matrix at every change of
         the mask, in every replay, was most of a sampled prediction's time."""
-        key = (self.sampling, None if self.vocab is None else self.vocab.key, min(t, len(self.path.output) - 1))
-        if key not in self.path.draft_rows:
-            logits = self.path.draft_logits[key[2] : key[2] + 1]
+        t = min(t, len(self.path.output) - 1)
+        key = (self.sampling, None if self.vocab is None else self.vocab.key, t)
+        entry = self.path.draft_rows.get(key)
+        if entry is None:
+            logits = self.path.draft_logits[t : t + 1]
             if self.vocab is not None and self.vocab.mask is not None:
                 logits = logits.masked_fill(~self.vocab.mask, float("-inf"))
-            self.path.draft_rows[key] = [logits_to_probs(logits, self.sampling)[0], int(greedy_tokens(logits)[0]), None]
-        entry = self.path.draft_rows[key]
+            entry = self.path.draft_rows[key] = [logits_to_probs(logits, self.sampling)[0], int(greedy_tokens(logits)[0]), None]
+        probs, argmax, cdf = entry
         if self.sampling.greedy:
-            return entry[0], entry[1]
-        if entry[2] is None:  # the row's float64 CDF, summed once for all of its draws
-            entry[2] = torch.cumsum(entry[0], dim=-1, dtype=torch.float64)
-        return entry[0], sample_from_cdf(entry[0], entry[2], self.generator)
+            return probs, argmax
+        if cdf is None:  # the row's float64 CDF, summed once for all of its draws
+            cdf = entry[2] = torch.cumsum(probs, dim=-1, dtype=torch.float64)
+        return probs, sample_from_cdf(probs, cdf, self.generator)
 
 
 class VocabTracker:
@@ -199,9 +201,9 @@ class VocabTracker:
     every id).
 
     key names the set across trackers of the same path: a replay's context is always a
-    prefix of the path, so the set only grows along it (the prompt's ids, then each id the
-    path brings), and two sets of one path with the same size are the same set. key is
-    that size, or "all" once every id is scored."""
+    prefix of the path, so from the same limit and keep_ids the set only grows along it
+    (the prompt's ids, then each id the path brings), and two such sets of the same size are
+    the same set. key is (limit, keep_ids, that size), or "all" once every id is scored."""
 
     def __init__(self, limit: int, vocab_size: int, keep_ids: Iterable[int] = ()):
         self.limit, self.vocab_size, self.keep_ids = limit, vocab_size, tuple(keep_ids)
@@ -209,8 +211,8 @@ class VocabTracker:
         self.size = vocab_size
 
     @property
-    def key(self) -> int | str:
-        return "all" if self.mask is None else self.size
+    def key(self) -> tuple | str:
+        return "all" if self.mask is None else (self.limit, self.keep_ids, self.size)
 
     def start(self, prompt: list[int]) -> None:
         from specbench.speed.draft_vocab import draft_token_ids

@@ -74,6 +74,7 @@ from specbench.models.specs import check_draft_vocab, check_kernels, check_names
 from specbench.models.text import check_prompt_fits, encode_prompt
 from specbench.policies import POLICIES, make_policy
 from specbench.speed import native
+from specbench.speed.gguf_blocks import Q4KLinear
 from specbench.speed.costs import Costs, for_drafter, measure_costs, timing_context
 from specbench.speed.kernels import stock_kernels
 from specbench.bench.results import (
@@ -736,10 +737,11 @@ def _model_meta(model, name: str | None) -> dict | None:
         return None
     first = next(model.parameters())
     int8 = any(buffer.dtype == torch.int8 for buffer in model.buffers())  # quantize.Int8Linear
+    q4k = any(isinstance(module, Q4KLinear) for module in model.modules())  # its other layers int8
     return {
         "name": name,
         "class": type(model).__name__,
-        "dtype": "int8" if int8 else str(first.dtype).removeprefix("torch."),
+        "dtype": "q4k" if q4k else "int8" if int8 else str(first.dtype).removeprefix("torch."),
         "device": str(first.device),
         "parameters": sum(p.numel() for p in model.parameters()),
         "attention": getattr(model.config, "_attn_implementation", None),

@@ -63,6 +63,10 @@ class EmbeddedModel:
     # End-of-turn ids the GGUF does not list: upstream's generation_config.json stops on
     # <|endoftext|> (151643) as well as the GGUF's <|im_end|> (151645).
     extra_eos_ids: tuple[int, ...] = ()
+    # Whether its layers are mostly Q4_K blocks, which `--dtype q4k` runs as they are (a
+    # Q4_K_M file whose widths are multiples of 256; the 0.5B's 896 is not, so llama.cpp
+    # stored most of its layers as Q5_0)
+    q4k_layers: bool = False
 
     @property
     def slug(self) -> str:
@@ -91,6 +95,7 @@ TARGET = EmbeddedModel(
     version="0.2.0",
     sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
     extra_eos_ids=(151643,),
+    q4k_layers=True,
 )
 
 DRAFTER = EmbeddedModel(
@@ -109,11 +114,13 @@ DRAFTER = EmbeddedModel(
 PAIR = (TARGET, DRAFTER)
 INSTALL_HINT = "pip install 'specbench[default-models]'"
 
-# The target is "auto": weight-only int8 on a CPU where specbench's batch-invariant kernel
-# builds (speed/int8_linear.c: a k-token verify pass gives each row the bits of a one-token
-# step, so greedy parity with plain decoding holds), float32 elsewhere. A CPU decode step is
-# bound by reading weights and int8 reads a quarter of float32's bytes; its text differs
-# from the float32 target's only at near ties (bench/target_dtype.py measures both). A
+# The target is "auto": on a CPU where specbench's batch-invariant kernels build (a k-token
+# verify pass gives each row the bits of a one-token step, so greedy parity with plain
+# decoding holds), a GGUF target's own Q4_K blocks where it has them (q4k: gguf_blocks.py,
+# its other layers int8), else weight-only int8 (int8_linear.c); float32 elsewhere. A CPU
+# decode step is bound by reading weights: Q4_K reads 4.5 bits a weight, int8 8, float32
+# 32. Either differs from the float32 target's text only at near ties (bench/target_dtype.py
+# measures them side by side). A
 # bfloat16 target is not the default: PyTorch's k-token and one-token passes round it
 # differently, so greedy output can drift from plain decoding, and it verifies slowly on a CPU.
 # The drafter only proposes, so it may round: "auto" drafts in weight-only int8 on a CPU whose
@@ -249,6 +256,22 @@ def ensure_cached(model: EmbeddedModel, progress: Progress = _no_progress) -> Pa
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return final
+
+
+def ensure_gguf(model: EmbeddedModel, progress: Progress = _no_progress) -> Path:
+    """The assembled GGUF file of `model`, kept in its cache folder (a q4k target reads its
+    Q4_K blocks from it); assembled and checked on first use, written under a temporary
+    name and renamed, so a killed run never leaves a partial file in place."""
+    folder = ensure_cached(model, progress)
+    path = folder / model.gguf_name
+    if not path.is_file():
+        partial = path.with_name(f"{_TEMP_PREFIX}{os.getpid()}-{path.name}")
+        try:
+            assemble(model, partial, progress)
+            os.replace(partial, path)
+        finally:
+            partial.unlink(missing_ok=True)
+    return path
 
 
 _TEMP_PREFIX = ".tmp-"

@@ -25,6 +25,7 @@ from specbench.models import defaults
 from specbench.models.specs import DEFAULT, NONE, ModelSpec, check_device, check_draft_vocab, drafter_kind, parse_model_spec
 from specbench.speed.draft_vocab import output_head
 from specbench.speed.kernels import use_kernels
+from specbench.speed.gguf_blocks import Q4K, q4k_why_not, use_gguf_blocks
 from specbench.speed.quantize import INT8, int8_available, quantize_linears, quantize_target, target_int8_why_not
 
 DTYPES = {
@@ -45,26 +46,49 @@ def parse_dtype(name: str) -> torch.dtype:
     try:
         return DTYPES[name.lower()]
     except KeyError:
-        raise ModelError(f"unknown dtype {name!r}; choose from float32, bfloat16, float16, int8") from None
+        raise ModelError(f"unknown dtype {name!r}; choose from float32, bfloat16, float16, int8, q4k (target only)") from None
 
 
-def resolve_target_dtype(name: str, device: str) -> str:
-    """The target dtype "auto" stands for: int8 on a CPU where specbench's batch-invariant
-    int8 kernel builds (quantize.Int8TargetLinear), float32 otherwise; other names unchanged."""
+def resolve_target_dtype(name: str, device: str, target: str = DEFAULT) -> str:
+    """The target dtype "auto" stands for on a CPU where specbench's batch-invariant kernels
+    build: q4k for a GGUF target (the default one included) with Q4_K layers, int8 for any
+    other (quantize.Int8TargetLinear); float32 elsewhere. Other names unchanged."""
     if name.lower() != AUTO:
         return name
-    return INT8 if device == "cpu" and target_int8_why_not() is None else "float32"
+    if device != "cpu" or target_int8_why_not() is not None:
+        return "float32"
+    return Q4K if q4k_why_not() is None and has_q4k_layers(target) else INT8
+
+
+def has_q4k_layers(target: str) -> bool:
+    """Whether a model spec names a GGUF file with Q4_K tensors (False for anything else,
+    and for a file that cannot be read: loading it will say why)."""
+    try:
+        spec = parse_model_spec(target)
+    except (ModelError, OptionError):
+        return False
+    if spec.kind == DEFAULT:
+        return defaults.TARGET.q4k_layers
+    if spec.kind != "gguf":
+        return False
+    from specbench.speed.gguf_file import Q4_K, read_tensor_index
+
+    try:
+        return any(t.type == Q4_K and len(t.shape) == 2 for t in read_tensor_index(spec.source).tensors)
+    except (OSError, ValueError):
+        return False
 
 
 def parse_target_dtype(name: str, device: str) -> torch.dtype:
-    """The dtype a target loads in; int8 (quantize.Int8TargetLinear, batch-invariant) loads
-    float32 first and needs specbench's AVX2 kernel on a CPU."""
-    if name.lower() != INT8:
+    """The dtype a target loads in; int8 (quantize.Int8TargetLinear) and q4k (a GGUF's own
+    Q4_K blocks, gguf_blocks.Q4KLinear, int8 for its other layers), both batch-invariant,
+    load float32 first and need specbench's AVX2 kernels on a CPU."""
+    if name.lower() not in (INT8, Q4K):
         return parse_dtype(name)
     if device != "cpu":
-        raise ModelError(f"--dtype int8 runs on the CPU only, not on {device}")
-    if (why := target_int8_why_not()) is not None:
-        raise ModelError(f"--dtype int8: {why}")
+        raise ModelError(f"--dtype {name.lower()} runs on the CPU only, not on {device}")
+    if (why := target_int8_why_not() or (q4k_why_not() if name.lower() == Q4K else None)) is not None:
+        raise ModelError(f"--dtype {name.lower()}: {why}")
     return torch.float32
 
 
@@ -77,13 +101,18 @@ def resolve_draft_dtype(name: str, device: str) -> str:
 
 
 def parse_draft_dtype(name: str, device: str) -> torch.dtype:
-    """The dtype a drafter loads in; int8 (weight-only, quantize.py) loads bf16 first."""
-    if name.lower() != INT8:
+    """The dtype a drafter loads in; int8 (weight-only, quantize.py) loads bf16 first, q4k (a
+    GGUF's own Q4_K blocks, the rest as int8) float32 first."""
+    if name.lower() not in (INT8, Q4K):
         return parse_dtype(name)
     if device != "cpu":
-        raise ModelError(f"--draft-dtype int8 runs on the CPU only, not on {device}")
+        raise ModelError(f"--draft-dtype {name.lower()} runs on the CPU only, not on {device}")
     if not int8_available():
-        raise ModelError("--draft-dtype int8: this PyTorch build has no int8 weight-only kernel")
+        raise ModelError(f"--draft-dtype {name.lower()}: this PyTorch build has no int8 weight-only kernel")
+    if name.lower() == Q4K:
+        if (why := q4k_why_not()) is not None:
+            raise ModelError(f"--draft-dtype q4k: {why}")
+        return torch.float32
     return torch.bfloat16
 
 
@@ -127,7 +156,11 @@ def load_model(
     task = f"loading {role} {name} ({dtype})"
     progress(task, 0, None)
     model = _load_weights(folder, kwargs, torch_dtype, device, role, name)
-    if dtype.lower() == INT8:
+    if dtype.lower() == Q4K:
+        _use_gguf_blocks(model, spec, role, name, progress)
+        if role == "drafter":
+            _parameters_to_bf16(model)  # what quantize_linears takes, as an int8 drafter has
+    if dtype.lower() in (INT8, Q4K):
         (quantize_linears if role == "drafter" else quantize_target)(model)
     if role == "target" and model_device(model).type == "cpu":
         use_row_invariant_attention(model)  # a verify row's logits = a decoding step's, bit for bit
@@ -153,6 +186,37 @@ def _locate(spec: ModelSpec, role: str, progress: Progress) -> tuple[str, dict, 
     if spec.kind == "hub":
         return spec.source, {"local_files_only": True}, spec.source
     return spec.source, {}, Path(spec.source).name
+
+
+def _use_gguf_blocks(model, spec: ModelSpec, role: str, name: str, progress: Progress) -> None:
+    """Swap a model's Q4_K layers for Q4KLinear over its GGUF file's blocks; a model with no
+    GGUF file, or none of whose layers are Q4_K, is refused with one line."""
+    option = "--dtype" if role == "target" else "--draft-dtype"
+    if spec.kind == DEFAULT:
+        path = defaults.ensure_gguf(defaults.TARGET if role == "target" else defaults.DRAFTER, progress)
+    elif spec.kind == "gguf":
+        path = Path(spec.source)
+    else:
+        raise ModelError(f"{option} q4k runs a GGUF file's Q4_K blocks; the {role} {name} is not a .gguf file")
+    task = f"reading the Q4_K blocks of {name}"
+    progress(task, 0, None)
+    swapped, _ = use_gguf_blocks(model, str(path))
+    progress(task, 1, 1)
+    if not swapped:
+        raise ModelError(f"{option} q4k: no layer of {name} is stored as Q4_K in {path.name}")
+
+
+def _parameters_to_bf16(model) -> None:
+    """Every float32 parameter outside the Q4_K layers to bfloat16 (buffers such as rotary
+    frequencies stay float32, as a bfloat16 load leaves them)."""
+    from specbench.speed.gguf_blocks import Q4KLinear
+
+    for module in model.modules():
+        if isinstance(module, Q4KLinear):
+            continue
+        for parameter in module.parameters(recurse=False):
+            if parameter.dtype == torch.float32:
+                parameter.data = parameter.data.to(torch.bfloat16)
 
 
 def _load_weights(folder: str, kwargs: dict, dtype: torch.dtype, device: str, role: str, name: str):
@@ -333,7 +397,7 @@ class PairConfig:
     lookup: bool = defaults.DEFAULT_LOOKUP  # a model drafter copies from the context when it can ("model+lookup")
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "dtype", resolve_target_dtype(self.dtype, self.device))
+        object.__setattr__(self, "dtype", resolve_target_dtype(self.dtype, self.device, self.target))
         object.__setattr__(self, "draft_dtype", resolve_draft_dtype(self.draft_dtype, self.device))
 
 

@@ -1,6 +1,6 @@
-"""Builds and loads specbench's own int8 kernels (C files beside this module).
+"""Builds and loads specbench's own int8 and 4-bit kernels (C files beside this module).
 
-Two libraries, each compiled once per machine with the system C compiler (`cc`, or $CC) for
+Three libraries, each compiled once per machine with the system C compiler (`cc`, or $CC) for
 this CPU (-march=native) into the cache (defaults.cache_root() / "native", keyed by the
 source, the flags and the CPU's model and flags), and loaded with ctypes. Both use OpenMP
 through the runtime PyTorch has already loaded, so they share one thread pool.
@@ -11,10 +11,13 @@ through the runtime PyTorch has already loaded, so they share one thread pool.
                                     integers, so each row's result does not depend on the
                                     others: the int8 target (quantize.Int8TargetLinear) and
                                     the draft steps where the VNNI kernel is missing; needs AVX2.
+  q4k_linear.c   (q4k_kernel())     any number of fp32 rows over a GGUF file's own Q4_K
+                                    blocks, batch-invariant like int8_linear.c: the q4k
+                                    target (gguf_blocks.Q4KLinear); needs AVX2.
 
 No compiler, a failed build, or a CPU without the instructions: the getter returns None,
-callers keep PyTorch's kernels (or refuse an int8 target) and `why_not()` /
-`linear_why_not()` say why. SPECBENCH_NATIVE=0 turns both off.
+callers keep PyTorch's kernels (or refuse an int8 or q4k target) and `why_not()`,
+`linear_why_not()` and `q4k_why_not()` say why. SPECBENCH_NATIVE=0 turns all three off.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from specbench.models import defaults
 # the same in every build, so int8_linear.c's results equal the exact reference bit for bit
 FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC"]
 _P, _I = ctypes.c_void_p, ctypes.c_int
-HEADER = Path(__file__).with_name("bf16.h")  # included by both C files
+HEADER = Path(__file__).with_name("bf16.h")  # shared by the C files (in every build key)
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,9 @@ LINEAR = Library(
 )
 
 
+Q4K = Library("q4k_linear.c", "specbench_q4k_ready", "AVX2", (("specbench_q4k_linear", (_P, _I, _I, _P, _P, _P, _P, _P, _I, _P)),))
+
+
 def kernel() -> ctypes.CDLL | None:
     """The AVX512-VNNI draft-step library, or None where it cannot be had on this machine."""
     return _load(GEMV)[0]
@@ -80,6 +86,16 @@ def linear_kernel() -> ctypes.CDLL | None:
 def linear_why_not() -> str | None:
     """None when the int8 linear kernel is in use, else one line on why not."""
     return _load(LINEAR)[1]
+
+
+def q4k_kernel() -> ctypes.CDLL | None:
+    """The batch-invariant Q4_K linear library, or None where it cannot be had."""
+    return _load(Q4K)[0]
+
+
+def q4k_why_not() -> str | None:
+    """None when the Q4_K linear kernel is in use, else one line on why not."""
+    return _load(Q4K)[1]
 
 
 def name() -> str:

@@ -24,7 +24,7 @@ NEW_TOKENS = 32
 def pair():
     if any(defaults.status(model).parts_found < model.n_parts for model in defaults.PAIR):
         pytest.fail(f"the default pair's packages are not installed: {defaults.INSTALL_HINT}")
-    return models.load_pair(models.PairConfig())  # the defaults: int8 target (AVX2) and drafter on the CPU
+    return models.load_pair(models.PairConfig())  # the defaults: q4k target (AVX2), int8 drafter on the CPU
 
 
 def test_default_pair_is_cached_and_matched(pair):
@@ -89,12 +89,32 @@ def test_greedy_parity_on_the_onednn_kernels(pair):
     assert models.run_generation(spec_pair, prompt_ids, config, make_policy("fixed", 5)).token_ids == reference
 
 
-def test_the_default_target_is_int8_where_the_kernel_builds(pair):
+def test_the_default_target_runs_its_q4k_blocks_where_the_kernels_build(pair):
+    """168 of its 197 Linear layers are Q4_K in the GGUF file (the other 29 are Q6_K: the
+    head and some ffn_down and attn_v layers), and run as Q4KLinear; the rest int8."""
     from specbench.speed import native
+    from specbench.speed.gguf_blocks import Q4KLinear
     from specbench.speed.quantize import Int8TargetLinear
 
-    int8_layers = sum(isinstance(m, Int8TargetLinear) for m in pair.target.model.modules())
-    assert (int8_layers == 28 * 7 + 1) == (native.linear_kernel() is not None)  # 7 per layer and the head
+    modules = list(pair.target.model.modules())
+    q4k, int8 = sum(isinstance(m, Q4KLinear) for m in modules), sum(isinstance(m, Int8TargetLinear) for m in modules)
+    if native.q4k_kernel() is not None and native.linear_kernel() is not None:
+        assert (q4k, int8) == (168, 28 * 7 + 1 - 168)
+
+
+def test_greedy_parity_with_an_int8_target(pair):
+    """`--dtype int8` on real weights: speculative decoding with the pair's drafter gives
+    exactly the tokens of the int8 target's plain decoding."""
+    from specbench.speed import native
+
+    if native.linear_kernel() is None:
+        pytest.skip(f"no int8 target here: {native.linear_why_not()}")
+    target = models.load_model(models.ModelSpec("default", "default"), role="target", dtype="int8")
+    prompt_ids = models.encode_prompt(target.tokenizer, PROMPT)
+    config = GenerationConfig(max_new_tokens=NEW_TOKENS, eos_token_ids=pair.eos_token_ids)
+    plain = models.run_generation(models.LoadedPair(target, None, models.NONE), prompt_ids, config, None).token_ids
+    spec_pair = models.LoadedPair(target, pair.drafter_model, "model", pair.draft_vocab, pair.lookup)
+    assert models.run_generation(spec_pair, prompt_ids, config, make_policy("fixed", 5)).token_ids == plain
 
 
 def test_greedy_parity_with_early_exit_and_a_drafter_of_another_tokenizer(pair):

@@ -178,15 +178,3 @@ def test_without_the_kernel_an_int8_target_is_refused_with_the_reason(monkeypatc
         quantize_target(tiny_model(0))
     with pytest.raises(RuntimeError, match="no C compiler"):
         quantize.exact_int8_linear(torch.ones(1, 4), torch.ones(2, 4, dtype=torch.int8), torch.ones(2), None)
-
-
-def test_auto_is_int8_on_a_cpu_with_the_kernel_else_float32(monkeypatch):
-    from specbench.models.loading import PairConfig, resolve_target_dtype
-
-    expected = "int8" if native.linear_kernel() is not None else "float32"
-    assert resolve_target_dtype("auto", "cpu") == expected == PairConfig().dtype
-    assert resolve_target_dtype("auto", "cuda") == resolve_target_dtype("auto", "auto") == "float32"
-    assert resolve_target_dtype("bfloat16", "cpu") == "bfloat16"  # named dtypes pass through
-    monkeypatch.setattr(native, "linear_kernel", lambda: None)
-    monkeypatch.setattr(native, "linear_why_not", lambda: "SPECBENCH_NATIVE=0")
-    assert resolve_target_dtype("auto", "cpu") == "float32"

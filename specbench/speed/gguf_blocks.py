@@ -1,0 +1,183 @@
+"""A target's Linear layers over its GGUF file's own Q4_K blocks (`--dtype q4k`).
+
+Why: a CPU decoding step is bound by reading weights. The int8 target (quantize.py) reads
+8 bits a weight and rounds the file's 4-bit weights a second time; the Q4_K blocks the
+GGUF file already holds are 4.5 bits a weight and are the weights themselves. Q4KLinear
+keeps those blocks as they are (repacked into four arrays, no value changed) and runs them
+through q4k_linear.c, which, like int8_linear.c, gives a row the same bits whatever else
+shares the call, so greedy speculative decoding of a q4k target still equals its plain
+decoding token for token. Activations are rounded to int8 per 256 columns (llama.cpp's
+Q8_K rule): that, not the weights, is where a q4k target's logits differ from the float32
+target's.
+
+Which layers: every Linear whose GGUF tensor is Q4_K and whose blocks, dequantized,
+reproduce the loaded float32 weight bit for bit on sampled rows (so a name map or a row
+permutation that transformers applied on loading cannot pair a layer with the wrong
+blocks). The rest (Q6_K and other types, unmatched names) stay for quantize_target's int8.
+
+Knows nothing about decoding; models/loading.py calls use_gguf_blocks before quantize_target.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from specbench.speed import native
+
+Q4K = "q4k"  # the dtype name that asks for this
+QK = 256  # columns per Q4_K super-block
+BLOCK_BYTES = 144  # d (f16), dmin (f16), 12 bytes of 6-bit scales and mins, 128 bytes of nibbles
+CHECK_ROWS = 3  # rows per tensor compared with the loaded float32 weight
+
+
+def q4k_why_not() -> str | None:
+    """None where a q4k target can run on this machine, else one line on why not."""
+    if (why := native.q4k_why_not()) is not None:
+        return f"the q4k target needs specbench's AVX2 kernel: {why}"
+    return None
+
+
+# ---------------------------------------------------------------------------- blocks
+
+
+def repack(raw: np.ndarray) -> dict[str, torch.Tensor]:
+    """A Q4_K tensor's bytes [N, K / 256 * 144] -> the kernel's arrays, no value changed:
+    qs [N, K/256, 128] nibbles as stored, sm [N, K/256, 16] (sc[8] then m[8], 0..63), d and
+    dmin [N, K/256] float32 (exact widenings of the file's float16)."""
+    rows = raw.shape[0]
+    blocks = np.ascontiguousarray(raw, dtype=np.uint8).reshape(rows, -1, BLOCK_BYTES)
+    d = blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
+    dmin = blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
+    scales = blocks[..., 4:16].reshape(rows, -1, 3, 4)
+    lo, hi, mixed = scales[..., 0, :], scales[..., 1, :], scales[..., 2, :]
+    sc = np.concatenate([lo & 0x3F, (mixed & 0x0F) | ((lo >> 2) & 0x30)], axis=-1)
+    m = np.concatenate([hi & 0x3F, (mixed >> 4) | ((hi >> 2) & 0x30)], axis=-1)
+    return {
+        "qs": torch.from_numpy(np.ascontiguousarray(blocks[..., 16:])),
+        "sm": torch.from_numpy(np.ascontiguousarray(np.concatenate([sc, m], axis=-1))),
+        "d": torch.from_numpy(np.ascontiguousarray(d)),
+        "dmin": torch.from_numpy(np.ascontiguousarray(dmin)),
+    }
+
+
+def dequantize(qs: torch.Tensor, sm: torch.Tensor, d: torch.Tensor, dmin: torch.Tensor) -> torch.Tensor:
+    """The float32 weight [N, K] the blocks stand for, rounded as gguf-py (and so
+    transformers' GGUF loader) rounds it: (d * sc) * q - dmin * m."""
+    rows, nsb = d.shape
+    sc, m = sm[..., :8].float(), sm[..., 8:].float()
+    scale = (d[..., None] * sc)[..., None]  # [N, nsb, 8, 1]
+    low = (qs.reshape(rows, nsb, 4, 1, 32) >> torch.tensor([0, 4], dtype=torch.uint8).reshape(1, 1, 1, 2, 1)) & 0x0F
+    q = low.reshape(rows, nsb, 8, 32).float()
+    return (scale * q - (dmin[..., None] * m)[..., None]).reshape(rows, nsb * QK)
+
+
+class Q4KLinear(torch.nn.Module):
+    """y = x W^T + b with W as a GGUF file's Q4_K blocks; every row of x (float32) through
+    q4k_linear.c (batch-invariant, see the module docstring). No dense copy is kept."""
+
+    def __init__(self, blocks: dict[str, torch.Tensor], bias: torch.Tensor | None):
+        super().__init__()
+        self.out_features, nsb = blocks["d"].shape
+        self.in_features = nsb * QK
+        for name in ("qs", "sm", "d", "dmin"):
+            self.register_buffer(name, blocks[name].contiguous())
+        self.register_buffer("bias", None if bias is None else bias.detach().float().clone().contiguous())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return q4k_linear(x, self)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, Q4_K blocks"
+
+
+def q4k_linear(x: torch.Tensor, layer: Q4KLinear) -> torch.Tensor:
+    """x [..., in] times the layer's Q4_K weight, plus its bias, through q4k_linear.c."""
+    lib = native.q4k_kernel()
+    if lib is None:
+        raise RuntimeError(f"the Q4_K linear kernel is not available: {native.q4k_why_not()}")
+    rows, width = x.numel() // x.shape[-1], x.shape[-1]
+    x2 = x.reshape(rows, width).float().contiguous()
+    out = torch.empty(rows, layer.out_features, dtype=torch.float32)
+    bias = None if layer.bias is None else layer.bias.data_ptr()
+    args = (x2.data_ptr(), rows, width, layer.qs.data_ptr(), layer.sm.data_ptr(), layer.d.data_ptr(), layer.dmin.data_ptr(), bias, layer.out_features, out.data_ptr())
+    if rows and lib.specbench_q4k_linear(*args) != 0:
+        raise RuntimeError(f"q4k_linear refused a call of {rows} x {width}")
+    return out.reshape(*x.shape[:-1], layer.out_features).to(x.dtype)
+
+
+# ---------------------------------------------------------------------------- a model
+
+
+def q4k_tensors(gguf_path: str) -> tuple[str, dict[str, np.ndarray]]:
+    """(the file's general.architecture, GGUF tensor name -> its bytes [rows, row bytes] for
+    the file's Q4_K tensors, memory-mapped). gguf_file.read_tensor_index, not gguf-py's
+    GGUFReader: that one parses every metadata value (a 151k-token vocabulary: seconds)."""
+    from specbench.speed.gguf_file import Q4_K, read_tensor_index
+
+    index = read_tensor_index(gguf_path)
+    data = np.memmap(gguf_path, dtype=np.uint8, mode="r")
+    found = {}
+    for tensor in index.tensors:
+        if tensor.type == Q4_K and len(tensor.shape) == 2:
+            cols, rows = tensor.shape  # GGUF lists the fastest-varying dimension first
+            row_bytes = cols // QK * BLOCK_BYTES
+            start = index.data_offset + tensor.offset
+            found[tensor.name] = data[start : start + rows * row_bytes].reshape(rows, row_bytes)
+    return index.architecture, found
+
+
+def gguf_to_hf_names(model, architecture: str) -> dict[str, str]:
+    """GGUF tensor name -> the model's Linear weight names, by gguf-py's name map for the
+    file's architecture (the map transformers' GGUF loader uses); {} for an unknown one."""
+    from gguf import MODEL_ARCH_NAMES, get_tensor_name_map
+
+    arch = next((key for key, value in MODEL_ARCH_NAMES.items() if value == architecture), None)
+    if arch is None:
+        return {}
+    layers = getattr(model.config, "num_hidden_layers", 0)
+    name_map = get_tensor_name_map(arch, layers)
+    names = {}
+    for module_name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            parts = module_name.split(".")
+            for i in range(len(parts)):  # "model.layers.0.mlp.up_proj", then "layers.0.mlp.up_proj", ...
+                if (gguf_name := name_map.get_name(".".join(parts[i:]))) is not None:
+                    names[gguf_name + ".weight"] = module_name + ".weight"
+                    break
+    return names
+
+
+def use_gguf_blocks(model: torch.nn.Module, gguf_path: str) -> tuple[int, int]:
+    """Swap every float32 nn.Linear whose weight is a Q4_K tensor of the GGUF file (checked
+    on sampled rows) for a Q4KLinear; returns (swapped, Linear layers left as they were).
+    Raises ValueError where the kernel cannot run here."""
+    if (why := q4k_why_not()) is not None:
+        raise ValueError(why)
+    modules = dict(model.named_modules())
+    architecture, tensors = q4k_tensors(gguf_path)
+    names = gguf_to_hf_names(model, architecture)
+    swapped = 0
+    for gguf_name, raw in tensors.items():
+        hf_name = names.get(gguf_name, "")
+        parent, _, child = hf_name.removesuffix(".weight").rpartition(".")
+        linear = modules.get(hf_name.removesuffix(".weight"))
+        if not hf_name.endswith(".weight") or not isinstance(linear, torch.nn.Linear) or linear.weight.dtype != torch.float32:
+            continue
+        blocks = repack(raw)
+        if not _matches(blocks, linear.weight):
+            continue
+        setattr(modules[parent] if parent else model, child, Q4KLinear(blocks, linear.bias))
+        swapped += 1
+    left = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    return swapped, left
+
+
+def _matches(blocks: dict[str, torch.Tensor], weight: torch.Tensor) -> bool:
+    """Whether the blocks dequantize to the weight, bit for bit, on CHECK_ROWS spread rows."""
+    rows = blocks["d"].shape[0]
+    if tuple(weight.shape) != (rows, blocks["d"].shape[1] * QK):
+        return False
+    picks = sorted({0, rows // 2, rows - 1})[:CHECK_ROWS]
+    sample = {k: v[picks] for k, v in blocks.items()}
+    return torch.equal(dequantize(**sample), weight.detach()[picks].float())

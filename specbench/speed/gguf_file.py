@@ -1,0 +1,109 @@
+"""The tensor index of a GGUF file: names, shapes, types and offsets, read without the metadata.
+
+Why not gguf-py's GGUFReader: it turns every metadata value into numpy views, and a
+tokenizer's 151k vocabulary strings take it seconds; a q4k target needs only where each
+tensor's bytes are (gguf_blocks.py) and the architecture's name. The format is GGUF v2/v3
+(github.com/ggml-org/ggml, docs/gguf.md): a header, key-value metadata, tensor infos, then
+the tensor data at the next multiple of general.alignment (32 unless the file says).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+Q4_K = 12  # ggml type id of Q4_K
+_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # type id -> bytes
+_STRING, _ARRAY = 8, 9
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]  # GGUF order: the fastest-varying dimension first
+    type: int  # ggml type id
+    offset: int  # from the start of the data section
+
+
+@dataclass(frozen=True)
+class TensorIndex:
+    architecture: str  # general.architecture ("" when absent)
+    tensors: list[TensorInfo]
+    data_offset: int  # where the data section starts in the file
+
+
+class _Reader:
+    def __init__(self, data: bytes):
+        self.data, self.pos = data, 0
+
+    def take(self, fmt: str):
+        value = struct.unpack_from("<" + fmt, self.data, self.pos)
+        self.pos += struct.calcsize("<" + fmt)
+        return value[0]
+
+    def string(self) -> str:
+        size = self.take("Q")
+        text = self.data[self.pos : self.pos + size].decode("utf-8", errors="replace")
+        self.pos += size
+        return text
+
+    def value(self, kind: int):
+        """A metadata value: a string or a scalar is returned, an array is skipped (None)."""
+        if kind == _STRING:
+            return self.string()
+        if kind == _ARRAY:
+            item, count = self.take("I"), self.take("Q")
+            if item in _SCALAR:
+                self.pos += _SCALAR[item] * count
+            elif item == _STRING:  # a vocabulary: skipped, not decoded
+                for _ in range(count):
+                    size = self.take("Q")  # read before pos moves past it
+                    self.pos += size
+            else:
+                for _ in range(count):
+                    self.value(item)
+            return None
+        if kind not in _SCALAR:
+            raise ValueError(f"unknown GGUF metadata type {kind}")
+        fmt = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}[kind]
+        return self.take(fmt)
+
+
+def read_tensor_index(path: str) -> TensorIndex:
+    """The index of the GGUF file at path; ValueError for a file that is not GGUF v2 or v3."""
+    with open(path, "rb") as handle:
+        head = handle.read(24)
+        if len(head) < 24 or head[:4] != b"GGUF" or struct.unpack_from("<I", head, 4)[0] not in (2, 3):
+            raise ValueError(f"{path} is not a GGUF v2/v3 file")
+        size = 8 << 20
+        while True:  # read as much of the start as the metadata and tensor infos need
+            handle.seek(0)
+            data = handle.read(size)
+            try:
+                return _parse(data)
+            except struct.error:
+                if len(data) < size:
+                    raise ValueError(f"{path} ends inside its header") from None
+                size *= 4
+
+
+def _parse(data: bytes) -> TensorIndex:
+    reader = _Reader(data)
+    reader.pos = 8
+    n_tensors, n_kv = reader.take("Q"), reader.take("Q")
+    architecture, alignment = "", 32
+    for _ in range(n_kv):
+        key, kind = reader.string(), reader.take("I")
+        value = reader.value(kind)
+        if key == "general.architecture" and isinstance(value, str):
+            architecture = value
+        elif key == "general.alignment" and isinstance(value, int):
+            alignment = value
+    tensors = []
+    for _ in range(n_tensors):
+        name = reader.string()
+        dims = reader.take("I")
+        shape = tuple(reader.take("Q") for _ in range(dims))
+        tensors.append(TensorInfo(name, shape, reader.take("I"), reader.take("Q")))
+    data_offset = -(-reader.pos // alignment) * alignment
+    return TensorIndex(architecture, tensors, data_offset)

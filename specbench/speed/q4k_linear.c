@@ -1,0 +1,208 @@
+/* A batch-invariant linear layer over a GGUF file's own Q4_K blocks, for AVX2 CPUs
+ * (speed/native.py builds and loads it; speed/gguf_blocks.py's Q4KLinear calls it).
+ *
+ * Q4_K (llama.cpp's k-quant): a weight row is cut into super-blocks of 256 columns, each
+ * into 8 sub-blocks of 32; weight = d * sc[j] * q - dmin * m[j], with q in 0..15 (4 bits),
+ * sc[j] and m[j] in 0..63 and d, dmin one float per super-block. gguf_blocks.py repacks
+ * the file's 144-byte blocks into four arrays (nibbles, sc and m bytes, d, dmin) without
+ * changing a value, so this layer multiplies by exactly the weights the file holds (and
+ * exactly what transformers' dequantized float32 copy of them holds, tested).
+ *
+ * Activations are quantized here per row and super-block to int8 (scale absmax / 127,
+ * llama.cpp's Q8_K rule), so a super-block's dot product is an exact integer sum:
+ *
+ *   y[m, n] = sum_s  xs[m,s] * ( d[n,s] * sum_j sc[j] * (sum_i q_i * x_i)
+ *                               - dmin[n,s] * sum_j m[j] * (sum_i x_i) )   (+ bias[n])
+ *
+ * Why batch-invariant: the integer parts are exact, and the float parts are the same
+ * operations in the same order for every (m, n), whatever the tile, the number of rows in
+ * the call or the thread count (built with -ffp-contract=off, no fast-math), so a verify
+ * pass of k rows gives each row the bits a one-row decoding step gives. That is what a
+ * target needs for greedy speculative decoding to equal its own plain decoding.
+ *
+ * Why this shape: a CPU decoding step is bound by reading weights, and Q4_K is 4.5 bits a
+ * weight against int8's 8. AVX2's vpmaddubsw multiplies 32 unsigned nibbles by 32 signed
+ * int8 activations into 16 int16 pairs (at most 2 * 15 * 127, no saturation); vpmaddwd by
+ * the sub-block's scale widens them into 8 int32 lanes (a super-block adds at most
+ * 8 * 2 * 3810 * 63 / 2 per lane, far below 2^31). Each weight row's nibbles are unpacked
+ * once per tile and used by up to MT activation rows.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <omp.h>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+
+#define QK 256   /* columns per super-block */
+#define NSUB 8   /* sub-blocks of 32 per super-block */
+#define MT 4     /* activation rows per tile */
+#define NB 16    /* weight rows per cache block */
+#define PREFETCH 2 /* weight rows ahead to prefetch */
+
+int specbench_q4k_ready(void) { return 1; }
+
+/* one row of K float32 activations -> int8 per super-block (scale absmax / 127; an all-zero
+ * super-block gets scale 1), with the sum of each sub-block of 32 */
+static void quantize_row(const float *x, int K, int8_t *xq, float *xs, int16_t *bsum) {
+    for (int s = 0; s < K / QK; s++) {
+        const float *v = x + (size_t)s * QK;
+        float amax = 0.0f;
+        for (int i = 0; i < QK; i++) {
+            float a = fabsf(v[i]);
+            if (a > amax) amax = a;
+        }
+        float scale = amax > 0.0f ? amax / 127.0f : 1.0f;
+        float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        for (int j = 0; j < NSUB; j++) {
+            int32_t sum = 0;
+            for (int i = 0; i < 32; i++) {
+                long q = lrintf(v[j * 32 + i] * inv); /* round half to even */
+                q = q > 127 ? 127 : (q < -127 ? -127 : q);
+                xq[(size_t)s * QK + j * 32 + i] = (int8_t)q;
+                sum += (int32_t)q;
+            }
+            bsum[s * NSUB + j] = (int16_t)sum; /* |sum| <= 32 * 127 */
+        }
+        xs[s] = scale;
+    }
+}
+
+typedef struct {
+    const int8_t *xq;     /* [M, K] */
+    const float *xs;      /* [M, K / QK] */
+    const int16_t *bsum;  /* [M, K / 32] */
+    const uint8_t *qs;    /* [N, K / QK, 128] nibbles, the file's order */
+    const uint8_t *sm;    /* [N, K / QK, 16]: sc[8] then m[8] */
+    const float *d, *dmin;/* [N, K / QK] */
+    const float *bias;    /* [N] or NULL */
+    int M, N, K;
+    float *y;             /* [M, N] */
+} job_t;
+
+static inline float hsum(__m256 v) { /* (l0 + l4) + (l2 + l6) + ((l1 + l5) + (l3 + l7)), fixed */
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float hsum4(__m128 s) { /* (l0 + l2) + (l1 + l3), fixed */
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+/* weight row n against activation rows m0..m0+mt-1 -> y */
+static inline __attribute__((always_inline)) void tile(const job_t *J, int n, int m0, int mt) {
+    const int nsb = J->K / QK;
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    __m256 acc[MT];
+    __m128 accm[MT];
+    for (int i = 0; i < mt; i++) {
+        acc[i] = _mm256_setzero_ps();
+        accm[i] = _mm_setzero_ps();
+    }
+    const uint8_t *qs = J->qs + (size_t)n * nsb * 128;
+    const uint8_t *sm = J->sm + (size_t)n * nsb * 16;
+    const float *dn = J->d + (size_t)n * nsb, *mn = J->dmin + (size_t)n * nsb;
+    for (int s = 0; s < nsb; s++) {
+        const uint8_t *q = qs + (size_t)s * 128, *sc = sm + (size_t)s * 16;
+        _mm_prefetch((const char *)(q + (size_t)PREFETCH * nsb * 128), _MM_HINT_T0);
+        _mm_prefetch((const char *)(q + (size_t)PREFETCH * nsb * 128 + 64), _MM_HINT_T0);
+        __m256i sumi[MT];
+        for (int i = 0; i < mt; i++) sumi[i] = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            __m256i bits = _mm256_loadu_si256((const __m256i *)(q + 32 * j));
+            __m256i lo = _mm256_and_si256(bits, low);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), low);
+            __m256i scl = _mm256_set1_epi16(sc[2 * j]), sch = _mm256_set1_epi16(sc[2 * j + 1]);
+            for (int i = 0; i < mt; i++) {
+                const int8_t *x = J->xq + (size_t)(m0 + i) * J->K + (size_t)s * QK + 64 * j;
+                __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)x));
+                __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x + 32)));
+                sumi[i] = _mm256_add_epi32(sumi[i], _mm256_add_epi32(_mm256_madd_epi16(pl, scl), _mm256_madd_epi16(ph, sch)));
+            }
+        }
+        /* the mins: m[j] (int16) times each activation row's sub-block sums, 4 int32 lanes */
+        const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(sc + NSUB)));
+        for (int i = 0; i < mt; i++) {
+            const int m = m0 + i;
+            const __m128i bs = _mm_loadu_si128((const __m128i *)(J->bsum + (size_t)m * (J->K / 32) + s * NSUB));
+            const float xs = J->xs[(size_t)m * nsb + s];
+            acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(_mm256_cvtepi32_ps(sumi[i]), _mm256_set1_ps(dn[s] * xs)));
+            accm[i] = _mm_add_ps(accm[i], _mm_mul_ps(_mm_cvtepi32_ps(_mm_madd_epi16(mins, bs)), _mm_set1_ps(mn[s] * xs)));
+        }
+    }
+    for (int i = 0; i < mt; i++) {
+        float v = hsum(acc[i]) - hsum4(accm[i]);
+        if (J->bias) v = v + J->bias[n];
+        J->y[(size_t)(m0 + i) * J->N + n] = v;
+    }
+}
+
+/* weight rows n0..n1-1 against every activation row, NB weight rows at a time, so the
+ * block stays in cache while the activation rows of a prompt pass it */
+static void rows(const job_t *J, int n0, int n1) {
+    for (int nb = n0; nb < n1; nb += NB) {
+        int nb1 = nb + NB < n1 ? nb + NB : n1;
+        for (int m = 0; m < J->M; m += MT) {
+            int mt = J->M - m < MT ? J->M - m : MT;
+            for (int n = nb; n < nb1; n++) {
+                /* constant tile heights, so the compiler keeps the accumulators in registers */
+                switch (mt) {
+                case 1: tile(J, n, m, 1); break;
+                case 2: tile(J, n, m, 2); break;
+                case 3: tile(J, n, m, 3); break;
+                default: tile(J, n, m, MT);
+                }
+            }
+        }
+    }
+}
+
+/* y [M, N] (float32) = x [M, K] (float32) times the Q4_K weight [N, K]^T (+ bias [N]);
+ * K a multiple of 256. Returns 0, or -1 for arguments it does not take. */
+int specbench_q4k_linear(const float *x, int M, int K, const uint8_t *qs, const uint8_t *sm, const float *d,
+                         const float *dmin, const float *bias, int N, float *y) {
+    if (M < 1 || K < QK || K % QK || N < 1) return -1;
+    int8_t *xq = (int8_t *)malloc((size_t)M * K);
+    float *xs = (float *)malloc((size_t)M * (K / QK) * sizeof(float));
+    int16_t *bsum = (int16_t *)malloc((size_t)M * (K / 32) * sizeof(int16_t));
+    if (!xq || !xs || !bsum) {
+        free(xq);
+        free(xs);
+        free(bsum);
+        return -1;
+    }
+#pragma omp parallel for schedule(static) if (M > 8)
+    for (int m = 0; m < M; m++)
+        quantize_row(x + (size_t)m * K, K, xq + (size_t)m * K, xs + (size_t)m * (K / QK), bsum + (size_t)m * (K / 32));
+    job_t J = {xq, xs, bsum, qs, sm, d, dmin, bias, M, N, K, y};
+#pragma omp parallel
+    {
+        int threads = omp_get_num_threads(), t = omp_get_thread_num();
+        int per = (N + threads - 1) / threads;
+        int n0 = t * per, n1 = (t + 1) * per;
+        if (n1 > N) n1 = N;
+        if (n0 < n1) rows(&J, n0, n1);
+    }
+    free(xq);
+    free(xs);
+    free(bsum);
+    return 0;
+}
+
+#else
+
+int specbench_q4k_ready(void) { return 0; }
+
+int specbench_q4k_linear(const float *x, int M, int K, const uint8_t *qs, const uint8_t *sm, const float *d,
+                         const float *dmin, const float *bias, int N, float *y) {
+    (void)x; (void)M; (void)K; (void)qs; (void)sm; (void)d; (void)dmin; (void)bias; (void)N; (void)y;
+    return -1;
+}
+
+#endif

@@ -1,0 +1,270 @@
+"""The q4k target (`--dtype q4k`: gguf_blocks.Q4KLinear over a GGUF file's Q4_K blocks).
+
+What must hold: the blocks are repacked without changing a value (they dequantize as gguf-py
+does), the kernel equals a PyTorch reference of its contract bit for bit (so a row's result
+cannot depend on the other rows, the tile or the threads), the layers are found in a GGUF
+file by name and checked against the loaded weights, and a target built of them verifies k
+tokens with exactly the logits of k one-token steps, so greedy speculative decoding equals
+its plain decoding. The tests skip where the AVX2 kernel is not built.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import PROMPTS, block_and_steps, noisy_copy, tiny_model
+from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
+from specbench.drafters import ModelDrafter
+from specbench.models.loading import ModelError, load_model, parse_draft_dtype, parse_target_dtype
+from specbench.models.specs import parse_model_spec
+from specbench.policies import FixedGamma
+from specbench.speed import gguf_blocks, native
+from specbench.speed.gguf_blocks import BLOCK_BYTES, QK, Q4KLinear, dequantize, repack, use_gguf_blocks
+from specbench.speed.gguf_file import Q4_K, read_tensor_index
+from tiny_hf import save_tiny
+
+needs_kernel = pytest.mark.skipif(native.q4k_kernel() is None, reason=f"q4k_linear is not built here: {native.q4k_why_not()}")
+
+HIDDEN = 256  # Q4_K needs widths that are multiples of 256
+
+
+def random_q4k(rows: int, cols: int, seed: int, scale: float = 0.002) -> np.ndarray:
+    """Valid Q4_K bytes [rows, cols / 256 * 144]: small positive float16 d and dmin, any
+    scale bytes and nibbles."""
+    rng = np.random.default_rng(seed)
+    blocks = rng.integers(0, 256, size=(rows, cols // QK, BLOCK_BYTES), dtype=np.uint8)
+    d = (rng.uniform(0.2, 1.0, size=(rows, cols // QK, 2)) * scale).astype(np.float16)
+    blocks[..., 0:4] = d.view(np.uint8).reshape(rows, cols // QK, 4)
+    return blocks.reshape(rows, -1)
+
+
+def reference(x: torch.Tensor, layer: Q4KLinear) -> torch.Tensor:
+    """q4k_linear.c's contract in PyTorch, operation for operation: int8 activations per 256
+    columns, each super-block's integer sums in the kernel's 8 (and 4) lanes, then float32
+    accumulation over super-blocks and the kernel's fixed horizontal sums."""
+    rows, width = x.shape
+    nsb = width // QK
+    xb = x.reshape(rows, nsb, QK)
+    amax = xb.abs().amax(dim=-1)
+    scale = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
+    inv = torch.where(amax > 0, 127.0 / amax, torch.zeros_like(amax))
+    xq = torch.round(xb * inv[..., None]).clamp(-127, 127).long()  # [M, nsb, 256]
+    shifts = torch.tensor([0, 4], dtype=torch.uint8).reshape(1, 1, 1, 2, 1)
+    q = ((layer.qs.reshape(-1, nsb, 4, 1, 32) >> shifts) & 0x0F).reshape(-1, nsb, 8, 32).long()  # [N, nsb, sub, 32]
+    sc, mins = layer.sm[..., :8].long(), layer.sm[..., 8:].long()
+    acc = torch.zeros(rows, layer.out_features, 8)
+    accm = torch.zeros(rows, layer.out_features, 4)
+    for s in range(nsb):
+        xs = xq[:, s].reshape(rows, 8, 8, 4)  # [M, sub, lane, 4 columns]
+        qw = q[:, s].reshape(-1, 8, 8, 4)  # [N, sub, lane, 4]
+        lanes = torch.einsum("mjlc,njlc,nj->mnl", xs, qw, sc[:, s])  # exact int64
+        bsum = xq[:, s].reshape(rows, 8, 32).sum(-1)  # [M, sub]
+        mlanes = (mins[None, :, s] * bsum[:, None, :]).reshape(rows, -1, 4, 2).sum(-1)  # [M, N, 4]
+        ds = layer.d[None, :, s] * scale[:, s, None]  # float32 products, as in the kernel
+        dm = layer.dmin[None, :, s] * scale[:, s, None]
+        acc = acc + lanes.float() * ds[..., None]
+        accm = accm + mlanes.float() * dm[..., None]
+    s4 = acc[..., :4] + acc[..., 4:]
+    total = (s4[..., 0] + s4[..., 2]) + (s4[..., 1] + s4[..., 3])
+    total = total - ((accm[..., 0] + accm[..., 2]) + (accm[..., 1] + accm[..., 3]))
+    return total if layer.bias is None else total + layer.bias
+
+
+def layer_of(rows: int, cols: int, seed: int, bias: bool = False) -> Q4KLinear:
+    b = torch.randn(rows, generator=torch.Generator().manual_seed(seed)) if bias else None
+    return Q4KLinear(repack(random_q4k(rows, cols, seed)), b)
+
+
+def test_repacked_blocks_dequantize_as_gguf_py_does():
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize as gguf_dequantize
+
+    raw = random_q4k(6, 512, seed=1)
+    expected = gguf_dequantize(raw, GGMLQuantizationType.Q4_K).reshape(6, 512)
+    assert torch.equal(dequantize(**repack(raw)), torch.from_numpy(expected))
+
+
+@needs_kernel
+@pytest.mark.parametrize("rows,cols,out", [(1, 256, 3), (2, 512, 8), (3, 256, 17), (4, 768, 5), (7, 1536, 33), (13, 256, 9), (20, 512, 4)])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_the_kernel_equals_its_reference_bit_for_bit(rows, cols, out, with_bias):
+    """Every tile height (1 to 4 rows, and more than 8 rows: the threaded quantizer)."""
+    layer = layer_of(out, cols, seed=rows * 10 + cols + out, bias=with_bias)
+    x = torch.randn(rows, cols, generator=torch.Generator().manual_seed(rows)) * 3
+    x[0, :QK] = 0.0  # an all-zero super-block takes scale 1
+    assert torch.equal(layer(x), reference(x, layer))
+
+
+@needs_kernel
+def test_the_reference_is_the_matrix_product_up_to_int8_activations():
+    layer = layer_of(40, 768, seed=3)
+    x = torch.randn(5, 768, generator=torch.Generator().manual_seed(4))
+    exact = x.double() @ dequantize(layer.qs, layer.sm, layer.d, layer.dmin).double().T
+    assert ((layer(x).double() - exact).norm() / exact.norm()).item() < 0.02
+
+
+@needs_kernel
+def test_a_row_gets_the_same_bits_alone_among_others_and_on_one_thread():
+    layer = layer_of(70, 512, seed=5)
+    x = torch.randn(11, 512, generator=torch.Generator().manual_seed(6))
+    x[3] *= 1e4  # a row with a much larger scale must not change the others
+    together = layer(x)
+    alone = torch.cat([layer(x[i : i + 1]) for i in range(11)])
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one_thread = layer(x)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(together, alone) and torch.equal(together, one_thread)
+
+
+# ---------------------------------------------------------------------------- a model from a GGUF file
+
+
+GGUF_NAMES = {  # Qwen2's Linear layers and their GGUF tensor names
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
+
+
+def q4k_model_and_file(tmp_path, seed: int = 0, skip: str | None = None):
+    """A tiny Qwen2 (hidden 256) whose every Linear weight is random Q4_K blocks dequantized,
+    and a GGUF file holding those blocks (under the names llama.cpp gives them); `skip`: one
+    GGUF name written as float32 instead."""
+    from gguf import GGMLQuantizationType, GGUFWriter
+
+    model = tiny_model(seed, hidden=HIDDEN)
+    writer = GGUFWriter(str(tmp_path / "tiny.gguf"), "qwen2")
+    named = {f"output": model.lm_head}
+    for i, layer in enumerate(model.model.layers):
+        for hf, gguf_name in GGUF_NAMES.items():
+            named[f"blk.{i}.{gguf_name}"] = layer.get_submodule(hf)
+    for k, (name, linear) in enumerate(named.items()):
+        raw = random_q4k(linear.out_features, linear.in_features, seed=100 * seed + k, scale=0.02)
+        with torch.no_grad():
+            linear.weight.copy_(dequantize(**repack(raw)))
+        if name == skip:
+            writer.add_tensor(name + ".weight", linear.weight.detach().numpy())
+        else:
+            writer.add_tensor(name + ".weight", raw, raw_dtype=GGMLQuantizationType.Q4_K)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return model, tmp_path / "tiny.gguf"
+
+
+def test_the_tensor_index_agrees_with_gguf_py(tmp_path):
+    from gguf import GGUFReader
+
+    _, path = q4k_model_and_file(tmp_path, skip="blk.0.ffn_up")
+    index = read_tensor_index(str(path))
+    theirs = GGUFReader(str(path))
+    assert index.architecture == "qwen2"
+    assert [(t.name, index.data_offset + t.offset, t.type) for t in index.tensors] == [(t.name, int(t.data_offset), int(t.tensor_type)) for t in theirs.tensors]
+    assert sum(t.type == Q4_K for t in index.tensors) == 2 * 7
+    assert [t.name for t in index.tensors if t.type != Q4_K] == ["blk.0.ffn_up.weight"]
+
+
+def test_a_file_that_is_not_gguf_is_refused(tmp_path):
+    (tmp_path / "x.gguf").write_bytes(b"not a gguf file at all, not even close")
+    with pytest.raises(ValueError, match="not a GGUF"):
+        read_tensor_index(str(tmp_path / "x.gguf"))
+
+
+@needs_kernel
+def test_every_q4k_layer_is_found_by_name_and_a_layer_that_differs_is_left(tmp_path):
+    model, path = q4k_model_and_file(tmp_path, skip="blk.1.attn_k")
+    with torch.no_grad():  # a weight that is not what its blocks say is never swapped
+        model.model.layers[0].mlp.up_proj.weight[0, 0] += 1.0
+    swapped, left = use_gguf_blocks(model, str(path))
+    assert (swapped, left) == (2 * 7 + 1 - 2, 2)
+    assert isinstance(model.model.layers[0].mlp.up_proj, torch.nn.Linear)
+    assert isinstance(model.model.layers[1].self_attn.k_proj, torch.nn.Linear)
+    assert isinstance(model.model.layers[1].mlp.up_proj, Q4KLinear) and isinstance(model.lm_head, Q4KLinear)
+
+
+def q4k_target(tmp_path, seed: int = 0):
+    model, path = q4k_model_and_file(tmp_path, seed)
+    assert use_gguf_blocks(model, str(path)) == (2 * 7 + 1, 0)
+    return model
+
+
+@needs_kernel
+def test_k_tokens_at_once_give_the_logits_of_k_single_steps(tmp_path):
+    from specbench.core.attention import use_row_invariant_attention
+
+    model = q4k_target(tmp_path)
+    use_row_invariant_attention(model)  # as load_model does for a CPU target
+    prompt, tail = torch.tensor([[1, 5, 9, 12, 3]]), torch.tensor([[7, 40, 2, 2, 61, 13]])
+    together, steps = block_and_steps(model, prompt, tail)
+    assert torch.equal(together, steps)
+
+
+@needs_kernel
+@pytest.mark.parametrize("gamma", range(1, 9))
+def test_greedy_speculative_equals_plain_with_a_q4k_target(tmp_path, gamma):
+    from specbench.core.attention import use_row_invariant_attention
+
+    target = q4k_target(tmp_path)
+    use_row_invariant_attention(target)
+    drafter = noisy_copy(target, 0.2, seed=7)
+    config = GenerationConfig(max_new_tokens=40)
+    accepted = 0
+    for prompt in PROMPTS:
+        result = speculative_generate(target, ModelDrafter(drafter), prompt, config, FixedGamma(gamma))
+        assert result.token_ids == plain_generate(target, prompt, config).token_ids
+        accepted += result.stats.accepted
+    assert accepted > 0
+
+
+def test_q4k_is_for_a_gguf_model_on_the_cpu(tmp_path):
+    with pytest.raises(ModelError, match="--dtype q4k runs on the CPU only"):
+        parse_target_dtype("q4k", "cuda")
+    with pytest.raises(ModelError, match="--draft-dtype q4k runs on the CPU only"):
+        parse_draft_dtype("q4k", "cuda")
+    if native.q4k_kernel() is not None:
+        folder = save_tiny(tmp_path / "tiny")
+        with pytest.raises(ModelError, match="--dtype q4k runs a GGUF file's Q4_K blocks; the target tiny is not a .gguf file"):
+            load_model(parse_model_spec(str(folder)), role="target", dtype="q4k")
+        with pytest.raises(ModelError, match="--draft-dtype q4k runs a GGUF file's Q4_K blocks; the drafter tiny"):
+            load_model(parse_model_spec(str(folder)), role="drafter", dtype="q4k")
+
+
+def test_without_the_kernel_a_q4k_target_is_refused_with_the_reason(monkeypatch):
+    monkeypatch.setattr(native, "q4k_kernel", lambda: None)
+    monkeypatch.setattr(native, "q4k_why_not", lambda: "SPECBENCH_NATIVE=0")
+    if native.linear_kernel() is not None:
+        with pytest.raises(ModelError, match="q4k target needs specbench's AVX2 kernel: SPECBENCH_NATIVE=0"):
+            parse_target_dtype("q4k", "cpu")
+    with pytest.raises(ValueError, match="SPECBENCH_NATIVE=0"):
+        use_gguf_blocks(tiny_model(0, hidden=HIDDEN), "unused.gguf")
+    with pytest.raises(RuntimeError, match="SPECBENCH_NATIVE=0"):
+        gguf_blocks.q4k_linear(torch.ones(1, QK), layer_of(2, QK, seed=0))
+
+
+def test_auto_is_q4k_for_a_gguf_target_with_q4k_layers_int8_for_others_float32_without_kernels(monkeypatch, tmp_path):
+    from specbench.models.loading import PairConfig, resolve_target_dtype
+
+    _, q4k_file = q4k_model_and_file(tmp_path)
+    folder = save_tiny(tmp_path / "tiny")
+    both = native.q4k_kernel() is not None and native.linear_kernel() is not None
+    assert resolve_target_dtype("auto", "cpu") == PairConfig().dtype == ("q4k" if both else "float32" if native.linear_kernel() is None else "int8")
+    assert resolve_target_dtype("auto", "cpu", str(q4k_file)) == ("q4k" if both else resolve_target_dtype("auto", "cpu", str(folder)))
+    assert resolve_target_dtype("auto", "cpu", str(folder)) == ("int8" if native.linear_kernel() is not None else "float32")
+    assert resolve_target_dtype("auto", "cuda") == resolve_target_dtype("auto", "auto") == "float32"
+    assert resolve_target_dtype("bfloat16", "cpu") == "bfloat16"  # named dtypes pass through
+    monkeypatch.setattr(native, "q4k_kernel", lambda: None)
+    monkeypatch.setattr(native, "q4k_why_not", lambda: "SPECBENCH_NATIVE=0")
+    assert resolve_target_dtype("auto", "cpu") == ("int8" if native.linear_kernel() is not None else "float32")
+    monkeypatch.setattr(native, "linear_kernel", lambda: None)
+    monkeypatch.setattr(native, "linear_why_not", lambda: "SPECBENCH_NATIVE=0")
+    assert resolve_target_dtype("auto", "cpu") == "float32"

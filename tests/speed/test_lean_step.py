@@ -1,6 +1,7 @@
 """The lean draft-step forward (lean_step.py) computes what HF's decoder computes: the same
 hidden states and the same cache, for 1..MAX_LEAN_ROWS new tokens, on tiny Qwen2 and Llama
-models, in fp32 and with int8 layers (whose q/k/v and gate/up rows it stacks)."""
+models, in fp32 and with int8 layers (whose q/k/v and gate/up rows it stacks; there it attends
+in float32 where HF attends in bf16, so the two agree to bf16 rounding)."""
 
 import pytest
 import torch
@@ -46,10 +47,12 @@ def test_lean_forward_matches_hf_hidden_states_and_cache(name):
         new = torch.arange(n).unsqueeze(0) * 7 % 64
         expected = model.get_decoder()(input_ids=new, **cache_arg(model.get_decoder(), theirs), use_cache=True).last_hidden_state
         got = decoder(new, mine)
-        torch.testing.assert_close(got, expected, rtol=1e-2 if name.endswith("int8") else 1e-5, atol=1e-2 if name.endswith("int8") else 1e-5)
+        # bf16 (int8) models: the lean forward attends in float32, HF in bf16, so later layers differ by rounding
+        tolerance = {"rtol": 1e-2, "atol": 1e-2} if name.endswith("int8") else {"rtol": 1e-5, "atol": 1e-5}
+        torch.testing.assert_close(got, expected, **tolerance)
         for a, b in zip(theirs.layers, mine.layers):
-            torch.testing.assert_close(b.keys, a.keys)
-            torch.testing.assert_close(b.values, a.values)
+            torch.testing.assert_close(b.keys, a.keys, **tolerance)
+            torch.testing.assert_close(b.values, a.values, **tolerance)
         for cache in (theirs, mine):
             crop_cache(cache, prompt.shape[1])
     with pytest.raises(ValueError, match="at most"):

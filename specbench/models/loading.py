@@ -22,6 +22,7 @@ from specbench.drafters.early_exit import EarlyExitModel
 from specbench.drafters.translated import TextCodec, check_translatable
 from specbench.errors import ModelError, OptionError, VocabMismatch, reraise_as
 from specbench.models import defaults
+from specbench.models.prepared import load_prepared, prepared_path, save_prepared
 from specbench.models.specs import DEFAULT, NONE, ModelSpec, check_device, check_draft_vocab, drafter_kind, parse_model_spec
 from specbench.speed.draft_vocab import output_head
 from specbench.speed.kernels import use_kernels
@@ -155,13 +156,20 @@ def load_model(
     folder, kwargs, name = _locate(spec, role, progress)
     task = f"loading {role} {name} ({dtype})"
     progress(task, 0, None)
-    model = _load_weights(folder, kwargs, torch_dtype, device, role, name)
-    if dtype.lower() == Q4K:
-        _use_gguf_blocks(model, spec, role, name, progress)
-        if role == "drafter":
-            _parameters_to_bf16(model)  # what quantize_linears takes, as an int8 drafter has
-    if dtype.lower() in (INT8, Q4K):
-        (quantize_linears if role == "drafter" else quantize_target)(model)
+    # the default target in q4k is prepared once and mapped from the cache after (prepared.py)
+    prepared = prepared_path(Path(folder), Q4K) if spec.kind == DEFAULT and role == "target" and dtype.lower() == Q4K else None
+    model = load_prepared(folder, prepared) if prepared is not None else None
+    if model is None:
+        model = _load_weights(folder, kwargs, torch_dtype, device, role, name)
+        if dtype.lower() == Q4K:
+            gguf = _use_gguf_blocks(model, spec, role, name, progress)
+            if role == "drafter":
+                _parameters_to_bf16(model)  # what quantize_linears takes, as an int8 drafter has
+        if dtype.lower() in (INT8, Q4K):
+            (quantize_linears if role == "drafter" else quantize_target)(model)
+        if prepared is not None:
+            save_prepared(model, prepared)
+            gguf.unlink(missing_ok=True)  # assembled again from the installed parts if ever needed
     if role == "target" and model_device(model).type == "cpu":
         use_row_invariant_attention(model)  # a verify row's logits = a decoding step's, bit for bit
     digest = tokenizer_digest(folder) if "gguf_file" not in kwargs else None
@@ -188,9 +196,10 @@ def _locate(spec: ModelSpec, role: str, progress: Progress) -> tuple[str, dict, 
     return spec.source, {}, Path(spec.source).name
 
 
-def _use_gguf_blocks(model, spec: ModelSpec, role: str, name: str, progress: Progress) -> None:
-    """Swap a model's Q4_K layers for Q4KLinear over its GGUF file's blocks; a model with no
-    GGUF file, or none of whose layers are Q4_K, is refused with one line."""
+def _use_gguf_blocks(model, spec: ModelSpec, role: str, name: str, progress: Progress) -> Path:
+    """Swap a model's Q4_K layers for Q4KLinear over its GGUF file's blocks and return the
+    file's path; a model with no GGUF file, or none of whose layers are Q4_K, is refused
+    with one line."""
     option = "--dtype" if role == "target" else "--draft-dtype"
     if spec.kind == DEFAULT:
         path = defaults.ensure_gguf(defaults.TARGET if role == "target" else defaults.DRAFTER, progress)
@@ -204,6 +213,7 @@ def _use_gguf_blocks(model, spec: ModelSpec, role: str, name: str, progress: Pro
     progress(task, 1, 1)
     if not swapped:
         raise ModelError(f"{option} q4k: no layer of {name} is stored as Q4_K in {path.name}")
+    return path
 
 
 def _parameters_to_bf16(model) -> None:
@@ -259,12 +269,15 @@ def _load_tokenizer(folder: str, kwargs: dict, role: str, name: str, required: b
 
 
 def tokenizer_digest(folder: str) -> str | None:
-    """sha256 over a local folder's tokenizer files; None if it is not a local folder or has none."""
+    """sha256 over the files of a local folder that decide how text becomes ids; None if it
+    is not a local folder or has none. A separate chat_template.jinja is left out: only the
+    target's template is ever applied (to the prompt), so a drafter whose template alone
+    differs (the default pair's 0.5B) still shares the target's tokenizer object."""
     local = Path(folder)
     if not local.is_dir():
         return None
     digest, found = hashlib.sha256(), False
-    for name in (*TOKENIZER_FILES, "special_tokens_map.json", "added_tokens.json", "merges.txt", "chat_template.jinja"):
+    for name in (*TOKENIZER_FILES, "special_tokens_map.json", "added_tokens.json", "merges.txt"):
         path = local / name
         if path.is_file():
             digest.update(name.encode() + b"\0" + path.read_bytes())

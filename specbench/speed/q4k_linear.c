@@ -22,10 +22,11 @@
  *
  * Why this shape: a CPU decoding step is bound by reading weights, and Q4_K is 4.5 bits a
  * weight against int8's 8. AVX2's vpmaddubsw multiplies 32 unsigned nibbles by 32 signed
- * int8 activations into 16 int16 pairs (at most 2 * 15 * 127, no saturation); vpmaddwd by
- * the sub-block's scale widens them into 8 int32 lanes (a super-block adds at most
- * 8 * 2 * 3810 * 63 / 2 per lane, far below 2^31). Each weight row's nibbles are unpacked
- * once per tile and used by up to MT activation rows.
+ * int8 activations into 16 int16 pairs (at most 2 * 15 * 127 = 3810, no saturation);
+ * vpmaddwd by the sub-block's scale widens them into 8 int32 lanes (a super-block adds at
+ * most 8 sub-blocks * 2 * 3810 * 63 < 2^22 to a lane; the lanes restart at every
+ * super-block). Each weight row's nibbles are unpacked once per tile and used by up to MT
+ * activation rows.
  */
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,0 +1,116 @@
+"""A prepared target, cached: the q4k default target's every tensor, ready to run, in one file.
+
+Why: preparing a q4k target takes the longest part of a warm start: loading 6.7 GB of
+float32 weights, repacking the GGUF's Q4_K blocks and quantizing the other layers to int8,
+seconds each on a 2-core CPU, every run. The result is deterministic, so the first run
+saves it (`q4k.safetensors` beside the cached model, 1.4 GB) and later runs map that file:
+the model is built on the meta device, its Linear layers become empty Q4KLinear or
+Int8TargetLinear shells, and the file's tensors are assigned to them without a copy
+(safetensors memory-maps; the embedding's unused rows are never read in).
+
+Knows nothing about which dtype is asked for; loading.py decides when to use it. A file
+from another layout (PREPARED_FORMAT) or with missing tensors is not used, and rebuilt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from specbench.speed.gguf_blocks import Q4KLinear
+from specbench.speed.quantize import Int8TargetLinear
+
+PREPARED_FORMAT = 1  # bump when a layer's buffers change
+_LAYERS = {"q4k": Q4KLinear, "int8": Int8TargetLinear}
+
+
+def prepared_path(folder: Path, dtype: str) -> Path:
+    return folder / f"{dtype}.safetensors"
+
+
+def save_prepared(model, path: Path) -> None:
+    """Write every tensor of the model and which layers are which (atomically: a temporary
+    name, then a rename)."""
+    from safetensors.torch import save_file
+
+    layers = {name: kind for name, module in model.named_modules() for kind, cls in _LAYERS.items() if isinstance(module, cls)}
+    state = {name: tensor.contiguous() for name, tensor in model.state_dict().items()}
+    metadata = {"format": str(PREPARED_FORMAT), "layers": json.dumps(layers)}
+    partial = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    try:
+        save_file(_untie(state), str(partial), metadata=metadata)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _untie(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """safetensors refuses tensors that share memory: clone all but the first of each."""
+    seen, out = set(), {}
+    for name, tensor in state.items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        out[name] = tensor.clone() if key in seen else tensor
+        seen.add(key)
+    return out
+
+
+def load_prepared(folder: str, path: Path):
+    """The model saved at path (built from folder's config), or None when there is no usable file."""
+    from safetensors import SafetensorError, safe_open
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    if not path.is_file():
+        return None
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            metadata = handle.metadata() or {}
+        if metadata.get("format") != str(PREPARED_FORMAT):
+            return None
+        layers = json.loads(metadata["layers"])
+        state = load_file(str(path))
+    except (OSError, ValueError, KeyError, SafetensorError):
+        return None
+    config = AutoConfig.from_pretrained(folder)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    for name, kind in layers.items():
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, child, _shell(_LAYERS[kind], name, state))
+    try:
+        model.load_state_dict(state, strict=True, assign=True)
+    except RuntimeError:
+        return None
+    _rebuild_rotary(model)
+    if any(t.is_meta for t in [*model.parameters(), *model.buffers()]):
+        return None
+    model.generation_config = GenerationConfig.from_pretrained(folder)
+    return model.eval()
+
+
+def _shell(cls, name: str, state: dict[str, torch.Tensor]) -> torch.nn.Module:
+    """An empty layer of cls whose buffers load_state_dict(assign=True) replaces."""
+    module = cls.__new__(cls)
+    torch.nn.Module.__init__(module)
+    prefix = name + "."
+    for key, tensor in state.items():
+        if key.startswith(prefix) and "." not in key[len(prefix) :]:
+            module.register_buffer(key[len(prefix) :], torch.empty_like(tensor, device="meta"))
+    if "bias" not in module._buffers:
+        module.register_buffer("bias", None)
+    shape = module.d.shape if cls is Q4KLinear else module.qweight.shape
+    module.out_features = shape[0]
+    module.in_features = shape[1] * 256 if cls is Q4KLinear else shape[1]
+    return module
+
+
+def _rebuild_rotary(model) -> None:
+    """Rotary embeddings keep their frequencies in non-persistent buffers, which no state
+    dict holds: build those modules again on the CPU."""
+    for name, module in list(model.named_modules()):
+        if name and any(b is not None and b.is_meta for b in module._buffers.values()) and hasattr(module, "rope_type"):
+            parent, _, child = name.rpartition(".")
+            setattr(model.get_submodule(parent) if parent else model, child, type(module)(config=model.config))

@@ -1,0 +1,52 @@
+"""A prepared q4k target (models/prepared.py): saved once, mapped back with every layer and
+every logit as it was, and not used when the file is from another format or damaged."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gguf_tiny import q4k_model_and_file
+from specbench.models import prepared
+from specbench.models.prepared import load_prepared, prepared_path, save_prepared
+from specbench.speed import native
+from specbench.speed.gguf_blocks import Q4KLinear, use_gguf_blocks
+from specbench.speed.quantize import Int8TargetLinear, quantize_target
+
+pytestmark = pytest.mark.skipif(native.q4k_kernel() is None or native.linear_kernel() is None, reason="specbench's AVX2 kernels are not built here")
+
+
+def prepared_tiny(tmp_path):
+    """A tiny q4k target (one layer left int8) saved as a prepared file beside its config."""
+    model, gguf = q4k_model_and_file(tmp_path, skip="blk.1.ffn_up")
+    use_gguf_blocks(model, str(gguf))
+    quantize_target(model)
+    folder = tmp_path / "model"
+    model.config.save_pretrained(folder)
+    model.generation_config.save_pretrained(folder)
+    path = prepared_path(folder, "q4k")
+    save_prepared(model, path)
+    return model, folder, path
+
+
+@torch.inference_mode()
+def test_a_prepared_target_loads_back_with_the_same_layers_and_logits(tmp_path):
+    model, folder, path = prepared_tiny(tmp_path)
+    loaded = load_prepared(str(folder), path)
+    assert loaded is not None
+    kinds = lambda m: [(name, type(module).__name__) for name, module in m.named_modules() if isinstance(module, (Q4KLinear, Int8TargetLinear, torch.nn.Linear))]
+    assert kinds(loaded) == kinds(model)
+    assert sum(isinstance(m, Int8TargetLinear) for m in loaded.modules()) == 1
+    ids = torch.tensor([[1, 5, 9, 12, 3, 40]])
+    assert torch.equal(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
+    assert not any(t.is_meta for t in [*loaded.parameters(), *loaded.buffers()])
+
+
+def test_a_prepared_file_of_another_format_or_damaged_is_not_used(tmp_path, monkeypatch):
+    _, folder, path = prepared_tiny(tmp_path)
+    monkeypatch.setattr(prepared, "PREPARED_FORMAT", prepared.PREPARED_FORMAT + 1)
+    assert load_prepared(str(folder), path) is None
+    monkeypatch.undo()
+    path.write_bytes(path.read_bytes()[:100])
+    assert load_prepared(str(folder), path) is None
+    assert load_prepared(str(folder), folder / "missing.safetensors") is None

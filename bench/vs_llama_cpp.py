@@ -5,14 +5,15 @@ its own target and drafter. Per round (--rounds, alternating which goes first) t
 the same machine and threads:
   - `llama-bench -m TARGET.gguf -p 0 -n N -t THREADS -r 3`: llama.cpp's token generation
     speed (tg N, from an empty context; its mean over 3 repetitions);
-  - `specbench generate PROMPT --json --max-new-tokens N` for each prompt of the set, once
-    with the defaults (speculative) and once with `--drafter none` (plain), as a user runs
+  - `specbench generate PROMPT --json --max-new-tokens N --dtype D` for each prompt of the
+    set and each target dtype of --dtypes (default: auto, what a user gets), once with the
+    other defaults (speculative) and once with `--drafter none` (plain), as a user runs
     them: decode tokens/s from the JSON stats (prefill apart).
 The assembled GGUF is written once into --gguf-dir (the default pair's parts, checked by
 sha256). llama.cpp is not built here: pass the path of a `llama-bench` you built.
 
     python bench/vs_llama_cpp.py --llama-bench PATH [--prompts quick] [--max-new-tokens 128]
-        [--rounds 2] [--threads 2] [--gguf-dir /tmp/specbench-gguf] [--out FILE.json]
+        [--rounds 2] [--threads 2] [--dtypes auto,int8] [--gguf-dir /tmp/specbench-gguf] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -63,12 +64,14 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--dtypes", default="auto", help="target dtypes to run specbench with, comma-separated (each: default and plain)")
     parser.add_argument("--gguf-dir", type=Path, default=Path("/tmp/specbench-gguf"))
     parser.add_argument("--out", help="write every measurement as JSON here")
     args = parser.parse_args()
     args.gguf_dir.mkdir(parents=True, exist_ok=True)
     gguf = target_gguf(args.gguf_dir)
     prompts = load_prompts(args.prompts)
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     print(machine_line())
     rows, llama = [], []
     for round_ in range(args.rounds):
@@ -77,17 +80,20 @@ def main() -> None:
             llama.append(llama_tokens_per_second(args.llama_bench, gguf, args.max_new_tokens, args.threads))
         for prompt in prompts:
             text = prompt.messages()[-1]["content"]
-            spec, stats = specbench_tokens_per_second(text, args.max_new_tokens)
-            plain, _ = specbench_tokens_per_second(text, args.max_new_tokens, "--drafter", "none")
-            rows.append({"round": round_, "prompt_id": prompt.id, "speculative": spec, "plain": plain, "acceptance_rate": stats["acceptance_rate"]})
-            print(f"round {round_} {prompt.id:20s} specbench default {spec:6.2f} tok/s   specbench plain {plain:6.2f} tok/s", flush=True)
+            for dtype in dtypes:
+                spec, stats = specbench_tokens_per_second(text, args.max_new_tokens, "--dtype", dtype)
+                plain, _ = specbench_tokens_per_second(text, args.max_new_tokens, "--dtype", dtype, "--drafter", "none")
+                rows.append({"round": round_, "prompt_id": prompt.id, "dtype": dtype, "speculative": spec, "plain": plain, "acceptance_rate": stats["acceptance_rate"]})
+                print(f"round {round_} {prompt.id:20s} --dtype {dtype:8s} specbench default {spec:6.2f} tok/s   specbench plain {plain:6.2f} tok/s", flush=True)
         if not llama_first:
             llama.append(llama_tokens_per_second(args.llama_bench, gguf, args.max_new_tokens, args.threads))
         print(f"round {round_} llama.cpp plain tg{args.max_new_tokens}: {llama[-1]:.2f} tok/s", flush=True)
-    spec, plain = geomean([r["speculative"] for r in rows]), geomean([r["plain"] for r in rows])
     mean_llama = sum(llama) / len(llama)
-    print(f"specbench default {spec:.2f} tok/s, specbench plain {plain:.2f} tok/s (geometric means over prompts and rounds); llama.cpp plain {mean_llama:.2f} tok/s")
-    print(f"specbench default / llama.cpp plain: {spec / mean_llama:.2f}x")
+    print(f"llama.cpp plain {mean_llama:.2f} tok/s (mean of {len(llama)} llama-bench runs)")
+    for dtype in dtypes:
+        mine = [r for r in rows if r["dtype"] == dtype]
+        spec, plain = geomean([r["speculative"] for r in mine]), geomean([r["plain"] for r in mine])
+        print(f"--dtype {dtype}: specbench default {spec:.2f} tok/s, plain {plain:.2f} tok/s (geometric means over prompts and rounds); default / llama.cpp plain {spec / mean_llama:.2f}x, default / own plain {spec / plain:.2f}x")
     if args.out:
         with open(args.out, "w") as out:
             json.dump({"machine": machine_line(), "llama_cpp_tg": llama, "rows": rows}, out, indent=1)

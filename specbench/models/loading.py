@@ -47,7 +47,7 @@ def parse_dtype(name: str) -> torch.dtype:
     try:
         return DTYPES[name.lower()]
     except KeyError:
-        raise ModelError(f"unknown dtype {name!r}; choose from float32, bfloat16, float16, int8, q4k (target only)") from None
+        raise ModelError(f"unknown dtype {name!r}; choose from float32, bfloat16, float16, int8, q4k") from None
 
 
 def resolve_target_dtype(name: str, device: str, target: str = DEFAULT) -> str:

@@ -78,8 +78,7 @@ def load_prepared(folder: str, path: Path):
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     for name, kind in layers.items():
-        parent, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent) if parent else model, child, _shell(_LAYERS[kind], name, state))
+        model.set_submodule(name, _shell(_LAYERS[kind], name, state))
     try:
         model.load_state_dict(state, strict=True, assign=True)
     except RuntimeError:
@@ -112,5 +111,4 @@ def _rebuild_rotary(model) -> None:
     dict holds: build those modules again on the CPU."""
     for name, module in list(model.named_modules()):
         if name and any(b is not None and b.is_meta for b in module._buffers.values()) and hasattr(module, "rope_type"):
-            parent, _, child = name.rpartition(".")
-            setattr(model.get_submodule(parent) if parent else model, child, type(module)(config=model.config))
+            model.set_submodule(name, type(module)(config=model.config))

@@ -28,7 +28,6 @@ from specbench.speed import native
 Q4K = "q4k"  # the dtype name that asks for this
 QK = 256  # columns per Q4_K super-block
 BLOCK_BYTES = 144  # d (f16), dmin (f16), 12 bytes of 6-bit scales and mins, 128 bytes of nibbles
-CHECK_ROWS = 3  # rows per tensor compared with the loaded float32 weight
 
 
 def q4k_why_not() -> str | None:
@@ -159,25 +158,23 @@ def use_gguf_blocks(model: torch.nn.Module, gguf_path: str) -> tuple[int, int]:
     names = gguf_to_hf_names(model, architecture)
     swapped = 0
     for gguf_name, raw in tensors.items():
-        hf_name = names.get(gguf_name, "")
-        parent, _, child = hf_name.removesuffix(".weight").rpartition(".")
-        linear = modules.get(hf_name.removesuffix(".weight"))
-        if not hf_name.endswith(".weight") or not isinstance(linear, torch.nn.Linear) or linear.weight.dtype != torch.float32:
+        module_name = names.get(gguf_name, "").removesuffix(".weight")
+        linear = modules.get(module_name) if module_name else None
+        if not isinstance(linear, torch.nn.Linear) or linear.weight.dtype != torch.float32:
             continue
         blocks = repack(raw)
-        if not _matches(blocks, linear.weight):
-            continue
-        setattr(modules[parent] if parent else model, child, Q4KLinear(blocks, linear.bias))
-        swapped += 1
+        if _matches(blocks, linear.weight):
+            model.set_submodule(module_name, Q4KLinear(blocks, linear.bias))
+            swapped += 1
     left = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
     return swapped, left
 
 
 def _matches(blocks: dict[str, torch.Tensor], weight: torch.Tensor) -> bool:
-    """Whether the blocks dequantize to the weight, bit for bit, on CHECK_ROWS spread rows."""
+    """Whether the blocks dequantize to the weight, bit for bit, on its first, middle and last rows."""
     rows = blocks["d"].shape[0]
     if tuple(weight.shape) != (rows, blocks["d"].shape[1] * QK):
         return False
-    picks = sorted({0, rows // 2, rows - 1})[:CHECK_ROWS]
+    picks = sorted({0, rows // 2, rows - 1})
     sample = {k: v[picks] for k, v in blocks.items()}
     return torch.equal(dequantize(**sample), weight.detach()[picks].float())

@@ -83,3 +83,19 @@ def close_pair():
 
 
 PROMPTS = [[1, 5, 9, 12, 3], [7], [2, 2, 2, 2, 2, 2, 2, 2], [40, 13, 61, 0, 8, 8, 19]]
+
+
+def accepted_with_greedy_parity(target, drafter, gamma: int, max_new_tokens: int = 40) -> int:
+    """Run fixed-gamma speculative decoding with a model drafter on every prompt of PROMPTS,
+    assert each output equals the target's plain greedy decoding, return the drafts accepted."""
+    from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
+    from specbench.drafters import ModelDrafter
+    from specbench.policies import FixedGamma
+
+    config = GenerationConfig(max_new_tokens=max_new_tokens)
+    accepted = 0
+    for prompt in PROMPTS:
+        result = speculative_generate(target, ModelDrafter(drafter), prompt, config, FixedGamma(gamma))
+        assert result.token_ids == plain_generate(target, prompt, config).token_ids
+        accepted += result.stats.accepted
+    return accepted

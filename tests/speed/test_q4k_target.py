@@ -10,16 +10,12 @@ its plain decoding. The tests skip where the AVX2 kernel is not built.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
-from conftest import PROMPTS, block_and_steps, noisy_copy, tiny_model
-from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
-from specbench.drafters import ModelDrafter
+from conftest import accepted_with_greedy_parity, block_and_steps, noisy_copy, tiny_model
 from specbench.models.loading import ModelError, load_model, parse_draft_dtype, parse_target_dtype
 from specbench.models.specs import parse_model_spec
-from specbench.policies import FixedGamma
 from specbench.speed import gguf_blocks, native
 from specbench.speed.gguf_blocks import QK, Q4KLinear, dequantize, repack, use_gguf_blocks
 from specbench.speed.gguf_file import Q4_K, read_tensor_index
@@ -166,14 +162,7 @@ def test_greedy_speculative_equals_plain_with_a_q4k_target(tmp_path, gamma):
 
     target = q4k_target(tmp_path)
     use_row_invariant_attention(target)
-    drafter = noisy_copy(target, 0.2, seed=7)
-    config = GenerationConfig(max_new_tokens=40)
-    accepted = 0
-    for prompt in PROMPTS:
-        result = speculative_generate(target, ModelDrafter(drafter), prompt, config, FixedGamma(gamma))
-        assert result.token_ids == plain_generate(target, prompt, config).token_ids
-        accepted += result.stats.accepted
-    assert accepted > 0
+    assert accepted_with_greedy_parity(target, noisy_copy(target, 0.2, seed=7), gamma) > 0
 
 
 def test_q4k_is_for_a_gguf_model_on_the_cpu(tmp_path):

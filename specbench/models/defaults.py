@@ -120,9 +120,9 @@ INSTALL_HINT = "pip install 'specbench[default-models]'"
 # its other layers int8), else weight-only int8 (int8_linear.c); float32 elsewhere. A CPU
 # decode step is bound by reading weights: Q4_K reads 4.5 bits a weight, int8 8, float32
 # 32. Either differs from the float32 target's text only at near ties (bench/target_dtype.py
-# measures them side by side). A
-# bfloat16 target is not the default: PyTorch's k-token and one-token passes round it
-# differently, so greedy output can drift from plain decoding, and it verifies slowly on a CPU.
+# measures them side by side). A bfloat16 target is not the default: PyTorch's k-token and
+# one-token passes round it differently, so greedy output can drift from plain decoding,
+# and it verifies slowly on a CPU.
 # The drafter only proposes, so it may round: "auto" drafts in weight-only int8 on a CPU whose
 # PyTorch has the int8 kernel, else bfloat16; both draft faster than float32 at the same
 # acceptance. The measurements behind these choices are in docs/log.md.
@@ -259,9 +259,10 @@ def ensure_cached(model: EmbeddedModel, progress: Progress = _no_progress) -> Pa
 
 
 def ensure_gguf(model: EmbeddedModel, progress: Progress = _no_progress) -> Path:
-    """The assembled GGUF file of `model`, kept in its cache folder (a q4k target reads its
-    Q4_K blocks from it); assembled and checked on first use, written under a temporary
-    name and renamed, so a killed run never leaves a partial file in place."""
+    """The assembled GGUF file of `model` in its cache folder (a q4k model reads its Q4_K
+    blocks from it; loading.py deletes it once the default target is prepared); assembled
+    and checked when missing, written under a temporary name and renamed, so a killed run
+    never leaves a partial file in place."""
     folder = ensure_cached(model, progress)
     path = folder / model.gguf_name
     if not path.is_file():

@@ -145,9 +145,9 @@ class LeanDecoder:
 
 
 def _attention_dtype(t: torch.Tensor) -> torch.Tensor:
-    """bfloat16 attention inputs as float32 on a CPU: PyTorch's CPU SDPA in bfloat16 took
-    0.2 ms a layer over 144 cached tokens and 0.8 ms over 600 on an AVX2 CPU, float32 0.06 and
-    0.14 ms with the conversion (docs/log.md); on a GPU they stay as they are."""
+    """bfloat16 attention inputs as float32 on a CPU, where PyTorch's bfloat16 SDPA is several
+    times slower than float32's, conversion included, and grows faster with the cache
+    (docs/log.md has the timings); on a GPU they stay as they are."""
     return t.float() if t.dtype == torch.bfloat16 and t.device.type == "cpu" else t
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from specbench.speed.gguf_blocks import Q4KLinear
+from specbench.speed.gguf_blocks import QK, Q4KLinear
 from specbench.speed.quantize import Int8TargetLinear
 
 PREPARED_FORMAT = 1  # bump when a layer's buffers change
@@ -103,7 +103,7 @@ def _shell(cls, name: str, state: dict[str, torch.Tensor]) -> torch.nn.Module:
         module.register_buffer("bias", None)
     shape = module.d.shape if cls is Q4KLinear else module.qweight.shape
     module.out_features = shape[0]
-    module.in_features = shape[1] * 256 if cls is Q4KLinear else shape[1]
+    module.in_features = shape[1] * QK if cls is Q4KLinear else shape[1]
     return module
 
 

@@ -2,7 +2,7 @@
 
 Three libraries, each compiled once per machine with the system C compiler (`cc`, or $CC) for
 this CPU (-march=native) into the cache (defaults.cache_root() / "native", keyed by the
-source, the flags and the CPU's model and flags), and loaded with ctypes. Both use OpenMP
+source, the flags and the CPU's model and flags), and loaded with ctypes. All use OpenMP
 through the runtime PyTorch has already loaded, so they share one thread pool.
 
   int8_gemv.c    (kernel())         a drafter's draft steps, up to 4 bf16 rows; needs

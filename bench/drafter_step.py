@@ -1,4 +1,4 @@
-"""One draft step of the default int8 drafter, four ways, side by side.
+"""One draft step of the default drafter, four ways in int8 and in other dtypes, side by side.
 
 On a cache of --context prompt tokens (the first quick prompt, repeated), interleaved,
 median of --repeats: a forward over 1 and 2 new tokens (a draft step; a round's catch-up)
@@ -7,10 +7,12 @@ with the restricted head (--draft-vocab, default 65536), through
   - HF's decoder and the head's int8 rows (draft_vocab.RestrictedHead given its Int8Linear),
   - lean_step.py's forward and the int8 rows through PyTorch's int8 kernel,
   - the same through specbench's own kernels (native.py: int8_gemv.c on AVX512-VNNI, else
-    int8_linear.c on AVX2): the step the model drafter runs (draft_vocab.RestrictedStep).
+    int8_linear.c on AVX2): the step the model drafter runs (draft_vocab.RestrictedStep);
+  - that step for the drafter in each of --also's dtypes (default q4k: its decoder layers as
+    Q4_K blocks through q4k_linear.c).
 Prints milliseconds and whether the argmax agrees with the first way's.
 
-    python bench/drafter_step.py [--context 144] [--repeats 21]
+    python bench/drafter_step.py [--context 144] [--repeats 21] [--also q4k]
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import time
 import torch
 
 from common import load_default_pair, machine_line, prompt_ids
+from specbench import models
 from specbench.bench.prompts import load_prompts
 from specbench.core.cache import crop_cache, new_cache
 from specbench.speed import native
@@ -39,13 +42,20 @@ def pytorch_kernel(forward):
         native.kernel, native.linear_kernel = kernel, linear
 
 
+def load_drafter(dtype: str):
+    """The default drafter again, in another dtype."""
+    return models.load_model(models.parse_model_spec("default"), role="drafter", dtype=dtype).model
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--context", type=int, default=144)
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--draft-vocab", type=int, default=65536)
+    parser.add_argument("--also", default="q4k", help="other drafter dtypes, comma-separated, timed the last way ('' for none)")
     args = parser.parse_args()
     pair = load_default_pair(draft_dtype="int8")
+    others = {dtype: load_drafter(dtype) for dtype in filter(None, args.also.split(","))}
     drafter = pair.drafter_model.model
     prompt = prompt_ids(pair, load_prompts("quick")[0])
     context = (prompt * (args.context // len(prompt) + 1))[: args.context]
@@ -58,6 +68,9 @@ def main() -> None:
         "lean forward, int8 rows, PyTorch's kernel": lambda ids, cache: pytorch_kernel(lambda: restricted_logits(drafter, int8_head, ids, cache)),
         "lean forward, int8 rows, specbench's kernel": lambda ids, cache: restricted_logits(drafter, int8_head, ids, cache),
     }
+    for dtype, other in others.items():  # the same cache serves: the same layout, other weights
+        other_head = restricted_head(other, args.draft_vocab, context)
+        ways[f"lean forward, {dtype} rows, specbench's kernel"] = lambda ids, cache, m=other, h=other_head: restricted_logits(m, h, ids, cache)
     print(machine_line())
     cache = new_cache(drafter)
     with torch.inference_mode():

@@ -1,4 +1,5 @@
-"""Tiny Q4_K blocks and GGUF files for tests of the q4k target (gguf_blocks.py, prepared.py)."""
+"""Tiny Q4_K blocks and GGUF files, and a reference of the Q4_K kernel, for tests of q4k
+layers (gguf_blocks.py, prepared.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 import torch
 
 from conftest import tiny_model
-from specbench.speed.gguf_blocks import BLOCK_BYTES, QK, dequantize, repack
+from specbench.speed.gguf_blocks import BLOCK_BYTES, QK, Q4KLinear, dequantize, repack
 
 HIDDEN = 256  # Q4_K needs widths that are multiples of 256
 
@@ -19,6 +20,38 @@ def random_q4k(rows: int, cols: int, seed: int, scale: float = 0.002) -> np.ndar
     d = (rng.uniform(0.2, 1.0, size=(rows, cols // QK, 2)) * scale).astype(np.float16)
     blocks[..., 0:4] = d.view(np.uint8).reshape(rows, cols // QK, 4)
     return blocks.reshape(rows, -1)
+
+
+def q4k_reference(x: torch.Tensor, layer: Q4KLinear) -> torch.Tensor:
+    """q4k_linear.c's contract in PyTorch, operation for operation: int8 activations per 256
+    columns, each super-block's integer sums in the kernel's 8 (and 4) lanes, then float32
+    accumulation over super-blocks and the kernel's fixed horizontal sums."""
+    rows, width = x.shape
+    nsb = width // QK
+    xb = x.reshape(rows, nsb, QK)
+    amax = xb.abs().amax(dim=-1)
+    scale = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
+    inv = torch.where(amax > 0, 127.0 / amax, torch.zeros_like(amax))
+    xq = torch.round(xb * inv[..., None]).clamp(-127, 127).long()  # [M, nsb, 256]
+    shifts = torch.tensor([0, 4], dtype=torch.uint8).reshape(1, 1, 1, 2, 1)
+    q = ((layer.qs.reshape(-1, nsb, 4, 1, 32) >> shifts) & 0x0F).reshape(-1, nsb, 8, 32).long()  # [N, nsb, sub, 32]
+    sc, mins = layer.sm[..., :8].long(), layer.sm[..., 8:].long()
+    acc = torch.zeros(rows, layer.out_features, 8)
+    accm = torch.zeros(rows, layer.out_features, 4)
+    for s in range(nsb):
+        xs = xq[:, s].reshape(rows, 8, 8, 4)  # [M, sub, lane, 4 columns]
+        qw = q[:, s].reshape(-1, 8, 8, 4)  # [N, sub, lane, 4]
+        lanes = torch.einsum("mjlc,njlc,nj->mnl", xs, qw, sc[:, s])  # exact int64
+        bsum = xq[:, s].reshape(rows, 8, 32).sum(-1)  # [M, sub]
+        mlanes = (mins[None, :, s] * bsum[:, None, :]).reshape(rows, -1, 4, 2).sum(-1)  # [M, N, 4]
+        ds = layer.d[None, :, s] * scale[:, s, None]  # float32 products, as in the kernel
+        dm = layer.dmin[None, :, s] * scale[:, s, None]
+        acc = acc + lanes.float() * ds[..., None]
+        accm = accm + mlanes.float() * dm[..., None]
+    s4 = acc[..., :4] + acc[..., 4:]
+    total = (s4[..., 0] + s4[..., 2]) + (s4[..., 1] + s4[..., 3])
+    total = total - ((accm[..., 0] + accm[..., 2]) + (accm[..., 1] + accm[..., 3]))
+    return total if layer.bias is None else total + layer.bias
 
 
 GGUF_NAMES = {  # Qwen2's Linear layers and their GGUF tensor names

@@ -102,8 +102,9 @@ def resolve_draft_dtype(name: str, device: str) -> str:
 
 
 def parse_draft_dtype(name: str, device: str) -> torch.dtype:
-    """The dtype a drafter loads in; int8 (weight-only, quantize.py) loads bf16 first, q4k (a
-    GGUF's own Q4_K blocks, the rest as int8) float32 first."""
+    """The dtype a drafter loads in before it is quantized: bf16 for int8 (weight-only,
+    quantize.py) and for q4k (its decoder layers as Q4_K blocks quantized by
+    gguf_blocks.quantize_to_q4k, its head int8)."""
     if name.lower() not in (INT8, Q4K):
         return parse_dtype(name)
     if device != "cpu":
@@ -113,7 +114,6 @@ def parse_draft_dtype(name: str, device: str) -> torch.dtype:
     if name.lower() == Q4K:
         if (why := q4k_why_not()) is not None:
             raise ModelError(f"--draft-dtype q4k: {why}")
-        return torch.float32
     return torch.bfloat16
 
 
@@ -161,10 +161,10 @@ def load_model(
     model = load_prepared(folder, prepared) if prepared is not None else None
     if model is None:
         model = _load_weights(folder, kwargs, torch_dtype, device, role, name)
-        if dtype.lower() == Q4K:
-            gguf = _use_gguf_blocks(model, spec, role, name, progress)
-            if role == "drafter":
-                _parameters_to_bf16(model)  # what quantize_linears takes, as an int8 drafter has
+        if dtype.lower() == Q4K and role == "target":
+            gguf = _use_gguf_blocks(model, spec, name, progress)
+        elif dtype.lower() == Q4K:
+            _quantize_drafter_to_q4k(model, name, progress)
         if dtype.lower() in (INT8, Q4K):
             (quantize_linears if role == "drafter" else quantize_target)(model)
         if prepared is not None:
@@ -196,37 +196,37 @@ def _locate(spec: ModelSpec, role: str, progress: Progress) -> tuple[str, dict, 
     return spec.source, {}, Path(spec.source).name
 
 
-def _use_gguf_blocks(model, spec: ModelSpec, role: str, name: str, progress: Progress) -> Path:
-    """Swap a model's Q4_K layers for Q4KLinear over its GGUF file's blocks and return the
-    file's path; a model with no GGUF file, or none of whose layers are Q4_K, is refused
+def _use_gguf_blocks(model, spec: ModelSpec, name: str, progress: Progress) -> Path:
+    """Swap a target's Q4_K layers for Q4KLinear over its GGUF file's blocks and return the
+    file's path; a target with no GGUF file, or none of whose layers are Q4_K, is refused
     with one line."""
-    option = "--dtype" if role == "target" else "--draft-dtype"
     if spec.kind == DEFAULT:
-        path = defaults.ensure_gguf(defaults.TARGET if role == "target" else defaults.DRAFTER, progress)
+        path = defaults.ensure_gguf(defaults.TARGET, progress)
     elif spec.kind == "gguf":
         path = Path(spec.source)
     else:
-        raise ModelError(f"{option} q4k runs a GGUF file's Q4_K blocks; the {role} {name} is not a .gguf file")
+        raise ModelError(f"--dtype q4k runs a GGUF file's Q4_K blocks; the target {name} is not a .gguf file")
     task = f"reading the Q4_K blocks of {name}"
     progress(task, 0, None)
     swapped, _ = use_gguf_blocks(model, str(path))
     progress(task, 1, 1)
     if not swapped:
-        raise ModelError(f"{option} q4k: no layer of {name} is stored as Q4_K in {path.name}")
+        raise ModelError(f"--dtype q4k: no layer of {name} is stored as Q4_K in {path.name}")
     return path
 
 
-def _parameters_to_bf16(model) -> None:
-    """Every float32 parameter outside the Q4_K layers to bfloat16 (buffers such as rotary
-    frequencies stay float32, as a bfloat16 load leaves them)."""
-    from specbench.speed.gguf_blocks import Q4KLinear
+def _quantize_drafter_to_q4k(model, name: str, progress: Progress) -> None:
+    """A drafter's decoder layers as Q4_K blocks quantized from its weights (any model, no
+    GGUF file needed: a drafter's weights may change, its q is whatever it computes)."""
+    from specbench.speed.gguf_blocks import quantize_to_q4k
 
-    for module in model.modules():
-        if isinstance(module, Q4KLinear):
-            continue
-        for parameter in module.parameters(recurse=False):
-            if parameter.dtype == torch.float32:
-                parameter.data = parameter.data.to(torch.bfloat16)
+    task = f"quantizing drafter {name} to Q4_K"
+    progress(task, 0, None)
+    try:
+        quantize_to_q4k(model)
+    except ValueError as error:
+        raise ModelError(f"--draft-dtype q4k: {error}") from error
+    progress(task, 1, 1)
 
 
 def _load_weights(folder: str, kwargs: dict, dtype: torch.dtype, device: str, role: str, name: str):

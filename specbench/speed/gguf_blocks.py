@@ -28,6 +28,7 @@ from specbench.speed import native
 Q4K = "q4k"  # the dtype name that asks for this
 QK = 256  # columns per Q4_K super-block
 BLOCK_BYTES = 144  # d (f16), dmin (f16), 12 bytes of 6-bit scales and mins, 128 bytes of nibbles
+Q4K_BUFFERS = ("qs", "sm", "d", "dmin")  # a Q4KLinear's block arrays (repack's layout)
 
 
 def q4k_why_not() -> str | None:
@@ -71,15 +72,51 @@ def dequantize(qs: torch.Tensor, sm: torch.Tensor, d: torch.Tensor, dmin: torch.
     return (scale * q - (dmin[..., None] * m)[..., None]).reshape(rows, nsb * QK)
 
 
-class Q4KLinear(torch.nn.Module):
-    """y = x W^T + b with W as a GGUF file's Q4_K blocks; every row of x (float32) through
-    q4k_linear.c (batch-invariant, see the module docstring). No dense copy is kept."""
+def quantize_q4k(weight: torch.Tensor) -> dict[str, torch.Tensor]:
+    """A float weight [N, K] as Q4_K blocks in repack's layout, for a drafter's layers that
+    its file does not hold as Q4_K (a drafter needs no fidelity to be lossless: its q is
+    whatever it computes). K is zero-padded to a multiple of 256 (q4k_linear.c pads the
+    activations alike). Each sub-block of 32 spans [min(w, 0), max(w)] in 15 steps, its scale
+    and min then rounded to 6 bits of the super-block's d and dmin (float16 values, as in a
+    GGUF file), and each weight to the nearest of its 16 levels."""
+    rows, width = weight.shape
+    nsb = -(-width // QK)
+    w = torch.nn.functional.pad(weight.detach().float(), (0, nsb * QK - width)).reshape(rows, nsb, 8, 32)
+    low, high = w.amin(-1).clamp(max=0), w.amax(-1).clamp(min=0)
+    step, floor = (high - low) / 15, -low  # per sub-block, both >= 0
+    d = (step.amax(-1) / 63).half().float()  # [N, nsb]
+    dmin = (floor.amax(-1) / 63).half().float()
+    sc = _levels(step, d, 63)
+    m = _levels(floor, dmin, 63)
+    scale, offset = (d[..., None] * sc)[..., None], (dmin[..., None] * m)[..., None]
+    q = torch.where(scale > 0, torch.round((w + offset) / scale.clamp(min=torch.finfo(torch.float32).tiny)), 0).clamp(0, 15).to(torch.uint8)
+    q = q.reshape(rows, nsb, 4, 2, 32)  # sub-blocks 2j (low nibbles) and 2j + 1 (high) share 32 bytes
+    return {
+        "qs": (q[..., 0, :] | (q[..., 1, :] << 4)).reshape(rows, nsb, 128).contiguous(),
+        "sm": torch.cat([sc, m], dim=-1).to(torch.uint8).contiguous(),
+        "d": d.contiguous(),
+        "dmin": dmin.contiguous(),
+    }
 
-    def __init__(self, blocks: dict[str, torch.Tensor], bias: torch.Tensor | None):
+
+def _levels(values: torch.Tensor, unit: torch.Tensor, top: int) -> torch.Tensor:
+    """values [N, nsb, 8] in whole units [N, nsb], rounded and clamped to 0..top (0 where the unit is 0)."""
+    u = unit[..., None]
+    return torch.where(u > 0, torch.round(values / u.clamp(min=torch.finfo(torch.float32).tiny)), 0).clamp(0, top)
+
+
+class Q4KLinear(torch.nn.Module):
+    """y = x W^T + b with W as Q4_K blocks (a GGUF file's own, or quantize_q4k's); every row
+    of x (float32) through q4k_linear.c (batch-invariant, see the module docstring). No dense
+    copy is kept. in_features may be less than the blocks' 256-column multiple (zero-padded)."""
+
+    def __init__(self, blocks: dict[str, torch.Tensor], bias: torch.Tensor | None, in_features: int | None = None):
         super().__init__()
         self.out_features, nsb = blocks["d"].shape
-        self.in_features = nsb * QK
-        for name in ("qs", "sm", "d", "dmin"):
+        self.in_features = nsb * QK if in_features is None else in_features
+        if not (nsb - 1) * QK < self.in_features <= nsb * QK:
+            raise ValueError(f"{nsb} Q4_K super-blocks cannot hold {self.in_features} columns")
+        for name in Q4K_BUFFERS:
             self.register_buffer(name, blocks[name].contiguous())
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone().contiguous())
 
@@ -96,6 +133,8 @@ def q4k_linear(x: torch.Tensor, layer: Q4KLinear) -> torch.Tensor:
     if lib is None:
         raise RuntimeError(f"the Q4_K linear kernel is not available: {native.q4k_why_not()}")
     rows, width = x.numel() // x.shape[-1], x.shape[-1]
+    if width != layer.in_features:
+        raise ValueError(f"a Q4_K layer of {layer.in_features} inputs got {width}")
     x2 = x.reshape(rows, width).float().contiguous()
     out = torch.empty(rows, layer.out_features, dtype=torch.float32)
     bias = None if layer.bias is None else layer.bias.data_ptr()
@@ -168,6 +207,21 @@ def use_gguf_blocks(model: torch.nn.Module, gguf_path: str) -> tuple[int, int]:
             swapped += 1
     left = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
     return swapped, left
+
+
+def quantize_to_q4k(model: torch.nn.Module) -> int:
+    """Swap every nn.Linear of the model's decoder (not its output head, which
+    speed/draft_vocab.py scores in part) for a Q4KLinear of quantize_q4k's blocks; returns
+    how many. For drafters only: the weights change, which a target must not."""
+    if (why := q4k_why_not()) is not None:
+        raise ValueError(why)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    swapped = 0
+    for name, module in list(model.named_modules()):
+        if isinstance(module, torch.nn.Linear) and module is not head:
+            model.set_submodule(name, Q4KLinear(quantize_q4k(module.weight), module.bias, module.in_features))
+            swapped += 1
+    return swapped
 
 
 def _matches(blocks: dict[str, torch.Tensor], weight: torch.Tensor) -> bool:

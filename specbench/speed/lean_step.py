@@ -32,6 +32,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
+from specbench.speed.gguf_blocks import Q4K_BUFFERS, Q4KLinear
 from specbench.speed.quantize import MAX_INT8_ROWS, Int8Linear, fast_int8_linear, runs_int8
 
 LAYOUTS = ("qwen2", "llama")  # model_type values whose decoder layers this forward reproduces
@@ -63,17 +64,21 @@ def supports(model) -> bool:
 
 
 class Stacked:
-    """Linears that read the same input, run as one int8 kernel call over their stacked rows
-    when all are Int8Linear and the call fits the kernel, else one by one."""
+    """Linears that read the same input, run as one kernel call over their stacked rows when
+    all are Int8Linear (and the call fits the int8 kernel) or all are Q4KLinear, else one by
+    one. The layers' own buffers become views of the stacked ones: no memory is added."""
 
     def __init__(self, linears: list[torch.nn.Module]):
         self.linears = linears
         self.sizes = [linear.out_features for linear in linears]
         self.packed = _stack_int8(linears) if all(isinstance(linear, Int8Linear) for linear in linears) else None
+        self.q4k = _stack_q4k(linears) if len(linears) > 1 and all(isinstance(linear, Q4KLinear) for linear in linears) else None
 
     def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
         if self.packed is not None and runs_int8(x):
             return list(fast_int8_linear(x, *self.packed).split(self.sizes, dim=-1))
+        if self.q4k is not None:
+            return list(self.q4k(x).split(self.sizes, dim=-1))
         return [linear(x) for linear in self.linears]
 
 
@@ -81,16 +86,33 @@ def _stack_int8(linears: list[Int8Linear]) -> tuple[torch.Tensor, torch.Tensor, 
     """(rows, scales, bias) of the stacked layers; each layer's buffers become views of them."""
     qweight = torch.cat([linear.qweight for linear in linears])
     scales = torch.cat([linear.scales for linear in linears])
+    for linear, (q, s) in zip(linears, zip(qweight.split(_sizes(linears)), scales.split(_sizes(linears)))):
+        linear.qweight, linear.scales = q, s
+    return qweight, scales, _stacked_bias(linears, scales.dtype)
+
+
+def _stack_q4k(linears: list[Q4KLinear]) -> Q4KLinear | None:
+    """One Q4KLinear over the layers' stacked blocks (None if their widths differ); each
+    layer's buffers become views of its rows."""
+    if len({linear.in_features for linear in linears}) != 1:
+        return None
+    blocks = {name: torch.cat([getattr(linear, name) for linear in linears]) for name in Q4K_BUFFERS}
+    for name, tensor in blocks.items():
+        for linear, part in zip(linears, tensor.split(_sizes(linears))):
+            setattr(linear, name, part)
+    return Q4KLinear(blocks, _stacked_bias(linears, torch.float32), linears[0].in_features)
+
+
+def _sizes(linears) -> list[int]:
+    return [linear.out_features for linear in linears]
+
+
+def _stacked_bias(linears, dtype: torch.dtype) -> torch.Tensor | None:
+    """The layers' biases end to end (zeros for a layer without one), or None if none has one."""
     biases = [linear.bias for linear in linears]
-    bias = None
-    if any(b is not None for b in biases):
-        bias = torch.cat([b.detach() if b is not None else torch.zeros(linear.out_features, dtype=scales.dtype) for b, linear in zip(biases, linears)])
-    start = 0
-    for linear in linears:
-        end = start + linear.out_features
-        linear.qweight, linear.scales = qweight[start:end], scales[start:end]
-        start = end
-    return qweight, scales, bias
+    if all(b is None for b in biases):
+        return None
+    return torch.cat([b.detach().to(dtype) if b is not None else torch.zeros(linear.out_features, dtype=dtype) for b, linear in zip(biases, linears)])
 
 
 class LeanDecoder:

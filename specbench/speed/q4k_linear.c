@@ -45,11 +45,15 @@
 
 int specbench_q4k_ready(void) { return 1; }
 
-/* one row of K float32 activations -> int8 per super-block (scale absmax / 127; an all-zero
- * super-block gets scale 1), with the sum of each sub-block of 32 */
-static void quantize_row(const float *x, int K, int8_t *xq, float *xs, int16_t *bsum) {
-    for (int s = 0; s < K / QK; s++) {
-        const float *v = x + (size_t)s * QK;
+/* one row of K float32 activations -> int8 per super-block of the padded width KP (scale
+ * absmax / 127; an all-zero super-block gets scale 1), with the sum of each sub-block of 32.
+ * Columns K..KP-1 (a width that is not a multiple of 256) are zeros: they add nothing. */
+static void quantize_row(const float *x, int K, int KP, int8_t *xq, float *xs, int16_t *bsum) {
+    float v[QK];
+    for (int s = 0; s < KP / QK; s++) {
+        const int k0 = s * QK, n = K - k0 < QK ? K - k0 : QK;
+        memcpy(v, x + k0, (size_t)n * sizeof(float));
+        memset(v + n, 0, (size_t)(QK - n) * sizeof(float));
         float amax = 0.0f;
         for (int i = 0; i < QK; i++) {
             float a = fabsf(v[i]);
@@ -62,7 +66,7 @@ static void quantize_row(const float *x, int K, int8_t *xq, float *xs, int16_t *
             for (int i = 0; i < 32; i++) {
                 long q = lrintf(v[j * 32 + i] * inv); /* round half to even */
                 q = q > 127 ? 127 : (q < -127 ? -127 : q);
-                xq[(size_t)s * QK + j * 32 + i] = (int8_t)q;
+                xq[(size_t)k0 + j * 32 + i] = (int8_t)q;
                 sum += (int32_t)q;
             }
             bsum[s * NSUB + j] = (int16_t)sum; /* |sum| <= 32 * 127 */
@@ -79,7 +83,7 @@ typedef struct {
     const uint8_t *sm;    /* [N, K / QK, 16]: sc[8] then m[8] */
     const float *d, *dmin;/* [N, K / QK] */
     const float *bias;    /* [N] or NULL */
-    int M, N, K;
+    int M, N, K;          /* K: the padded width, a multiple of QK */
     float *y;             /* [M, N] */
 } job_t;
 
@@ -164,14 +168,17 @@ static void rows(const job_t *J, int n0, int n1) {
     }
 }
 
-/* y [M, N] (float32) = x [M, K] (float32) times the Q4_K weight [N, K]^T (+ bias [N]);
- * K a multiple of 256. Returns 0, or -1 for arguments it does not take. */
+/* y [M, N] (float32) = x [M, K] (float32) times the Q4_K weight [N, K]^T (+ bias [N]).
+ * The blocks cover KP = K rounded up to a multiple of 256 columns (a weight whose width is
+ * not one is stored zero-padded; quantize_q4k in gguf_blocks.py). Returns 0, or -1 for
+ * arguments it does not take. */
 int specbench_q4k_linear(const float *x, int M, int K, const uint8_t *qs, const uint8_t *sm, const float *d,
                          const float *dmin, const float *bias, int N, float *y) {
-    if (M < 1 || K < QK || K % QK || N < 1) return -1;
-    int8_t *xq = (int8_t *)malloc((size_t)M * K);
-    float *xs = (float *)malloc((size_t)M * (K / QK) * sizeof(float));
-    int16_t *bsum = (int16_t *)malloc((size_t)M * (K / 32) * sizeof(int16_t));
+    if (M < 1 || K < 1 || N < 1) return -1;
+    const int KP = (K + QK - 1) / QK * QK;
+    int8_t *xq = (int8_t *)malloc((size_t)M * KP);
+    float *xs = (float *)malloc((size_t)M * (KP / QK) * sizeof(float));
+    int16_t *bsum = (int16_t *)malloc((size_t)M * (KP / 32) * sizeof(int16_t));
     if (!xq || !xs || !bsum) {
         free(xq);
         free(xs);
@@ -180,8 +187,8 @@ int specbench_q4k_linear(const float *x, int M, int K, const uint8_t *qs, const 
     }
 #pragma omp parallel for schedule(static) if (M > 8)
     for (int m = 0; m < M; m++)
-        quantize_row(x + (size_t)m * K, K, xq + (size_t)m * K, xs + (size_t)m * (K / QK), bsum + (size_t)m * (K / 32));
-    job_t J = {xq, xs, bsum, qs, sm, d, dmin, bias, M, N, K, y};
+        quantize_row(x + (size_t)m * K, K, KP, xq + (size_t)m * KP, xs + (size_t)m * (KP / QK), bsum + (size_t)m * (KP / 32));
+    job_t J = {xq, xs, bsum, qs, sm, d, dmin, bias, M, N, KP, y};
 #pragma omp parallel
     {
         int threads = omp_get_num_threads(), t = omp_get_thread_num();

@@ -1,6 +1,6 @@
 """The lean draft-step forward (lean_step.py) computes what HF's decoder computes: the same
 hidden states and the same cache, for 1..MAX_LEAN_ROWS new tokens, on tiny Qwen2 and Llama
-models, in fp32 and with int8 layers (whose q/k/v and gate/up rows it stacks; there it attends
+models, in fp32 and with int8 or q4k layers (whose q/k/v and gate/up rows it stacks; there it attends
 in float32 where HF attends in bf16, so the two agree to bf16 rounding)."""
 
 import pytest
@@ -11,6 +11,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 from specbench.core.cache import cache_arg, crop_cache, new_cache
 from specbench.speed.lean_step import MAX_LEAN_ROWS, lean_decoder, supports
 from specbench.speed import native
+from specbench.speed.gguf_blocks import quantize_to_q4k
 from specbench.speed.quantize import int8_available, quantize_linears
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -28,9 +29,18 @@ def int8_qwen2(seed: int) -> Qwen2ForCausalLM:
     return model
 
 
+def q4k_qwen2(seed: int) -> Qwen2ForCausalLM:
+    model = tiny_model(seed).to(torch.bfloat16)
+    quantize_to_q4k(model)
+    quantize_linears(model)  # the head
+    return model
+
+
 MODELS = {"qwen2": lambda: tiny_model(0), "llama": lambda: tiny_llama(1)}
 if int8_available():
     MODELS["qwen2 int8"] = lambda: int8_qwen2(2)
+if int8_available() and native.q4k_kernel() is not None:
+    MODELS["qwen2 q4k"] = lambda: q4k_qwen2(4)
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -47,8 +57,8 @@ def test_lean_forward_matches_hf_hidden_states_and_cache(name):
         new = torch.arange(n).unsqueeze(0) * 7 % 64
         expected = model.get_decoder()(input_ids=new, **cache_arg(model.get_decoder(), theirs), use_cache=True).last_hidden_state
         got = decoder(new, mine)
-        # bf16 (int8) models: the lean forward attends in float32, HF in bf16, so later layers differ by rounding
-        tolerance = {"rtol": 1e-2, "atol": 1e-2} if name.endswith("int8") else {"rtol": 1e-5, "atol": 1e-5}
+        # bf16 (int8, q4k) models: the lean forward attends in float32, HF in bf16, so later layers differ by rounding
+        tolerance = {"rtol": 1e-2, "atol": 1e-2} if name.endswith(("int8", "q4k")) else {"rtol": 1e-5, "atol": 1e-5}
         torch.testing.assert_close(got, expected, **tolerance)
         for a, b in zip(theirs.layers, mine.layers):
             torch.testing.assert_close(b.keys, a.keys, **tolerance)

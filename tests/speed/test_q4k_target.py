@@ -19,42 +19,10 @@ from specbench.models.specs import parse_model_spec
 from specbench.speed import gguf_blocks, native
 from specbench.speed.gguf_blocks import QK, Q4KLinear, dequantize, repack, use_gguf_blocks
 from specbench.speed.gguf_file import Q4_K, read_tensor_index
-from gguf_tiny import HIDDEN, q4k_model_and_file, random_q4k
+from gguf_tiny import HIDDEN, q4k_model_and_file, q4k_reference as reference, random_q4k
 from tiny_hf import save_tiny
 
 needs_kernel = pytest.mark.skipif(native.q4k_kernel() is None, reason=f"q4k_linear is not built here: {native.q4k_why_not()}")
-
-def reference(x: torch.Tensor, layer: Q4KLinear) -> torch.Tensor:
-    """q4k_linear.c's contract in PyTorch, operation for operation: int8 activations per 256
-    columns, each super-block's integer sums in the kernel's 8 (and 4) lanes, then float32
-    accumulation over super-blocks and the kernel's fixed horizontal sums."""
-    rows, width = x.shape
-    nsb = width // QK
-    xb = x.reshape(rows, nsb, QK)
-    amax = xb.abs().amax(dim=-1)
-    scale = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
-    inv = torch.where(amax > 0, 127.0 / amax, torch.zeros_like(amax))
-    xq = torch.round(xb * inv[..., None]).clamp(-127, 127).long()  # [M, nsb, 256]
-    shifts = torch.tensor([0, 4], dtype=torch.uint8).reshape(1, 1, 1, 2, 1)
-    q = ((layer.qs.reshape(-1, nsb, 4, 1, 32) >> shifts) & 0x0F).reshape(-1, nsb, 8, 32).long()  # [N, nsb, sub, 32]
-    sc, mins = layer.sm[..., :8].long(), layer.sm[..., 8:].long()
-    acc = torch.zeros(rows, layer.out_features, 8)
-    accm = torch.zeros(rows, layer.out_features, 4)
-    for s in range(nsb):
-        xs = xq[:, s].reshape(rows, 8, 8, 4)  # [M, sub, lane, 4 columns]
-        qw = q[:, s].reshape(-1, 8, 8, 4)  # [N, sub, lane, 4]
-        lanes = torch.einsum("mjlc,njlc,nj->mnl", xs, qw, sc[:, s])  # exact int64
-        bsum = xq[:, s].reshape(rows, 8, 32).sum(-1)  # [M, sub]
-        mlanes = (mins[None, :, s] * bsum[:, None, :]).reshape(rows, -1, 4, 2).sum(-1)  # [M, N, 4]
-        ds = layer.d[None, :, s] * scale[:, s, None]  # float32 products, as in the kernel
-        dm = layer.dmin[None, :, s] * scale[:, s, None]
-        acc = acc + lanes.float() * ds[..., None]
-        accm = accm + mlanes.float() * dm[..., None]
-    s4 = acc[..., :4] + acc[..., 4:]
-    total = (s4[..., 0] + s4[..., 2]) + (s4[..., 1] + s4[..., 3])
-    total = total - ((accm[..., 0] + accm[..., 2]) + (accm[..., 1] + accm[..., 3]))
-    return total if layer.bias is None else total + layer.bias
-
 
 def layer_of(rows: int, cols: int, seed: int, bias: bool = False) -> Q4KLinear:
     b = torch.randn(rows, generator=torch.Generator().manual_seed(seed)) if bias else None
@@ -165,7 +133,7 @@ def test_greedy_speculative_equals_plain_with_a_q4k_target(tmp_path, gamma):
     assert accepted_with_greedy_parity(target, noisy_copy(target, 0.2, seed=7), gamma) > 0
 
 
-def test_q4k_is_for_a_gguf_model_on_the_cpu(tmp_path):
+def test_a_q4k_target_is_a_gguf_model_on_the_cpu(tmp_path):
     with pytest.raises(ModelError, match="--dtype q4k runs on the CPU only"):
         parse_target_dtype("q4k", "cuda")
     with pytest.raises(ModelError, match="--draft-dtype q4k runs on the CPU only"):
@@ -174,8 +142,6 @@ def test_q4k_is_for_a_gguf_model_on_the_cpu(tmp_path):
         folder = save_tiny(tmp_path / "tiny")
         with pytest.raises(ModelError, match="--dtype q4k runs a GGUF file's Q4_K blocks; the target tiny is not a .gguf file"):
             load_model(parse_model_spec(str(folder)), role="target", dtype="q4k")
-        with pytest.raises(ModelError, match="--draft-dtype q4k runs a GGUF file's Q4_K blocks; the drafter tiny"):
-            load_model(parse_model_spec(str(folder)), role="drafter", dtype="q4k")
 
 
 def test_without_the_kernel_a_q4k_target_is_refused_with_the_reason(monkeypatch):

@@ -1,0 +1,98 @@
+"""A q4k drafter (`--draft-dtype q4k`): any drafter's decoder layers as Q4_K blocks that
+specbench quantizes (gguf_blocks.quantize_q4k), run by the same kernel as a q4k target.
+
+What must hold: the blocks stand for the weight (exactly where the weight lies on a Q4_K
+grid, closely otherwise), a width that is not a multiple of 256 runs as if zero-padded, the
+lean draft step stacks q4k rows without changing a bit or adding memory, and a q4k drafter
+keeps speculative decoding lossless (greedy parity with a float32 target) while its drafts
+are still accepted. The tests skip where the AVX2 kernel is not built.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import accepted_with_greedy_parity, tiny_model
+from gguf_tiny import q4k_reference as reference
+from specbench.models.loading import load_model
+from specbench.models.specs import parse_model_spec
+from specbench.speed import native
+from specbench.speed.gguf_blocks import QK, Q4KLinear, dequantize, quantize_q4k, quantize_to_q4k
+from specbench.speed.lean_step import lean_decoder
+from specbench.speed.quantize import Int8Linear, quantize_linears
+from tiny_hf import save_tiny
+
+needs_kernel = pytest.mark.skipif(native.q4k_kernel() is None, reason=f"q4k_linear is not built here: {native.q4k_why_not()}")
+
+
+def test_a_weight_on_the_q4k_grid_comes_back_bit_for_bit():
+    """Sub-blocks of the 16 levels unit * (q - 5): d = unit / 63 and dmin = 5 * unit / 63
+    are float16 values, so sc = m = 63 and every q are found exactly."""
+    unit = 63 * 2.0**-10
+    generator = torch.Generator().manual_seed(0)
+    levels = torch.stack([torch.randperm(16, generator=generator) for _ in range(3 * 2 * 8 * 2)]).float()
+    weight = (unit * (levels - 5)).reshape(3, 2 * QK)
+    blocks = quantize_q4k(weight)
+    assert torch.equal(dequantize(**blocks), weight)
+    assert int(blocks["sm"].max()) == 63
+
+
+def test_quantized_blocks_stay_close_to_any_weight():
+    generator = torch.Generator().manual_seed(1)
+    weight = torch.randn(40, 896, generator=generator) * torch.logspace(-3, 1, 40)[:, None]
+    weight[7] = 0.0
+    back = dequantize(**quantize_q4k(weight))
+    assert back.shape == (40, 4 * QK) and torch.equal(back[:, 896:], torch.zeros(40, 4 * QK - 896))
+    error = (back[:, :896] - weight).norm(dim=1) / weight.norm(dim=1).clamp(min=1e-30)
+    assert error.max() < 0.1  # 4 bits: about 8% of a Gaussian row
+    assert torch.equal(back[7], torch.zeros(4 * QK))
+
+
+@needs_kernel
+@pytest.mark.parametrize("width", [32, 300, 896])
+def test_a_width_short_of_256_columns_runs_as_if_zero_padded(width):
+    generator = torch.Generator().manual_seed(width)
+    blocks = quantize_q4k(torch.randn(9, width, generator=generator))
+    bias = torch.randn(9, generator=generator)
+    layer, padded = Q4KLinear(blocks, bias, width), Q4KLinear(blocks, bias)
+    x = torch.randn(5, width, generator=generator)
+    assert torch.equal(layer(x), reference(F.pad(x, (0, padded.in_features - width)), padded))
+    with pytest.raises(ValueError, match=f"{width} inputs got {width + 1}"):
+        layer(torch.randn(1, width + 1))
+    with pytest.raises(ValueError, match="cannot hold"):
+        Q4KLinear(blocks, bias, padded.in_features + 1)
+
+
+def q4k_drafter(seed: int):
+    model = tiny_model(seed).to(torch.bfloat16)
+    assert quantize_to_q4k(model) == 2 * 7  # the decoder's layers; the head stays for int8
+    quantize_linears(model)
+    return model.eval()
+
+
+@needs_kernel
+@torch.inference_mode()
+def test_the_lean_step_stacks_q4k_rows_without_a_change_or_a_copy():
+    model = q4k_drafter(3)
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    before = model(input_ids=ids).logits
+    decoder = lean_decoder(model)
+    attn = model.model.layers[0].self_attn
+    stacked = decoder.qkv[0].q4k
+    assert stacked is not None and attn.q_proj.qs.data_ptr() == stacked.qs.data_ptr()
+    assert attn.v_proj.qs.untyped_storage().data_ptr() == stacked.qs.untyped_storage().data_ptr()
+    assert torch.equal(model(input_ids=ids).logits, before)
+    x = torch.randn(1, 3, 32).to(torch.bfloat16)
+    q, k, v = decoder.qkv[0](x)
+    assert torch.equal(q, attn.q_proj(x)) and torch.equal(k, attn.k_proj(x)) and torch.equal(v, attn.v_proj(x))
+
+
+@needs_kernel
+@pytest.mark.parametrize("gamma", [1, 3, 8])
+def test_greedy_speculative_equals_plain_with_a_q4k_drafter(tmp_path, gamma):
+    target = tiny_model(0)
+    drafter = load_model(parse_model_spec(str(save_tiny(tmp_path / "tiny", seed=0))), role="drafter", dtype="q4k").model
+    assert isinstance(drafter.model.layers[1].mlp.down_proj, Q4KLinear) and isinstance(drafter.lm_head, Int8Linear)
+    assert accepted_with_greedy_parity(target, drafter, gamma) > 0  # the target's own weights, in 4 bits: drafts still land

@@ -65,28 +65,49 @@ GGUF_NAMES = {  # Qwen2's Linear layers and their GGUF tensor names
 }
 
 
-def q4k_model_and_file(tmp_path, seed: int = 0, skip: str | None = None):
-    """A tiny Qwen2 (hidden 256) whose every Linear weight is random Q4_K blocks dequantized,
-    and a GGUF file holding those blocks (under the names llama.cpp gives them); `skip`: one
-    GGUF name written as float32 instead."""
-    from gguf import GGMLQuantizationType, GGUFWriter
-
-    model = tiny_model(seed, hidden=HIDDEN)
-    writer = GGUFWriter(str(tmp_path / "tiny.gguf"), "qwen2")
-    named = {f"output": model.lm_head}
+def q4k_weights(model, seed: int) -> dict[str, tuple[torch.nn.Linear, np.ndarray]]:
+    """Give every Linear of a tiny Qwen2 (hidden 256) random Q4_K blocks, dequantized, as its
+    weight; returns GGUF tensor name ("blk.0.attn_q.weight", "output.weight") -> (the
+    layer, its blocks)."""
+    named = {"output": model.lm_head}
     for i, layer in enumerate(model.model.layers):
         for hf, gguf_name in GGUF_NAMES.items():
             named[f"blk.{i}.{gguf_name}"] = layer.get_submodule(hf)
+    found = {}
     for k, (name, linear) in enumerate(named.items()):
         raw = random_q4k(linear.out_features, linear.in_features, seed=100 * seed + k, scale=0.02)
         with torch.no_grad():
             linear.weight.copy_(dequantize(**repack(raw)))
-        if name == skip:
-            writer.add_tensor(name + ".weight", linear.weight.detach().numpy())
+        found[name + ".weight"] = (linear, raw)
+    return found
+
+
+def q4k_model_and_file(tmp_path, seed: int = 0, skip: str | None = None):
+    """A tiny Qwen2 (hidden 256) whose every Linear weight is random Q4_K blocks dequantized,
+    and a GGUF file holding only those blocks (under the names llama.cpp gives them); `skip`:
+    one GGUF name written as float32 instead."""
+    from gguf import GGMLQuantizationType, GGUFWriter
+
+    model = tiny_model(seed, hidden=HIDDEN)
+    writer = GGUFWriter(str(tmp_path / "tiny.gguf"), "qwen2")
+    for name, (linear, raw) in q4k_weights(model, seed).items():
+        if name == f"{skip}.weight":
+            writer.add_tensor(name, linear.weight.detach().numpy())
         else:
-            writer.add_tensor(name + ".weight", raw, raw_dtype=GGMLQuantizationType.Q4_K)
+            writer.add_tensor(name, raw, raw_dtype=GGMLQuantizationType.Q4_K)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     return model, tmp_path / "tiny.gguf"
+
+
+def q4k_gguf_with_tokenizer(path, seed: int = 0):
+    """A tiny Qwen2 (hidden 256) with Q4_K weights, written as a complete GGUF (the
+    character tokenizer, norms and embedding in float32, every Linear as Q4_K): what the
+    default target's file is, in small. Returns (the model, the path)."""
+    from tiny_hf import write_tiny_gguf
+
+    model = tiny_model(seed, hidden=HIDDEN)
+    blocks = {name: raw for name, (_, raw) in q4k_weights(model, seed).items()}
+    return model, write_tiny_gguf(path, model, raw=blocks)

@@ -108,8 +108,9 @@ def load_tiny(folder: Path):
     return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
 
 
-def write_tiny_gguf(path: Path, model=None, vocab: dict[str, int] | None = None) -> Path:
-    """Write `model` (default: tiny_model(0)) and the character vocabulary as a float32 GGUF.
+def write_tiny_gguf(path: Path, model=None, vocab: dict[str, int] | None = None, raw: dict | None = None) -> Path:
+    """Write `model` (default: tiny_model(0)) and the character vocabulary as a float32 GGUF;
+    `raw`: GGUF tensor name -> Q4_K bytes written for that tensor instead.
 
     The same layout llama.cpp gives Qwen2 (architecture "qwen2", a byte-level "gpt2"
     tokenizer), so transformers loads it through the very path the embedded pair takes.
@@ -146,7 +147,11 @@ def write_tiny_gguf(path: Path, model=None, vocab: dict[str, int] | None = None)
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, config.num_hidden_layers)
     for name, tensor in model.state_dict().items():
         base, suffix = name.rsplit(".", 1)
-        writer.add_tensor(f"{names.get_name(base)}.{suffix}", tensor.float().numpy())
+        gguf_name = f"{names.get_name(base)}.{suffix}"
+        if raw is not None and gguf_name in raw:
+            writer.add_tensor(gguf_name, raw[gguf_name], raw_dtype=gguf.GGMLQuantizationType.Q4_K)
+        else:
+            writer.add_tensor(gguf_name, tensor.float().numpy())
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -232,30 +232,66 @@ def is_cached(model: EmbeddedModel) -> bool:
     return manifest.get("sha256") == model.sha256 and manifest.get("format") == CACHE_FORMAT
 
 
-def ensure_cached(model: EmbeddedModel, progress: Progress = _no_progress) -> Path:
-    """The cached save_pretrained folder of `model`, building it on first use.
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")  # save_pretrained's, one file or sharded
 
-    First use: assemble and verify the GGUF, dequantize it with transformers (float32, exact),
-    save weights + tokenizer into a temporary folder, then rename it into place, so a crash
-    or a concurrent run never leaves a half-written entry. The assembled GGUF is deleted
-    afterwards: the cache replaces it and the parts stay installed to rebuild from.
+
+def has_weights(folder: Path) -> bool:
+    """Whether a cached folder holds the model's float32 weights (the last file written)."""
+    return any((folder / name).is_file() for name in WEIGHT_FILES)
+
+
+def ensure_cached(model: EmbeddedModel, progress: Progress = _no_progress, weights: bool = True) -> Path:
+    """The cached save_pretrained folder of `model`, building what is missing on first use.
+
+    An entry holds the config, generation config and tokenizer, and the float32 weights
+    unless weights=False: the q4k default target (loading.py) is prepared from the GGUF
+    and never reads them, so a user of the default writes no 6.7 GB of float32. An entry
+    built without weights keeps its assembled GGUF for that preparation; weights asked for
+    later are added to it.
+
+    Building: assemble and verify the GGUF, read it with transformers (weights dequantized to
+    float32, exactly), save into a temporary folder, then rename it into place, so a crash or
+    a concurrent run never leaves a half-written entry; weights added later are renamed into
+    the entry last. The parts stay installed to rebuild from.
     """
     final = cached_dir(model)
-    if is_cached(model):
+    if is_cached(model) and (not weights or has_weights(final)):
         return final
     models_dir().mkdir(parents=True, exist_ok=True)
     _remove_abandoned()
     work = Path(tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{model.slug}-", dir=models_dir()))
     try:
-        gguf = assemble(model, work / model.gguf_name, progress)
-        staged = work / "model"
-        _convert(model, gguf, staged, progress)
-        gc.collect()  # free the dequantized copy before the caller loads the cached one
-        gguf.unlink()
-        _install(model, staged, final)
+        if is_cached(model):
+            _add_weights(model, final, work, progress)
+        else:
+            gguf = assemble(model, work / model.gguf_name, progress)
+            staged = work / "model"
+            _convert(model, gguf, staged, progress, weights)
+            gc.collect()  # free the dequantized copy before the caller loads the cached one
+            if weights:
+                gguf.unlink()
+            else:
+                os.replace(gguf, staged / model.gguf_name)
+            _install(model, staged, final)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return final
+
+
+def _add_weights(model: EmbeddedModel, folder: Path, work: Path, progress: Progress) -> None:
+    """Write the float32 weights into an entry built without them (the GGUF assembled again
+    if it is gone, and deleted after if it was)."""
+    had_gguf = (folder / model.gguf_name).is_file()
+    gguf = ensure_gguf(model, progress)
+    staged = work / "weights"
+    _convert(model, gguf, staged, progress, weights=True)
+    gc.collect()
+    for path in sorted(staged.glob("model*.safetensors")):  # shards first, the index (if any) last
+        os.replace(path, folder / path.name)
+    if (staged / WEIGHT_FILES[1]).is_file():
+        os.replace(staged / WEIGHT_FILES[1], folder / WEIGHT_FILES[1])
+    if not had_gguf:
+        gguf.unlink(missing_ok=True)
 
 
 def ensure_gguf(model: EmbeddedModel, progress: Progress = _no_progress) -> Path:
@@ -263,7 +299,7 @@ def ensure_gguf(model: EmbeddedModel, progress: Progress = _no_progress) -> Path
     blocks from it; loading.py deletes it once the default target is prepared); assembled
     and checked when missing, written under a temporary name and renamed, so a killed run
     never leaves a partial file in place."""
-    folder = ensure_cached(model, progress)
+    folder = ensure_cached(model, progress, weights=False)
     path = folder / model.gguf_name
     if not path.is_file():
         partial = path.with_name(f"{_TEMP_PREFIX}{os.getpid()}-{path.name}")
@@ -309,15 +345,22 @@ def _install(model: EmbeddedModel, staged: Path, final: Path) -> None:
             raise
 
 
-def _convert(model: EmbeddedModel, gguf: Path, dest: Path, progress: Progress) -> None:
-    """Dequantize `gguf` with transformers and save model + tokenizer + manifest to `dest`."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def _convert(model: EmbeddedModel, gguf: Path, dest: Path, progress: Progress, weights: bool = True) -> None:
+    """Read `gguf` with transformers and save config, generation config, tokenizer, manifest
+    and (with weights) the float32 weights to `dest`."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-    task = f"dequantizing {model.name} (once)"
-    progress(task, 0, None)
     started = time.perf_counter()
-    loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    progress(task, 1, 1)
+    if weights:
+        task = f"dequantizing {model.name} (once)"
+        progress(task, 0, None)
+        loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        _drop_quantizer(loaded)
+        config, generation = loaded.config, loaded.generation_config
+        progress(task, 1, 1)
+    else:
+        config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        generation = GenerationConfig.from_model_config(config)
 
     task = f"reading {model.name} tokenizer (once)"
     progress(task, 0, None)
@@ -326,16 +369,18 @@ def _convert(model: EmbeddedModel, gguf: Path, dest: Path, progress: Progress) -
 
     task = f"writing {model.name} to the cache"
     progress(task, 0, None)
-    _check_free_space(loaded, dest.parent)
-    _drop_quantizer(loaded)
-    _add_eos(loaded, model.extra_eos_ids)
-    loaded.save_pretrained(str(dest))
+    _add_eos(generation, model.extra_eos_ids)
+    if weights:
+        _check_free_space(loaded, dest.parent)
+        loaded.save_pretrained(str(dest))
+    else:
+        config.save_pretrained(str(dest))
+        generation.save_pretrained(str(dest))
     tokenizer.save_pretrained(str(dest))
     manifest = {
         "format": CACHE_FORMAT,
         "name": model.name,
         "sha256": model.sha256,
-        "dtype": "float32",
         "built_seconds": round(time.perf_counter() - started, 1),
     }
     (dest / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
@@ -351,12 +396,12 @@ def _drop_quantizer(model) -> None:
         del model.config.quantization_config
 
 
-def _add_eos(model, extra: tuple[int, ...]) -> None:
-    """Add end-of-turn ids to the generation config (kept in order, no duplicates)."""
-    current = model.generation_config.eos_token_id
+def _add_eos(generation, extra: tuple[int, ...]) -> None:
+    """Add end-of-turn ids to a generation config (kept in order, no duplicates)."""
+    current = generation.eos_token_id
     ids = [current] if isinstance(current, int) else list(current or [])
     ids += [i for i in extra if i not in ids]
-    model.generation_config.eos_token_id = ids if len(ids) != 1 else ids[0]
+    generation.eos_token_id = ids if len(ids) != 1 else ids[0]
 
 
 def _check_free_space(model, folder: Path) -> None:

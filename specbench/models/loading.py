@@ -9,6 +9,7 @@ knows nothing about the command line: progress goes through a callback, and the 
 
 from __future__ import annotations
 
+import gc
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,23 +154,21 @@ def load_model(
     """
     torch_dtype = parse_draft_dtype(dtype, device) if role == "drafter" else parse_target_dtype(dtype, device)
     check_device(device)
-    folder, kwargs, name = _locate(spec, role, progress)
+    # the default target in q4k is prepared once and mapped from the cache after (prepared.py)
+    prepares = spec.kind == DEFAULT and role == "target" and dtype.lower() == Q4K
+    folder, kwargs, name = _locate(spec, role, progress, weights=not prepares)
     task = f"loading {role} {name} ({dtype})"
     progress(task, 0, None)
-    # the default target in q4k is prepared once and mapped from the cache after (prepared.py)
-    prepared = prepared_path(Path(folder), Q4K) if spec.kind == DEFAULT and role == "target" and dtype.lower() == Q4K else None
-    model = load_prepared(folder, prepared) if prepared is not None else None
-    if model is None:
+    if prepares:
+        model = load_prepared(folder, prepared_path(Path(folder), Q4K)) or _prepare_default_target(folder, spec, name, progress)
+    else:
         model = _load_weights(folder, kwargs, torch_dtype, device, role, name)
         if dtype.lower() == Q4K and role == "target":
-            gguf = _use_gguf_blocks(model, spec, name, progress)
+            _use_gguf_blocks(model, spec, name, progress)
         elif dtype.lower() == Q4K:
             _quantize_drafter_to_q4k(model, name, progress)
         if dtype.lower() in (INT8, Q4K):
             (quantize_linears if role == "drafter" else quantize_target)(model)
-        if prepared is not None:
-            save_prepared(model, prepared)
-            gguf.unlink(missing_ok=True)  # assembled again from the installed parts if ever needed
     if role == "target" and model_device(model).type == "cpu":
         use_row_invariant_attention(model)  # a verify row's logits = a decoding step's, bit for bit
     digest = tokenizer_digest(folder) if "gguf_file" not in kwargs else None
@@ -182,11 +181,12 @@ def load_model(
     return LoadedModel(model, tokenizer, spec, name, digest)
 
 
-def _locate(spec: ModelSpec, role: str, progress: Progress) -> tuple[str, dict, str]:
-    """(folder or id for from_pretrained, extra kwargs, display name)."""
+def _locate(spec: ModelSpec, role: str, progress: Progress, weights: bool = True) -> tuple[str, dict, str]:
+    """(folder or id for from_pretrained, extra kwargs, display name); weights=False: a
+    default model's cache entry need not hold its float32 weights."""
     if spec.kind == DEFAULT:
         embedded = defaults.TARGET if role == "target" else defaults.DRAFTER
-        folder = defaults.ensure_cached(embedded, progress)  # DefaultModelError is a ModelError
+        folder = defaults.ensure_cached(embedded, progress, weights)  # DefaultModelError is a ModelError
         return str(folder), {}, embedded.name
     if spec.kind == "gguf":
         path = Path(spec.source)
@@ -194,6 +194,28 @@ def _locate(spec: ModelSpec, role: str, progress: Progress) -> tuple[str, dict, 
     if spec.kind == "hub":
         return spec.source, {"local_files_only": True}, spec.source
     return spec.source, {}, Path(spec.source).name
+
+
+def _prepare_default_target(folder: str, spec: ModelSpec, name: str, progress: Progress):
+    """The default q4k target, built from its GGUF (dequantized in memory, never written as
+    float32), saved as the prepared file, then mapped back as every later run maps it. The
+    GGUF is deleted after: the prepared file replaces it, and the parts rebuild it."""
+    gguf = defaults.ensure_gguf(defaults.TARGET, progress)
+    model = _load_weights(str(gguf.parent), {"gguf_file": gguf.name}, torch.float32, "cpu", "target", name)
+    _use_gguf_blocks(model, spec, name, progress)
+    task = f"preparing the q4k target {name} (once)"
+    progress(task, 0, None)
+    quantize_target(model)
+    path = prepared_path(Path(folder), Q4K)
+    save_prepared(model, path)
+    del model
+    gc.collect()
+    gguf.unlink(missing_ok=True)
+    progress(task, 1, 1)
+    model = load_prepared(folder, path)
+    if model is None:
+        raise ModelError(f"the prepared target {path} could not be read back; run `specbench clear-cache` and try again")
+    return model
 
 
 def _use_gguf_blocks(model, spec: ModelSpec, name: str, progress: Progress) -> Path:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import json
 import tomllib
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import torch
 from conftest import tiny_model
 from specbench.models import defaults
 from specbench import models
+from specbench.speed import native
 from tiny_hf import EOS, char_tokenizer, char_vocab, merge_tokenizer, one_thread, save_tiny, write_tiny_gguf
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -337,9 +339,10 @@ def test_text_stream_holds_back_half_a_character():
 # ---------------------------------------------------------------------------- the default pair, stood in for
 
 
-def _fake_pair_model(tmp_path: Path, monkeypatch, n_parts: int = 3, sha256: str | None = None, name: str = "fakepart"):
-    """Split a tiny GGUF into importable packages `{name}{i}` with data/partNN.bin each."""
-    gguf = write_tiny_gguf(tmp_path / "whole.gguf")
+def _fake_pair_model(tmp_path: Path, monkeypatch, n_parts: int = 3, sha256: str | None = None, name: str = "fakepart", gguf: Path | None = None):
+    """Split a tiny GGUF (default: write_tiny_gguf's) into importable packages `{name}{i}`
+    with data/partNN.bin each."""
+    gguf = gguf or write_tiny_gguf(tmp_path / "whole.gguf")
     data = gguf.read_bytes()
     size = -(-len(data) // n_parts)
     packages = tmp_path / "site"
@@ -361,6 +364,7 @@ def _fake_pair_model(tmp_path: Path, monkeypatch, n_parts: int = 3, sha256: str 
         version="1.0",
         sha256=sha256 or hashlib.sha256(data).hexdigest(),
         extra_eos_ids=(5,),
+        q4k_layers=gguf.name == "q4k.gguf",
     )
     monkeypatch.setenv(defaults.CACHE_ENV, str(tmp_path / "cache"))
     return model, data
@@ -419,6 +423,45 @@ def test_cache_round_trip(tmp_path, monkeypatch):
     assert not defaults.is_cached(model)
     assert (defaults.cache_root() / "keep.txt").exists()
     assert defaults.clear_cache() == 0
+
+
+def test_an_entry_without_weights_gets_them_when_asked(tmp_path, monkeypatch):
+    """A q4k default target needs no float32 weights on disk: its entry keeps the config,
+    the tokenizer and the GGUF (to prepare from); a dtype that reads the weights adds them."""
+    model, _ = _fake_pair_model(tmp_path, monkeypatch)
+    entry = defaults.ensure_cached(model, weights=False)
+    assert defaults.is_cached(model) and not defaults.has_weights(entry)
+    assert (entry / model.gguf_name).is_file() and (entry / "tokenizer.json").is_file()
+    assert json.loads((entry / "generation_config.json").read_text())["eos_token_id"] == [2, 5]
+    monkeypatch.setattr(defaults, "TARGET", model)
+    loaded = models.load_model(models.ModelSpec("default", "default"), role="target", dtype="float32")
+    assert defaults.has_weights(entry) and sorted(p.name for p in defaults.models_dir().iterdir()) == [entry.name]
+    expected = tiny_model(0).state_dict()
+    assert all(torch.equal(expected[k], v) for k, v in loaded.model.state_dict().items())
+    assert models.eos_token_ids(loaded.model, loaded.tokenizer) == (2, 5)
+
+
+@pytest.mark.skipif(native.q4k_kernel() is None or native.linear_kernel() is None, reason="specbench's AVX2 kernels are not built here")
+@torch.inference_mode()
+def test_the_default_q4k_target_is_prepared_from_its_gguf_without_float32_weights(tmp_path, monkeypatch):
+    from gguf_tiny import q4k_gguf_with_tokenizer
+    from specbench.speed.gguf_blocks import Q4KLinear
+
+    reference, gguf = q4k_gguf_with_tokenizer(tmp_path / "q4k.gguf")
+    model, _ = _fake_pair_model(tmp_path, monkeypatch, gguf=gguf)
+    monkeypatch.setattr(defaults, "TARGET", model)
+    tasks = []
+    first = models.load_model(models.ModelSpec("default", "default"), role="target", dtype="q4k", progress=lambda t, d, n: tasks.append(t))
+    entry = defaults.cached_dir(model)
+    assert sorted(p.name for p in entry.glob("*.safetensors")) == ["q4k.safetensors"] and not list(entry.glob("*.gguf"))
+    assert any(t.startswith("preparing the q4k target") for t in tasks) and not any(t.startswith("dequantizing") for t in tasks)
+    assert sum(isinstance(m, Q4KLinear) for m in first.model.modules()) == 2 * 7 + 1
+    assert models.eos_token_ids(first.model, first.tokenizer) == (2, 5)
+    again = models.load_model(models.ModelSpec("default", "default"), role="target", dtype="q4k")
+    ids = torch.tensor([[1, 5, 9, 12, 3, 40]])
+    assert torch.equal(again.model(input_ids=ids).logits, first.model(input_ids=ids).logits)
+    close = (first.model(input_ids=ids).logits - reference(input_ids=ids).logits).abs().max()
+    assert close < 0.05 * reference(input_ids=ids).logits.abs().max()  # the same weights; activations rounded to int8
 
 
 def test_failed_build_leaves_no_entry(tmp_path, monkeypatch):

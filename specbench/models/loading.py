@@ -28,6 +28,7 @@ from specbench.models.specs import DEFAULT, NONE, ModelSpec, check_device, check
 from specbench.speed.draft_vocab import output_head
 from specbench.speed.kernels import use_kernels
 from specbench.speed.gguf_blocks import Q4K, q4k_why_not, use_gguf_blocks
+from specbench.speed.gguf_file import one_reader_per_file
 from specbench.speed.quantize import INT8, int8_available, quantize_linears, quantize_target, target_int8_why_not
 
 DTYPES = {
@@ -95,11 +96,14 @@ def parse_target_dtype(name: str, device: str) -> torch.dtype:
 
 
 def resolve_draft_dtype(name: str, device: str) -> str:
-    """The drafter dtype "auto" stands for: int8 on the CPU when PyTorch has its int8
-    weight-only kernel, bfloat16 otherwise (a GPU, device "auto"); other names unchanged."""
+    """The drafter dtype "auto" stands for: on the CPU, q4k where specbench's Q4_K kernel
+    runs (with PyTorch's int8 kernel, for the head), else int8 where PyTorch has its int8
+    weight-only kernel; bfloat16 otherwise (a GPU, device "auto"); other names unchanged."""
     if name.lower() != AUTO:
         return name
-    return INT8 if device == "cpu" and int8_available() else "bfloat16"
+    if device != "cpu" or not int8_available():
+        return "bfloat16"
+    return Q4K if q4k_why_not() is None else INT8
 
 
 def parse_draft_dtype(name: str, device: str) -> torch.dtype:
@@ -152,15 +156,20 @@ def load_model(
     row-invariant one, so its verify forwards give the logits its decoding steps give (on a
     GPU the dense kernels round by batch anyway, and a call per row costs launches).
     """
+    with one_reader_per_file():  # a GGUF's metadata parsed once, not for each of config, tokenizer, weights
+        return _load_model(spec, role, dtype, device, progress, require_tokenizer, share_tokenizer_with)
+
+
+def _load_model(spec: ModelSpec, role: str, dtype: str, device: str, progress: Progress, require_tokenizer: bool, share_tokenizer_with: LoadedModel | None) -> LoadedModel:
     torch_dtype = parse_draft_dtype(dtype, device) if role == "drafter" else parse_target_dtype(dtype, device)
     check_device(device)
-    # the default target in q4k is prepared once and mapped from the cache after (prepared.py)
-    prepares = spec.kind == DEFAULT and role == "target" and dtype.lower() == Q4K
+    # a default model in q4k is prepared once and mapped from the cache after (prepared.py)
+    prepares = spec.kind == DEFAULT and dtype.lower() == Q4K
     folder, kwargs, name = _locate(spec, role, progress, weights=not prepares)
     task = f"loading {role} {name} ({dtype})"
     progress(task, 0, None)
     if prepares:
-        model = load_prepared(folder, prepared_path(Path(folder), Q4K)) or _prepare_default_target(folder, spec, name, progress)
+        model = load_prepared(folder, prepared_path(Path(folder), Q4K)) or _prepare_default(folder, spec, role, name, progress)
     else:
         model = _load_weights(folder, kwargs, torch_dtype, device, role, name)
         if dtype.lower() == Q4K and role == "target":
@@ -196,16 +205,23 @@ def _locate(spec: ModelSpec, role: str, progress: Progress, weights: bool = True
     return spec.source, {}, Path(spec.source).name
 
 
-def _prepare_default_target(folder: str, spec: ModelSpec, name: str, progress: Progress):
-    """The default q4k target, built from its GGUF (dequantized in memory, never written as
+def _prepare_default(folder: str, spec: ModelSpec, role: str, name: str, progress: Progress):
+    """A default model in q4k, built from its GGUF (dequantized in memory, never written as
     float32), saved as the prepared file, then mapped back as every later run maps it. The
-    GGUF is deleted after: the prepared file replaces it, and the parts rebuild it."""
-    gguf = defaults.ensure_gguf(defaults.TARGET, progress)
-    model = _load_weights(str(gguf.parent), {"gguf_file": gguf.name}, torch.float32, "cpu", "target", name)
-    _use_gguf_blocks(model, spec, name, progress)
-    task = f"preparing the q4k target {name} (once)"
+    GGUF is deleted after: the prepared file replaces it, and the parts rebuild it.
+    The target keeps the file's Q4_K blocks (int8 for its other layers); the drafter's
+    layers are quantized to Q4_K (its head int8)."""
+    gguf = defaults.ensure_gguf(defaults.TARGET if role == "target" else defaults.DRAFTER, progress)
+    kwargs = {"gguf_file": gguf.name}
+    if role == "target":
+        model = _load_weights(str(gguf.parent), kwargs, torch.float32, "cpu", role, name)
+        _use_gguf_blocks(model, spec, name, progress)
+    else:
+        model = _load_weights(str(gguf.parent), kwargs, torch.bfloat16, "cpu", role, name)
+        _quantize_drafter_to_q4k(model, name, progress)
+    task = f"preparing the q4k {role} {name} (once)"
     progress(task, 0, None)
-    quantize_target(model)
+    (quantize_target if role == "target" else quantize_linears)(model)
     path = prepared_path(Path(folder), Q4K)
     save_prepared(model, path)
     del model
@@ -214,7 +230,7 @@ def _prepare_default_target(folder: str, spec: ModelSpec, name: str, progress: P
     progress(task, 1, 1)
     model = load_prepared(folder, path)
     if model is None:
-        raise ModelError(f"the prepared target {path} could not be read back; run `specbench clear-cache` and try again")
+        raise ModelError(f"the prepared {role} {path} could not be read back; run `specbench clear-cache` and try again")
     return model
 
 

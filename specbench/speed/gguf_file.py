@@ -1,4 +1,5 @@
-"""The tensor index of a GGUF file: names, shapes, types and offsets, read without the metadata.
+"""The tensor index of a GGUF file: names, shapes, types and offsets, read without the
+metadata; and one gguf-py reader per file while transformers loads one (one_reader_per_file).
 
 Why not gguf-py's GGUFReader: it turns every metadata value into numpy views, and a
 tokenizer's 151k vocabulary strings take it seconds; a q4k target needs only where each
@@ -9,7 +10,9 @@ the tensor data at the next multiple of general.alignment (32 unless the file sa
 
 from __future__ import annotations
 
+import os
 import struct
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 Q4_K = 12  # ggml type id of Q4_K
@@ -107,3 +110,27 @@ def _parse(data: bytes) -> TensorIndex:
         tensors.append(TensorInfo(name, shape, reader.take("I"), reader.take("Q")))
     data_offset = -(-reader.pos // alignment) * alignment
     return TensorIndex(architecture, tensors, data_offset)
+
+
+@contextmanager
+def one_reader_per_file():
+    """Within the block, gguf-py's GGUFReader parses each GGUF file once: transformers opens a
+    new reader for a GGUF model's config, its tokenizer and its weights, and each parses the
+    whole vocabulary again (about ten seconds for the default target's 151k tokens). The
+    readers only read; they are dropped when the block ends."""
+    import gguf
+
+    original, readers = gguf.GGUFReader, {}
+
+    def shared(path, *args, **kwargs):
+        key = (os.path.realpath(path), args, tuple(sorted(kwargs.items())))
+        if key not in readers:
+            readers[key] = original(path, *args, **kwargs)
+        return readers[key]
+
+    gguf.GGUFReader = shared
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original
+        readers.clear()

@@ -88,6 +88,20 @@ def test_the_tensor_index_agrees_with_gguf_py(tmp_path):
     assert [t.name for t in index.tensors if t.type != Q4_K] == ["blk.0.ffn_up.weight"]
 
 
+def test_one_reader_per_file_parses_a_gguf_once_within_the_block(tmp_path):
+    import gguf
+
+    from specbench.speed.gguf_file import one_reader_per_file
+
+    _, path = q4k_model_and_file(tmp_path)
+    original = gguf.GGUFReader
+    with one_reader_per_file():
+        first = gguf.GGUFReader(str(path))
+        assert gguf.GGUFReader(str(tmp_path / "." / path.name)) is first  # the same file, another spelling
+        assert len(first.tensors) == 2 * 7 + 1
+    assert gguf.GGUFReader is original and gguf.GGUFReader(str(path)) is not first
+
+
 def test_a_file_that_is_not_gguf_is_refused(tmp_path):
     (tmp_path / "x.gguf").write_bytes(b"not a gguf file at all, not even close")
     with pytest.raises(ValueError, match="not a GGUF"):

@@ -6,14 +6,16 @@ the same machine and threads:
   - `llama-bench -m TARGET.gguf -p 0 -n N -t THREADS -r 3`: llama.cpp's token generation
     speed (tg N, from an empty context; its mean over 3 repetitions);
   - `specbench generate PROMPT --json --max-new-tokens N --dtype D` for each prompt of the
-    set and each target dtype of --dtypes (default: auto, what a user gets), once with the
-    other defaults (speculative) and once with `--drafter none` (plain), as a user runs
-    them: decode tokens/s from the JSON stats (prefill apart).
+    set and each target dtype of --dtypes (default: auto, what a user gets): with the other
+    defaults (speculative) once per drafter dtype of --draft-dtypes (default: auto), and once
+    with `--drafter none` (plain), as a user runs them: decode tokens/s from the JSON stats
+    (prefill apart).
 The assembled GGUF is written once into --gguf-dir (the default pair's parts, checked by
 sha256). llama.cpp is not built here: pass the path of a `llama-bench` you built.
 
     python bench/vs_llama_cpp.py --llama-bench PATH [--prompts quick] [--max-new-tokens 128]
-        [--rounds 2] [--threads 2] [--dtypes auto,int8] [--gguf-dir /tmp/specbench-gguf] [--out FILE.json]
+        [--rounds 2] [--threads 2] [--dtypes auto,int8] [--draft-dtypes auto,int8]
+        [--gguf-dir /tmp/specbench-gguf] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dtypes", default="auto", help="target dtypes to run specbench with, comma-separated (each: default and plain)")
+    parser.add_argument("--draft-dtypes", default="auto", help="drafter dtypes for the speculative runs, comma-separated")
     parser.add_argument("--gguf-dir", type=Path, default=Path("/tmp/specbench-gguf"))
     parser.add_argument("--out", help="write every measurement as JSON here")
     args = parser.parse_args()
@@ -72,6 +75,7 @@ def main() -> None:
     gguf = target_gguf(args.gguf_dir)
     prompts = load_prompts(args.prompts)
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    draft_dtypes = [d.strip() for d in args.draft_dtypes.split(",") if d.strip()]
     print(machine_line())
     rows, llama = [], []
     for round_ in range(args.rounds):
@@ -81,19 +85,22 @@ def main() -> None:
         for prompt in prompts:
             text = prompt.messages()[-1]["content"]
             for dtype in dtypes:
-                spec, stats = specbench_tokens_per_second(text, args.max_new_tokens, "--dtype", dtype)
                 plain, _ = specbench_tokens_per_second(text, args.max_new_tokens, "--dtype", dtype, "--drafter", "none")
-                rows.append({"round": round_, "prompt_id": prompt.id, "dtype": dtype, "speculative": spec, "plain": plain, "acceptance_rate": stats["acceptance_rate"]})
-                print(f"round {round_} {prompt.id:20s} --dtype {dtype:8s} specbench default {spec:6.2f} tok/s   specbench plain {plain:6.2f} tok/s", flush=True)
+                for draft_dtype in draft_dtypes:
+                    spec, stats = specbench_tokens_per_second(text, args.max_new_tokens, "--dtype", dtype, "--draft-dtype", draft_dtype)
+                    rows.append({"round": round_, "prompt_id": prompt.id, "dtype": dtype, "draft_dtype": draft_dtype, "speculative": spec, "plain": plain, "acceptance_rate": stats["acceptance_rate"]})
+                    print(f"round {round_} {prompt.id:20s} --dtype {dtype:8s} --draft-dtype {draft_dtype:8s} specbench default {spec:6.2f} tok/s   specbench plain {plain:6.2f} tok/s", flush=True)
         if not llama_first:
             llama.append(llama_tokens_per_second(args.llama_bench, gguf, args.max_new_tokens, args.threads))
         print(f"round {round_} llama.cpp plain tg{args.max_new_tokens}: {llama[-1]:.2f} tok/s", flush=True)
     mean_llama = sum(llama) / len(llama)
     print(f"llama.cpp plain {mean_llama:.2f} tok/s (mean of {len(llama)} llama-bench runs)")
     for dtype in dtypes:
-        mine = [r for r in rows if r["dtype"] == dtype]
-        spec, plain = geomean([r["speculative"] for r in mine]), geomean([r["plain"] for r in mine])
-        print(f"--dtype {dtype}: specbench default {spec:.2f} tok/s, plain {plain:.2f} tok/s (geometric means over prompts and rounds); default / llama.cpp plain {spec / mean_llama:.2f}x, default / own plain {spec / plain:.2f}x")
+        for draft_dtype in draft_dtypes:
+            mine = [r for r in rows if r["dtype"] == dtype and r["draft_dtype"] == draft_dtype]
+            spec, plain = geomean([r["speculative"] for r in mine]), geomean([r["plain"] for r in mine])
+            wins = sum(r["speculative"] > r["plain"] for r in mine)
+            print(f"--dtype {dtype} --draft-dtype {draft_dtype}: specbench default {spec:.2f} tok/s, plain {plain:.2f} tok/s (geometric means over prompts and rounds); default / llama.cpp plain {spec / mean_llama:.2f}x, default / own plain {spec / plain:.2f}x, faster than own plain on {wins} of {len(mine)}")
     if args.out:
         with open(args.out, "w") as out:
             json.dump({"machine": machine_line(), "llama_cpp_tg": llama, "rows": rows}, out, indent=1)

@@ -123,9 +123,11 @@ INSTALL_HINT = "pip install 'specbench[default-models]'"
 # measures them side by side). A bfloat16 target is not the default: PyTorch's k-token and
 # one-token passes round it differently, so greedy output can drift from plain decoding,
 # and it verifies slowly on a CPU.
-# The drafter only proposes, so it may round: "auto" drafts in weight-only int8 on a CPU whose
-# PyTorch has the int8 kernel, else bfloat16; both draft faster than float32 at the same
-# acceptance. The measurements behind these choices are in docs/log.md.
+# The drafter only proposes, so it may round: "auto" drafts in q4k on a CPU where specbench's
+# Q4_K kernel runs (every decoder layer quantized to 4-bit Q4_K blocks, prepared once like
+# the target; the head int8), else weight-only int8 where PyTorch has the int8 kernel, else
+# bfloat16: each drafts faster than the one after it at about the same acceptance. The
+# measurements behind these choices are in docs/log.md.
 DEFAULT_DTYPE = "auto"
 DEFAULT_DRAFT_DTYPE = "auto"
 # A model drafter scores ids below this, plus the prompt's and EOS (draft_vocab.py); 0 scores

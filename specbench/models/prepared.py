@@ -1,13 +1,13 @@
-"""A prepared target, cached: the q4k default target's every tensor, ready to run, in one file.
+"""A prepared model, cached: a default model's every tensor in its q4k dtype, ready to run, in one file.
 
-Why: preparing a q4k target takes the longest part of a warm start: loading 6.7 GB of
-float32 weights, repacking the GGUF's Q4_K blocks and quantizing the other layers to int8,
-every run. The result is deterministic, so the first run saves it (`q4k.safetensors`
-beside the cached model; 2.0 GB for the default target, 0.9 GB of it the float32
-embedding) and later runs map that file: the model is built on the meta device, its Linear
-layers become empty Q4KLinear or Int8TargetLinear shells, and the file's tensors are
-assigned to them without a copy (safetensors memory-maps; the embedding's unused rows are
-never read in).
+Why: preparing a q4k model takes the longest part of a warm start: for the target, loading
+its weights, repacking the GGUF's Q4_K blocks and quantizing the other layers to int8; for
+the drafter, quantizing every layer to Q4_K (gguf_blocks.quantize_q4k). The result is
+deterministic, so the first run saves it (`q4k.safetensors` in the model's cache folder:
+2.0 GB for the default target, 0.9 GB of it the float32 embedding) and later runs map that
+file: the model is built on the meta device, its Linear layers become empty Q4KLinear,
+Int8TargetLinear or Int8Linear shells, and the file's tensors are assigned to them without a
+copy (safetensors memory-maps; the embedding's unused rows are never read in).
 
 Knows nothing about which dtype is asked for; loading.py decides when to use it. A file
 from another layout (PREPARED_FORMAT) or with missing tensors is not used, and rebuilt.
@@ -21,11 +21,12 @@ from pathlib import Path
 
 import torch
 
-from specbench.speed.gguf_blocks import QK, Q4KLinear
-from specbench.speed.quantize import Int8TargetLinear
+from specbench.speed import native
+from specbench.speed.gguf_blocks import Q4KLinear
+from specbench.speed.quantize import Int8Linear, Int8TargetLinear, dense_twin
 
-PREPARED_FORMAT = 1  # bump when a layer's buffers change
-_LAYERS = {"q4k": Q4KLinear, "int8": Int8TargetLinear}
+PREPARED_FORMAT = 2  # bump when a layer's buffers change (2: drafters; Q4_K widths short of 256 columns)
+_LAYERS = {"q4k": Q4KLinear, "int8": Int8TargetLinear, "int8-draft": Int8Linear}
 
 
 def prepared_path(folder: Path, dtype: str) -> Path:
@@ -37,9 +38,9 @@ def save_prepared(model, path: Path) -> None:
     name, then a rename)."""
     from safetensors.torch import save_file
 
-    layers = {name: kind for name, module in model.named_modules() for kind, cls in _LAYERS.items() if isinstance(module, cls)}
+    layers = {name: [kind, module.in_features] for name, module in model.named_modules() for kind, cls in _LAYERS.items() if type(module) is cls}
     state = {name: tensor.contiguous() for name, tensor in model.state_dict().items()}
-    metadata = {"format": str(PREPARED_FORMAT), "layers": json.dumps(layers)}
+    metadata = {"format": str(PREPARED_FORMAT), "layers": json.dumps(layers), "dtype": str(model.dtype).removeprefix("torch.")}
     partial = path.with_name(f".tmp-{os.getpid()}-{path.name}")
     try:
         save_file(_untie(state), str(partial), metadata=metadata)
@@ -77,21 +78,24 @@ def load_prepared(folder: str, path: Path):
         return None
     config = AutoConfig.from_pretrained(folder)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    for name, kind in layers.items():
-        model.set_submodule(name, _shell(_LAYERS[kind], name, state))
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, metadata.get("dtype", "float32")))
+    for name, (kind, in_features) in layers.items():
+        model.set_submodule(name, _shell(_LAYERS[kind], name, in_features, state))
     try:
         model.load_state_dict(state, strict=True, assign=True)
     except RuntimeError:
         return None
     _rebuild_rotary(model)
+    for module in model.modules():
+        if type(module) is Int8Linear:  # its dense twin only where int8_linear.c is not built
+            module.dense = None if native.linear_kernel() is not None else dense_twin(module.qweight, module.scales, module.bias)
     if any(t.is_meta for t in [*model.parameters(), *model.buffers()]):
         return None
     model.generation_config = GenerationConfig.from_pretrained(folder)
     return model.eval()
 
 
-def _shell(cls, name: str, state: dict[str, torch.Tensor]) -> torch.nn.Module:
+def _shell(cls, name: str, in_features: int, state: dict[str, torch.Tensor]) -> torch.nn.Module:
     """An empty layer of cls whose buffers load_state_dict(assign=True) replaces."""
     module = cls.__new__(cls)
     torch.nn.Module.__init__(module)
@@ -101,9 +105,8 @@ def _shell(cls, name: str, state: dict[str, torch.Tensor]) -> torch.nn.Module:
             module.register_buffer(key[len(prefix) :], torch.empty_like(tensor, device="meta"))
     if "bias" not in module._buffers:
         module.register_buffer("bias", None)
-    shape = module.d.shape if cls is Q4KLinear else module.qweight.shape
-    module.out_features = shape[0]
-    module.in_features = shape[1] * QK if cls is Q4KLinear else shape[1]
+    module.out_features = (module.d if cls is Q4KLinear else module.qweight).shape[0]
+    module.in_features = in_features
     return module
 
 

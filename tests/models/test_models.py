@@ -464,6 +464,34 @@ def test_the_default_q4k_target_is_prepared_from_its_gguf_without_float32_weight
     assert close < 0.05 * reference(input_ids=ids).logits.abs().max()  # the same weights; activations rounded to int8
 
 
+@pytest.mark.skipif(native.q4k_kernel() is None or native.linear_kernel() is None, reason="specbench's AVX2 kernels are not built here")
+@torch.inference_mode()
+def test_the_default_q4k_drafter_is_prepared_once_and_mapped_after(tmp_path, monkeypatch):
+    from specbench.speed.gguf_blocks import Q4KLinear
+    from specbench.speed.quantize import Int8Linear
+
+    model, _ = _fake_pair_model(tmp_path, monkeypatch)
+    model = defaults.EmbeddedModel(**{**model.__dict__, "role": "drafter"})
+    monkeypatch.setattr(defaults, "DRAFTER", model)
+    tasks = []
+    first = models.load_model(models.ModelSpec("default", "default"), role="drafter", dtype="q4k", progress=lambda t, d, n: tasks.append(t))
+    entry = defaults.cached_dir(model)
+    assert sorted(p.name for p in entry.glob("*.safetensors")) == ["q4k.safetensors"] and not list(entry.glob("*.gguf"))
+    assert any(t.startswith("preparing the q4k drafter") for t in tasks)
+    layers = [m for m in first.model.modules() if isinstance(m, Q4KLinear)]
+    assert len(layers) == 2 * 7 and {m.in_features for m in layers} == {32, 64}  # widths short of 256 columns
+    assert isinstance(first.model.lm_head, Int8Linear) and first.model.lm_head.dense is None
+
+    def no_preparing(*args, **kwargs):
+        raise AssertionError("a prepared drafter must be mapped, not prepared again")
+
+    monkeypatch.setattr(models.loading, "_prepare_default", no_preparing)
+    again = models.load_model(models.ModelSpec("default", "default"), role="drafter", dtype="q4k")
+    ids = torch.tensor([[1, 5, 9, 12, 3, 40]])
+    assert torch.equal(again.model(input_ids=ids).logits, first.model(input_ids=ids).logits)
+    assert next(again.model.parameters()).dtype is torch.bfloat16
+
+
 def test_failed_build_leaves_no_entry(tmp_path, monkeypatch):
     model, _ = _fake_pair_model(tmp_path, monkeypatch)
 

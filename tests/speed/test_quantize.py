@@ -93,13 +93,17 @@ def test_int8_runs_on_the_cpu_only():
     assert parse_draft_dtype("bf16", "cpu") == torch.bfloat16
 
 
-def test_auto_drafter_dtype_is_int8_on_the_cpu_and_bf16_elsewhere(monkeypatch):
-    expected_cpu = "int8" if int8_available() else "bfloat16"
+def test_auto_drafter_dtype_is_q4k_then_int8_on_the_cpu_and_bf16_elsewhere(monkeypatch):
+    from specbench.speed import native
+
+    expected_cpu = ("q4k" if native.q4k_kernel() is not None else "int8") if int8_available() else "bfloat16"
     assert resolve_draft_dtype("auto", "cpu") == expected_cpu
     assert PairConfig().draft_dtype == expected_cpu  # the default is auto, resolved on creation
     assert resolve_draft_dtype("auto", "cuda") == resolve_draft_dtype("auto", "auto") == "bfloat16"
     assert PairConfig(device="cuda:1").draft_dtype == "bfloat16"
     assert resolve_draft_dtype("float32", "cpu") == "float32"  # named dtypes pass through
+    monkeypatch.setattr("specbench.models.loading.q4k_why_not", lambda: "no AVX2")
+    assert resolve_draft_dtype("auto", "cpu") == ("int8" if int8_available() else "bfloat16")  # no Q4_K kernel
     monkeypatch.setattr("specbench.models.loading.int8_available", lambda: False)
     assert resolve_draft_dtype("auto", "cpu") == "bfloat16"  # a torch without the int8 kernel
 

@@ -28,7 +28,7 @@ from specbench.models.specs import DEFAULT, NONE, ModelSpec, check_device, check
 from specbench.speed.draft_vocab import output_head
 from specbench.speed.kernels import use_kernels
 from specbench.speed.gguf_blocks import Q4K, q4k_why_not, use_gguf_blocks
-from specbench.speed.gguf_file import one_reader_per_file
+from specbench.speed.gguf_file import one_reader_per_file, release_readers
 from specbench.speed.quantize import INT8, int8_available, quantize_linears, quantize_target, target_int8_why_not
 
 DTYPES = {
@@ -213,11 +213,11 @@ def _prepare_default(folder: str, spec: ModelSpec, role: str, name: str, progres
     layers are quantized to Q4_K (its head int8)."""
     gguf = defaults.ensure_gguf(defaults.TARGET if role == "target" else defaults.DRAFTER, progress)
     kwargs = {"gguf_file": gguf.name}
+    model = _load_weights(str(gguf.parent), kwargs, torch.float32 if role == "target" else torch.bfloat16, "cpu", role, name)
+    release_readers()  # the GGUF is read: its reader would only hold memory while preparing
     if role == "target":
-        model = _load_weights(str(gguf.parent), kwargs, torch.float32, "cpu", role, name)
         _use_gguf_blocks(model, spec, name, progress)
     else:
-        model = _load_weights(str(gguf.parent), kwargs, torch.bfloat16, "cpu", role, name)
         _quantize_drafter_to_q4k(model, name, progress)
     task = f"preparing the q4k {role} {name} (once)"
     progress(task, 0, None)

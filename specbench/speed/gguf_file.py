@@ -112,25 +112,35 @@ def _parse(data: bytes) -> TensorIndex:
     return TensorIndex(architecture, tensors, data_offset)
 
 
+_readers: dict = {}  # while one_reader_per_file is active: (path, arguments) -> reader
+
+
 @contextmanager
 def one_reader_per_file():
     """Within the block, gguf-py's GGUFReader parses each GGUF file once: transformers opens a
     new reader for a GGUF model's config, its tokenizer and its weights, and each parses the
     whole vocabulary again (about ten seconds for the default target's 151k tokens). The
-    readers only read; they are dropped when the block ends."""
+    readers only read; they are dropped when the block ends, or by release_readers."""
     import gguf
 
-    original, readers = gguf.GGUFReader, {}
+    original = gguf.GGUFReader
 
     def shared(path, *args, **kwargs):
         key = (os.path.realpath(path), args, tuple(sorted(kwargs.items())))
-        if key not in readers:
-            readers[key] = original(path, *args, **kwargs)
-        return readers[key]
+        if key not in _readers:
+            _readers[key] = original(path, *args, **kwargs)
+        return _readers[key]
 
     gguf.GGUFReader = shared
     try:
         yield
     finally:
         gguf.GGUFReader = original
-        readers.clear()
+        release_readers()
+
+
+def release_readers() -> None:
+    """Drop the readers kept so far: once a model's weights are read, a reader only holds
+    memory (its parsed fields, and its memory map's pages of the whole file: 1.7 GB for the
+    default target)."""
+    _readers.clear()

@@ -69,17 +69,24 @@ def test_lean_forward_matches_hf_hidden_states_and_cache(name):
         decoder(torch.zeros(1, MAX_LEAN_ROWS + 1, dtype=torch.long), mine)
 
 
-@pytest.mark.skipif(not int8_available(), reason="no int8 weight-only kernel in this torch")
+STACKED = {  # a layer's weight buffer, and the stacked one of layer 0's q/k/v
+    "qwen2 int8": (lambda layer: layer.qweight, lambda decoder: decoder.qkv[0].packed[0]),
+    "qwen2 q4k": (lambda layer: layer.qs, lambda decoder: decoder.qkv[0].q4k.qs),
+}
+
+
+@pytest.mark.parametrize("name", sorted(set(STACKED) & set(MODELS)))
 @torch.inference_mode()
-def test_stacking_int8_rows_leaves_hf_forward_unchanged_and_adds_no_memory():
-    model = int8_qwen2(3)
+def test_stacking_rows_leaves_hf_forward_unchanged_and_adds_no_memory(name):
+    model = MODELS[name]()
+    weight, stacked_weight = STACKED[name]
     ids = torch.tensor([[1, 2, 3, 4, 5]])
     before = model(input_ids=ids).logits
     decoder = lean_decoder(model)
     attn = model.model.layers[0].self_attn
-    stacked = decoder.qkv[0].packed[0]
-    assert attn.q_proj.qweight.data_ptr() == stacked.data_ptr()  # q's rows are a view of the stack
-    assert attn.k_proj.qweight.untyped_storage().data_ptr() == stacked.untyped_storage().data_ptr()
+    stacked = stacked_weight(decoder)
+    assert weight(attn.q_proj).data_ptr() == stacked.data_ptr()  # q's rows are a view of the stack
+    assert weight(attn.k_proj).untyped_storage().data_ptr() == stacked.untyped_storage().data_ptr()
     assert torch.equal(model(input_ids=ids).logits, before)
     assert lean_decoder(model) is decoder  # built once per model
 

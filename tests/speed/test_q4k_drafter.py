@@ -2,8 +2,8 @@
 specbench quantizes (gguf_blocks.quantize_q4k), run by the same kernel as a q4k target.
 
 What must hold: the blocks stand for the weight (exactly where the weight lies on a Q4_K
-grid, closely otherwise), a width that is not a multiple of 256 runs as if zero-padded, the
-lean draft step stacks q4k rows without changing a bit or adding memory, and a q4k drafter
+grid, closely otherwise), a width that is not a multiple of 256 runs as if zero-padded
+(test_lean_step.py: the draft step stacks q4k rows like int8 ones), and a q4k drafter
 keeps speculative decoding lossless (greedy parity with a float32 target) while its drafts
 are still accepted. The tests skip where the AVX2 kernel is not built.
 """
@@ -19,9 +19,8 @@ from gguf_tiny import q4k_reference as reference
 from specbench.models.loading import load_model
 from specbench.models.specs import parse_model_spec
 from specbench.speed import native
-from specbench.speed.gguf_blocks import QK, Q4KLinear, dequantize, quantize_q4k, quantize_to_q4k
-from specbench.speed.lean_step import lean_decoder
-from specbench.speed.quantize import Int8Linear, quantize_linears
+from specbench.speed.gguf_blocks import QK, Q4KLinear, dequantize, quantize_q4k
+from specbench.speed.quantize import Int8Linear
 from tiny_hf import save_tiny
 
 needs_kernel = pytest.mark.skipif(native.q4k_kernel() is None, reason=f"q4k_linear is not built here: {native.q4k_why_not()}")
@@ -63,30 +62,6 @@ def test_a_width_short_of_256_columns_runs_as_if_zero_padded(width):
         layer(torch.randn(1, width + 1))
     with pytest.raises(ValueError, match="cannot hold"):
         Q4KLinear(blocks, bias, padded.in_features + 1)
-
-
-def q4k_drafter(seed: int):
-    model = tiny_model(seed).to(torch.bfloat16)
-    assert quantize_to_q4k(model) == 2 * 7  # the decoder's layers; the head stays for int8
-    quantize_linears(model)
-    return model.eval()
-
-
-@needs_kernel
-@torch.inference_mode()
-def test_the_lean_step_stacks_q4k_rows_without_a_change_or_a_copy():
-    model = q4k_drafter(3)
-    ids = torch.tensor([[1, 2, 3, 4, 5]])
-    before = model(input_ids=ids).logits
-    decoder = lean_decoder(model)
-    attn = model.model.layers[0].self_attn
-    stacked = decoder.qkv[0].q4k
-    assert stacked is not None and attn.q_proj.qs.data_ptr() == stacked.qs.data_ptr()
-    assert attn.v_proj.qs.untyped_storage().data_ptr() == stacked.qs.untyped_storage().data_ptr()
-    assert torch.equal(model(input_ids=ids).logits, before)
-    x = torch.randn(1, 3, 32).to(torch.bfloat16)
-    q, k, v = decoder.qkv[0](x)
-    assert torch.equal(q, attn.q_proj(x)) and torch.equal(k, attn.k_proj(x)) and torch.equal(v, attn.v_proj(x))
 
 
 @needs_kernel

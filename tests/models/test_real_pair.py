@@ -24,7 +24,7 @@ NEW_TOKENS = 32
 def pair():
     if any(defaults.status(model).parts_found < model.n_parts for model in defaults.PAIR):
         pytest.fail(f"the default pair's packages are not installed: {defaults.INSTALL_HINT}")
-    return models.load_pair(models.PairConfig())  # the defaults: q4k target (AVX2), int8 drafter on the CPU
+    return models.load_pair(models.PairConfig())  # the defaults: q4k target and drafter (AVX2), else int8
 
 
 def test_default_pair_is_cached_and_matched(pair):
@@ -100,6 +100,22 @@ def test_the_default_target_runs_its_q4k_blocks_where_the_kernels_build(pair):
     q4k, int8 = sum(isinstance(m, Q4KLinear) for m in modules), sum(isinstance(m, Int8TargetLinear) for m in modules)
     if native.q4k_kernel() is not None and native.linear_kernel() is not None:
         assert (q4k, int8) == (168, 28 * 7 + 1 - 168)
+
+
+def test_the_default_drafter_is_q4k_where_the_kernels_build(pair):
+    """Its 24 layers' 7 Linear layers as Q4_K blocks specbench quantized (width 896 padded
+    to 1024), its head int8, prepared once and mapped from the cache."""
+    from specbench.speed import native
+    from specbench.speed.gguf_blocks import Q4KLinear
+    from specbench.speed.quantize import Int8Linear
+
+    if native.q4k_kernel() is None or native.linear_kernel() is None:
+        pytest.skip("specbench's AVX2 kernels are not built here")
+    drafter = pair.drafter_model.model
+    layers = [m for m in drafter.modules() if isinstance(m, Q4KLinear)]
+    assert len(layers) == 24 * 7 and {m.in_features for m in layers} == {896, 4864}
+    assert isinstance(drafter.lm_head, Int8Linear)
+    assert (defaults.cached_dir(defaults.DRAFTER) / "q4k.safetensors").is_file()
 
 
 def test_greedy_parity_with_an_int8_target(pair):

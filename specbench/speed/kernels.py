@@ -18,10 +18,11 @@ run through the packed fp32 copy: the input is widened to fp32 and the output ro
 Packed results agree with the half kernel to half rounding, not bit for bit; that is
 harmless for a drafter, whose q is whatever it computed.
 
-Which drafter takes which path: on a CPU the default drafter is int8 weight-only where
-PyTorch has the kernel (quantize.py; models/loading.py's resolve_draft_dtype). Its draft
-steps run the int8 kernel, and the bf16 Linear each int8 layer keeps for many rows (a
-prompt) is swapped here like any other. A bf16 drafter (`--draft-dtype bfloat16`, or a
+Which drafter takes which path: on a CPU the default drafter is q4k where specbench's
+Q4_K kernel runs, else int8 weight-only where PyTorch has the kernel (gguf_blocks.py,
+quantize.py; models/loading.py's resolve_draft_dtype). Neither is swapped here: their
+layers run their own kernels, except the dense bf16 Linear an int8 layer keeps for many rows
+(a prompt) where int8_linear.c is not built, which is swapped like any other. A bf16 drafter (`--draft-dtype bfloat16`, or a
 PyTorch without the int8 kernel) takes the half-precision path above.
 
 This module only swaps modules; it knows nothing about decoding.

@@ -171,9 +171,12 @@ def _load_model(spec: ModelSpec, role: str, dtype: str, device: str, progress: P
     if prepares:
         model = load_prepared(folder, prepared_path(Path(folder), Q4K)) or _prepare_default(folder, spec, role, name, progress)
     else:
+        q4k_target = dtype.lower() == Q4K and role == "target"
+        if q4k_target and spec.kind != "gguf":  # refused before the weights are loaded
+            raise ModelError(f"--dtype q4k runs a GGUF file's Q4_K blocks; the target {name} is not a .gguf file")
         model = _load_weights(folder, kwargs, torch_dtype, device, role, name)
-        if dtype.lower() == Q4K and role == "target":
-            _use_gguf_blocks(model, spec, name, progress)
+        if q4k_target:
+            _use_gguf_blocks(model, Path(spec.source), name, progress)
         elif dtype.lower() == Q4K:
             _quantize_drafter_to_q4k(model, name, progress)
         if dtype.lower() in (INT8, Q4K):
@@ -216,7 +219,7 @@ def _prepare_default(folder: str, spec: ModelSpec, role: str, name: str, progres
     model = _load_weights(str(gguf.parent), kwargs, torch.float32 if role == "target" else torch.bfloat16, "cpu", role, name)
     release_readers()  # the GGUF is read: its reader would only hold memory while preparing
     if role == "target":
-        _use_gguf_blocks(model, spec, name, progress)
+        _use_gguf_blocks(model, gguf, name, progress)
     else:
         _quantize_drafter_to_q4k(model, name, progress)
     task = f"preparing the q4k {role} {name} (once)"
@@ -234,23 +237,15 @@ def _prepare_default(folder: str, spec: ModelSpec, role: str, name: str, progres
     return model
 
 
-def _use_gguf_blocks(model, spec: ModelSpec, name: str, progress: Progress) -> Path:
-    """Swap a target's Q4_K layers for Q4KLinear over its GGUF file's blocks and return the
-    file's path; a target with no GGUF file, or none of whose layers are Q4_K, is refused
-    with one line."""
-    if spec.kind == DEFAULT:
-        path = defaults.ensure_gguf(defaults.TARGET, progress)
-    elif spec.kind == "gguf":
-        path = Path(spec.source)
-    else:
-        raise ModelError(f"--dtype q4k runs a GGUF file's Q4_K blocks; the target {name} is not a .gguf file")
+def _use_gguf_blocks(model, path: Path, name: str, progress: Progress) -> None:
+    """Swap a target's Q4_K layers for Q4KLinear over the blocks of its GGUF file at path; a
+    target none of whose layers are Q4_K is refused with one line."""
     task = f"reading the Q4_K blocks of {name}"
     progress(task, 0, None)
     swapped, _ = use_gguf_blocks(model, str(path))
     progress(task, 1, 1)
     if not swapped:
         raise ModelError(f"--dtype q4k: no layer of {name} is stored as Q4_K in {path.name}")
-    return path
 
 
 def _quantize_drafter_to_q4k(model, name: str, progress: Progress) -> None:
@@ -260,10 +255,7 @@ def _quantize_drafter_to_q4k(model, name: str, progress: Progress) -> None:
 
     task = f"quantizing drafter {name} to Q4_K"
     progress(task, 0, None)
-    try:
-        quantize_to_q4k(model)
-    except ValueError as error:
-        raise ModelError(f"--draft-dtype q4k: {error}") from error
+    quantize_to_q4k(model)  # parse_draft_dtype refused q4k where the kernel cannot run
     progress(task, 1, 1)
 
 

@@ -70,7 +70,7 @@ class Stacked:
 
     def __init__(self, linears: list[torch.nn.Module]):
         self.linears = linears
-        self.sizes = [linear.out_features for linear in linears]
+        self.sizes = _sizes(linears)
         self.packed = _stack_int8(linears) if all(isinstance(linear, Int8Linear) for linear in linears) else None
         self.q4k = _stack_q4k(linears) if len(linears) > 1 and all(isinstance(linear, Q4KLinear) for linear in linears) else None
 
@@ -86,7 +86,8 @@ def _stack_int8(linears: list[Int8Linear]) -> tuple[torch.Tensor, torch.Tensor, 
     """(rows, scales, bias) of the stacked layers; each layer's buffers become views of them."""
     qweight = torch.cat([linear.qweight for linear in linears])
     scales = torch.cat([linear.scales for linear in linears])
-    for linear, (q, s) in zip(linears, zip(qweight.split(_sizes(linears)), scales.split(_sizes(linears)))):
+    sizes = _sizes(linears)
+    for linear, q, s in zip(linears, qweight.split(sizes), scales.split(sizes)):
         linear.qweight, linear.scales = q, s
     return qweight, scales, _stacked_bias(linears, scales.dtype)
 

@@ -4,18 +4,16 @@ test of sampling, and the errors."""
 
 from __future__ import annotations
 
-from itertools import product
-
 import pytest
 import torch
 
 import specbench.core.verify
-from chi_square import pvalues
+from chi_square import model_joint, pvalues
 from conftest import PROMPTS, tiny_model
 from mock_lm import random_trigram
 from specbench.core.cache import cache_arg, cache_length, new_cache
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
-from specbench.core.sampling import SamplingConfig, logits_to_probs
+from specbench.core.sampling import SamplingConfig
 from specbench.drafters.early_exit import EarlyExitDrafter, EarlyExitModel, parse_early_exit
 from specbench.policies import FixedGamma
 
@@ -133,18 +131,6 @@ def small():
     return model
 
 
-def exact_joint(model, sampling) -> dict[tuple, float]:
-    """P(x1, x2, x3 | PROMPT) by full forwards over every prefix."""
-    def p(prefix):
-        with torch.no_grad():
-            return logits_to_probs(model(input_ids=torch.tensor([PROMPT + list(prefix)])).logits[0, -1], sampling)
-
-    p1 = p(())
-    p2 = {a: p((a,)) for a in range(VOCAB)}
-    p3 = {(a, b): p((a, b)) for a, b in product(range(VOCAB), repeat=2)}
-    return {(a, b, c): float(p1[a] * p2[a][b] * p3[(a, b)][c]) for a, b, c in product(range(VOCAB), repeat=3)}
-
-
 def sample_early_exit(model, sampling, rounds=None):
     outputs = []
     for seed in range(SAMPLES):
@@ -161,7 +147,7 @@ def test_early_exit_sampling_follows_the_target(small):
     drafts were really rejected as well as accepted."""
     sampling = SamplingConfig(temperature=1.0)
     rounds: list = []
-    found = pvalues(sample_early_exit(small, sampling, rounds), exact_joint(small, sampling), VIEWS)
+    found = pvalues(sample_early_exit(small, sampling, rounds), model_joint(small, PROMPT, sampling), VIEWS)
     assert min(found.values()) > 1e-3, found
     drafted = sum(len(r.draft_tokens) for r in rounds)
     accepted = sum(r.accepted for r in rounds)
@@ -172,5 +158,5 @@ def test_the_check_fails_for_a_wrong_residual(small, monkeypatch):
     """Power check: in this setting, resampling from p instead of norm(max(0, p - q)) is caught."""
     monkeypatch.setattr(specbench.core.verify, "residual_distribution", lambda p, q: p)
     sampling = SamplingConfig(temperature=1.0)
-    found = pvalues(sample_early_exit(small, sampling), exact_joint(small, sampling), VIEWS)
+    found = pvalues(sample_early_exit(small, sampling), model_joint(small, PROMPT, sampling), VIEWS)
     assert min(found.values()) < 1e-6, found

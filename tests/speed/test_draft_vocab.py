@@ -13,12 +13,11 @@
 
 from __future__ import annotations
 
-from itertools import product
 from types import SimpleNamespace
 
 import pytest
 import torch
-from chi_square import pvalues
+from chi_square import model_joint, pvalues
 from conftest import PROMPTS, noisy_copy, tiny_model
 from mock_lm import random_trigram
 
@@ -130,18 +129,6 @@ def six_token_pair():
     return target, noisy_copy(target, scale=0.5, seed=4)
 
 
-@torch.inference_mode()
-def exact_joint(target) -> dict[tuple[int, ...], float]:
-    """P(x1, x2, x3 | PROMPT) under the target, from full forwards of every prefix."""
-    def p(seq):
-        return logits_to_probs(target(input_ids=torch.tensor([PROMPT + list(seq)])).logits[0, -1], SAMPLING)
-
-    joint = {}
-    for x1, x2, x3 in product(range(VOCAB), repeat=3):
-        joint[(x1, x2, x3)] = float(p([])[x1] * p([x1])[x2] * p([x1, x2])[x3])
-    return joint
-
-
 def sample_restricted(target, drafter_model, n=SAMPLES):
     outputs, drafted, accepted = [], 0, 0
     for seed in range(n):
@@ -158,7 +145,7 @@ def sample_restricted(target, drafter_model, n=SAMPLES):
 
 def test_sampling_with_a_restricted_drafter_keeps_the_target_distribution(six_token_pair):
     target, drafter_model = six_token_pair
-    joint = exact_joint(target)
+    joint = model_joint(target, PROMPT, SAMPLING)
     outputs, acceptance = sample_restricted(target, drafter_model)
     views = {"x1": lambda s: s[0], "x2": lambda s: s[1], "x3": lambda s: s[2], "x1x2": lambda s: s[:2], "x2x3": lambda s: s[1:]}
     found = pvalues(outputs, joint, views)

@@ -13,14 +13,11 @@ import pytest
 import torch
 
 from conftest import accepted_with_greedy_parity, block_and_steps, noisy_copy, tiny_model
-from chi_square import pvalues
+from chi_square import speculative_pvalues
 from specbench.core.attention import ROWS
-from specbench.core.generate import GenerationConfig, speculative_generate
-from specbench.core.sampling import SamplingConfig, logits_to_probs
-from specbench.drafters import ModelDrafter
+from specbench.core.sampling import SamplingConfig
 from specbench.models.loading import ModelError, load_model, parse_target_dtype
 from specbench.models.specs import parse_model_spec
-from specbench.policies import FixedGamma
 from specbench.speed import native, quantize
 from specbench.speed.quantize import Int8TargetLinear, exact_int8_linear, quantize_rows, quantize_target
 from tiny_hf import save_tiny
@@ -127,27 +124,8 @@ def test_sampling_with_an_int8_target_follows_its_distribution():
     chi-square on each token and on the first pair."""
     target = int8_target()
     drafter = noisy_copy(tiny_model(0), 0.5, seed=3)
-    sampling, prompt = SamplingConfig(temperature=1.0, top_k=4), [1, 5, 9]
-
-    def exact(ids, depth):
-        """{continuation: probability} of the next `depth` tokens after ids."""
-        with torch.inference_mode():
-            probs = logits_to_probs(target(input_ids=torch.tensor([ids])).logits[0, -1], sampling)
-        joint = {}
-        for x in torch.nonzero(probs).flatten().tolist():
-            rest = exact(ids + [x], depth - 1) if depth > 1 else {(): 1.0}
-            joint.update({(x, *tail): float(probs[x]) * p for tail, p in rest.items()})
-        return joint
-
-    outputs, rejected = [], 0
-    for seed in range(1500):
-        config = GenerationConfig(max_new_tokens=3, sampling=sampling, seed=seed)
-        result = speculative_generate(target, ModelDrafter(drafter), prompt, config, FixedGamma(3))
-        outputs.append(tuple(result.token_ids))
-        rejected += sum(step.accepted < len(step.draft_tokens) for step in result.steps[1:])
+    found, rejected = speculative_pvalues(target, drafter, [1, 5, 9], SamplingConfig(temperature=1.0, top_k=4))
     assert rejected > 100  # q differs from p: rejections and corrections really happen
-    views = {"x1": lambda s: s[0], "x2": lambda s: s[1], "x3": lambda s: s[2], "x1x2": lambda s: s[:2]}
-    found = pvalues(outputs, exact(prompt, 3), views)
     assert min(found.values()) > 1e-3, found
 
 

@@ -5,7 +5,8 @@ does), the kernel equals a PyTorch reference of its contract bit for bit (so a r
 cannot depend on the other rows, the tile or the threads), the layers are found in a GGUF
 file by name and checked against the loaded weights, and a target built of them verifies k
 tokens with exactly the logits of k one-token steps, so greedy speculative decoding equals
-its plain decoding. The tests skip where the AVX2 kernel is not built.
+its plain decoding; sampled with a q4k drafter, its output follows its own distribution
+(chi-square). The tests skip where the AVX2 kernel is not built.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from chi_square import speculative_pvalues
 from conftest import accepted_with_greedy_parity, block_and_steps, noisy_copy, tiny_model
+from specbench.core.sampling import SamplingConfig
 from specbench.models.loading import ModelError, load_model, parse_draft_dtype, parse_target_dtype
 from specbench.models.specs import parse_model_spec
 from specbench.speed import gguf_blocks, native
-from specbench.speed.gguf_blocks import QK, Q4KLinear, dequantize, repack, use_gguf_blocks
+from specbench.speed.gguf_blocks import QK, Q4KLinear, dequantize, quantize_to_q4k, repack, use_gguf_blocks
 from specbench.speed.gguf_file import Q4_K, read_tensor_index
 from gguf_tiny import HIDDEN, q4k_model_and_file, q4k_reference as reference, random_q4k
 from tiny_hf import save_tiny
@@ -145,6 +148,25 @@ def test_greedy_speculative_equals_plain_with_a_q4k_target(tmp_path, gamma):
     target = q4k_target(tmp_path)
     use_row_invariant_attention(target)
     assert accepted_with_greedy_parity(target, noisy_copy(target, 0.2, seed=7), gamma) > 0
+
+
+@needs_kernel
+def test_sampling_with_a_q4k_target_and_a_q4k_drafter_follows_the_target(tmp_path):
+    """The default pair's kernels in small: a q4k target (the file's blocks) and a q4k
+    drafter (a noisy copy, quantized by quantize_to_q4k). Three sampled tokens of seeded
+    speculative runs against the q4k target's exact distribution (top-k 4: 64 outcomes).
+    The random blocks give logits in the hundreds, 20 to 50 apart: temperature 40 spreads
+    them over several tokens (at 1 the target is sure of every token and the check is empty)."""
+    from specbench.core.attention import use_row_invariant_attention
+
+    target, path = q4k_model_and_file(tmp_path)
+    drafter = noisy_copy(target, 0.5, seed=3)
+    assert quantize_to_q4k(drafter) == 2 * 7
+    assert use_gguf_blocks(target, str(path)) == (2 * 7 + 1, 0)
+    use_row_invariant_attention(target)
+    found, rejected = speculative_pvalues(target, drafter, [1, 5, 9], SamplingConfig(temperature=40.0, top_k=4))
+    assert rejected > 100  # q differs from p: rejections and corrections really happen
+    assert min(found.values()) > 1e-3, found
 
 
 def test_a_q4k_target_is_a_gguf_model_on_the_cpu(tmp_path):

@@ -549,6 +549,26 @@ def prediction_accuracy(check: pd.DataFrame) -> dict:
     return {"n": n, "forwards_equal_share": float(check["forwards_equal"].mean()), "within_10pct_share": float((check["speedup_error"].abs() <= 0.10).mean())}
 
 
+def plain_repeatability(runs: pd.DataFrame | Iterable[dict]) -> dict:
+    """The sweep's noise floor. Each measured prompt's plain decoding is timed twice: in
+    phase 1 (PROFILE, the unit of its predictions) and beside its measured runs (MEASURED,
+    their baseline). n: the (prompt, repeat) pairs with both; within_10pct_share: the share
+    whose two tokens/s agree within 10% (measured / profile - 1); median_difference: the
+    median of |measured / profile - 1|. A measured speedup is a ratio of two timings like
+    these, so the share of predictions within 10% of it is bounded by the machine as well
+    as by the model. Shares are None when n is 0."""
+    import pandas as pd
+
+    runs = as_runs(runs)
+    plain = runs[runs["method"] == BASELINE_METHOD]
+    keys = ["temperature", "prompt_id", "repeat"]
+    both = pd.merge(plain[plain["source"] == PROFILE][[*keys, "tokens_per_second"]], plain[plain["source"] == MEASURED][[*keys, "tokens_per_second"]], on=keys, suffixes=("_p", "_m"))
+    difference = (both["tokens_per_second_m"] / both["tokens_per_second_p"] - 1).abs().dropna()
+    if not len(difference):
+        return {"n": 0, "within_10pct_share": None, "median_difference": None}
+    return {"n": len(difference), "within_10pct_share": float((difference <= 0.10).mean()), "median_difference": float(difference.median())}
+
+
 def oracle_share(summary: pd.DataFrame) -> pd.DataFrame:
     """Each specbench policy's share of its drafter's oracle gain, (speedup - 1) /
     (oracle speedup - 1), within each source (NaN where the oracle gains nothing)."""

@@ -94,6 +94,9 @@ from specbench.bench.results import (
     best_gammas,
     output_hash,
     parse_gammas,
+    plain_repeatability,
+    prediction_accuracy,
+    prediction_check,
     summary_frame,
     read_meta,
     read_rows,
@@ -873,6 +876,8 @@ def sweep(
     skipped += len(measured) - len(todo)
     written += run_phase(todo, rows)
     meta["finished"] = True
-    meta["summary"] = summary_records(read_rows(out_dir / RUNS_CSV))
+    final = read_rows(out_dir / RUNS_CSV)
+    meta["summary"] = summary_records(final)
+    meta["checks"] = {"prediction": prediction_accuracy(prediction_check(final)), "plain_twice": plain_repeatability(final)}
     write_meta(out_dir, meta)
     return SweepResult(out_dir, written, skipped, runner.block_costs)

@@ -585,6 +585,14 @@ def render_sweep_end(out_dir: Path, result, config) -> None:
         console.print(prediction_table(check))
         accuracy = sweep_results.prediction_accuracy(check)
         console.print(f"over {accuracy['n']} measured (prompt, gamma) point(s): target forwards predicted exactly for {accuracy['forwards_equal_share']:.0%}, speedup within 10% for {accuracy['within_10pct_share']:.0%}", highlight=False, soft_wrap=True)
+        noise = sweep_results.plain_repeatability(runs)
+        if noise["n"]:
+            console.print(
+                f"noise floor: plain decoding, timed twice per prompt (phase 1, then beside the measured runs), agreed within 10% "
+                f"on {round(noise['within_10pct_share'] * noise['n'])} of {noise['n']}; median difference {noise['median_difference']:.0%}",
+                highlight=False,
+                soft_wrap=True,
+            )
     for line in _costs_lines(list(result.costs.values())):
         console.print(line, highlight=False, soft_wrap=True)
     differing = [s.label + (f" γ={s.gamma}" if s.gamma else "") for s in summaries if s.differs]

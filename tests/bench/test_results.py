@@ -260,6 +260,17 @@ def test_prediction_check_under_sampling_compares_expectations():
     assert prediction_check(as_runs(rows)).set_index("prompt_id")["forwards_equal"].to_dict() == {"a": True, "b": False}
 
 
+def test_plain_repeatability_compares_each_prompts_two_plain_timings():
+    """Phase 1's plain run against the one beside the measured runs: a 5% and a 25% gap."""
+    from specbench.bench.results import as_runs, plain_repeatability
+
+    plain = lambda source, prompt, tps: {**_row(source, prompt, 1.0), "method": "plain", "drafter": "", "policy": "", "gamma": "", "tokens_per_second": tps}  # noqa: E731
+    rows = [plain("profile", "a", 10.0), plain("measured", "a", 10.5), plain("profile", "b", 10.0), plain("measured", "b", 7.5),
+            plain("profile", "c", 10.0), _row("measured", "a", 1.2)]  # c was not measured; specbench rows are left out  # fmt: skip
+    assert plain_repeatability(as_runs(rows)) == pytest.approx({"n": 2, "within_10pct_share": 0.5, "median_difference": 0.15})
+    assert plain_repeatability(as_runs(rows[4:]))["n"] == 0
+
+
 def test_oracle_share_and_best_gammas():
     from specbench.bench.results import as_runs, best_gammas, oracle_share, summary_frame
 

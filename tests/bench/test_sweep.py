@@ -343,6 +343,7 @@ def test_sweep_writes_results(close_pair, tokenizer, tmp_path):
             assert row["predicted_speedup"] == ""
     meta = json.loads((out / "meta.json").read_text())
     assert meta["finished"] is True and meta["c"] > 0
+    assert meta["checks"]["prediction"]["n"] > 0 and meta["checks"]["plain_twice"]["n"] == len(PROMPTS)
     summary = {(r["source"], r["method"], r["drafter"], r["policy"], r["gamma"]): r for r in meta["summary"]}
     assert summary[("predicted", "specbench", "model", "fixed", 2)]["speedup_lo"] <= summary[("predicted", "specbench", "model", "fixed", 2)]["speedup"]
     assert sorted(meta["verify_cost"], key=int) == [str(k) for k in range(1, 10)] and meta["verify_cost"]["1"] == 1.0
@@ -531,6 +532,7 @@ def test_sweep_command_end_to_end(patched_models, tmp_path):
     result = CliRunner().invoke(cli.app, args)
     assert result.exit_code == 0, result.output
     assert "Predicted on every prompt" in result.output and "Measured" in result.output and "Prediction vs measurement" in result.output
+    assert "noise floor: plain decoding, timed twice per prompt" in result.output
     rows = read_rows(out / "runs.csv")
     # plain, 2 drafters x (2 gammas + the oracle) predicted; plain again and each drafter at its best gamma measured
     assert len(rows) == 1 + 2 * 3 + 1 + 2 and {r["category"] for r in rows} == {"code"}

@@ -16,8 +16,8 @@ functions that need it (plotting and the end-of-sweep table pay for it, `--help`
 
 runs.csv: one row per source x method x drafter x policy x gamma x prompt x repeat, where
 source is "measured" (a timed run), "predicted" (replayed on the prompt's plain path,
-profile.py) or "profile" (that plain run, the unit of the predictions; a measured run is
-compared with the plain run timed beside it). A file from before predictions reads as measured. Blank cells mean
+profile.py) or "profile" (that plain run: a predicted row's tokens_per_second is its
+speedup times this run's; a measured run is compared with the plain run timed beside it). A file from before predictions reads as measured. Blank cells mean
 "does not apply or is not known" (the plain run has no drafter; HF's assisted generation may
 not reveal its acceptance; identical_to_baseline is only checked for greedy runs); load_runs
 reads them as NaN (numbers), NA (identical_to_baseline) or "" (text).
@@ -551,7 +551,7 @@ def prediction_accuracy(check: pd.DataFrame) -> dict:
 
 def plain_repeatability(runs: pd.DataFrame | Iterable[dict]) -> dict:
     """The sweep's noise floor. Each measured prompt's plain decoding is timed twice: in
-    phase 1 (PROFILE, the unit of its predictions) and beside its measured runs (MEASURED,
+    phase 1 (PROFILE, the path of its predictions) and beside its measured runs (MEASURED,
     their baseline). n: the (prompt, repeat) pairs with both; within_10pct_share: the share
     whose two tokens/s agree within 10% (measured / profile - 1); median_difference: the
     median of |measured / profile - 1|. A measured speedup is a ratio of two timings like

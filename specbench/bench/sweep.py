@@ -245,8 +245,8 @@ class PlannedRun:
 
 
 def profile_plan(config: SweepConfig, prompts: list[Prompt], *, has_drafter_model: bool = True) -> list[PlannedRun]:
-    """Phase 1, per repeat and prompt: the plain run (source PROFILE: the path and the unit of
-    the predictions), then a predicted run of every drafter x
+    """Phase 1, per repeat and prompt: the plain run (source PROFILE: the path of the
+    predictions), then a predicted run of every drafter x
     policy x gamma and each drafter's oracle (up to the largest gamma). A drafter that needs
     the drafter model is predicted only when there is one."""
     plan = []
@@ -424,33 +424,33 @@ def baselines_from_rows(rows: list[dict]) -> dict[tuple[str, str, str], Baseline
     return found
 
 
-def predicted_speedup(run: PlannedRun, m: Measurement, costs: Costs | None, baseline: Baseline | None) -> float | None:
-    """stats.walltime_speedup of a specbench run's rounds, with its block's measured costs in
-    units of the plain run's own step on the same prompt (1 / its tokens per second): c =
-    drafter step seconds / that step, paid by each drafter forward the round ran, a forward
-    over n tokens as u(n) steps (stats.drafter_cost; a copy or a table's guess runs none),
-    v(k >= 2) = the measured t(k) / that step, v(1) = 1 (a round without drafts is a plain
-    step). The plain run, not the start-of-sweep t(1), sets the unit because the
-    target's step time drifts over a sweep on a busy CPU; the interleaved plain run
-    sees the same machine as the run it is compared with. None for other methods."""
-    if run.method != SPECBENCH or not m.steps or costs is None or not costs.verify_cost or baseline is None or not baseline.tokens_per_second:
+def predicted_speedup(run: PlannedRun, m: Measurement, costs: Costs | None) -> float | None:
+    """stats.walltime_speedup of a specbench run's rounds, priced by its block's measured
+    costs in units of the target's single step t(1): c = drafter step / t(1), paid by each
+    drafter forward the round ran, a forward over n tokens as u(n) steps
+    (stats.drafter_cost; a copy or a table's guess runs none), v(k) as measured, v(1) = 1
+    (a round without drafts is a plain step). A plain step is taken to cost t(1): every
+    number here is a median of interleaved timings (costs.py), where the plain run is one
+    run whose speed wanders from run to run on a shared CPU as much as the speedups
+    being predicted (the sweep reports that noise floor); pricing in the plain run's own
+    step carried its noise into every prediction (docs/log.md, "Pricing in t(1)").
+    None for other methods."""
+    if run.method != SPECBENCH or not m.steps or costs is None or not costs.verify_cost or not costs.target_step_seconds:
         return None
-    unit = 1.0 / baseline.tokens_per_second
-    scale = costs.target_step_seconds / unit
-    c = (costs.drafter_step_seconds or 0.0) / unit
-    verify = lambda k: 1.0 if k == 1 else verify_cost_at(costs.verify_cost, k) * scale
-    step_cost = lambda n: verify_cost_at(costs.drafter_cost, n) if costs.drafter_cost else 1.0
+    c = (costs.drafter_step_seconds or 0.0) / costs.target_step_seconds
+    verify = lambda k: 1.0 if k == 1 else verify_cost_at(costs.verify_cost, k)  # noqa: E731
+    step_cost = lambda n: verify_cost_at(costs.drafter_cost, n) if costs.drafter_cost else 1.0  # noqa: E731
     rounds = [(len(step.draft_tokens), len(step.tokens), drafter_cost(step.drafter_feeds, step_cost)) for step in m.steps if step.round > 0]
     return walltime_speedup(rounds, c, verify)
 
 
 def make_row(run: PlannedRun, m: Measurement, baseline: Baseline | None, *, c: float | None, prompt_tokens: int, seed: int, costs: Costs | None = None) -> dict:
     """One runs.csv row; metrics come from RunStats, speedup and parity from the baseline,
-    predicted_speedup from the run's rounds, the measured costs and the baseline."""
+    predicted_speedup from the run's rounds and the measured costs."""
     stats, greedy = m.stats, run.temperature == 0
     is_baseline = run.method == BASELINE_METHOD
     predicted = run.source == PREDICTED
-    model = predicted_speedup(run, m, costs, baseline)
+    model = predicted_speedup(run, m, costs)
     tps = stats.tokens_per_second
     speedup = None
     if is_baseline:

@@ -234,12 +234,12 @@ def test_walltime_model_prices_each_round():
     assert walltime_speedup([], 0.25, v) is None
 
 
-def test_predicted_speedup_prices_rounds_in_the_plain_runs_step():
-    """The plain run took 0.5 s a token; the sweep measured t(1) = 0.4 s, a drafter step of
-    0.1 s, v(5) = 1.5 (0.6 s) and u(2) = 1.5. So c = 0.2 and v(5) = 1.2 plain steps, v(1) = 1.
-    Round 1 drafts 4 (4 forwards, 5 tokens): 0.8 + 1.2; round 2 catches up on 2 tokens, then
-    3 more forwards (2 tokens): 4.5 * 0.2 + 1.2; round 3 pays a refused row and is a plain
-    step: 0.2 + 1. 8 tokens for 5.3 steps."""
+def test_predicted_speedup_prices_rounds_in_the_targets_step():
+    """The sweep measured t(1) = 0.4 s, a drafter step of 0.1 s (c = 0.25), v(5) = 1.5 and
+    u(2) = 1.5; a plain step costs t(1), whatever the plain run took. Round 1 drafts 4
+    (4 forwards, 5 tokens): 1 + 1.5; round 2 catches up on 2 tokens, then 3 more forwards
+    (2 tokens): 4.5 * 0.25 + 1.5; round 3 pays a refused row and is a plain step: 0.25 + 1.
+    8 tokens for 6.375 steps."""
     from types import SimpleNamespace
 
     from specbench.speed.costs import Costs
@@ -252,19 +252,20 @@ def test_predicted_speedup_prices_rounds_in_the_plain_runs_step():
 
     m = measured(0.5)
     run = PlannedRun("specbench", "model", "cost", 4, 0.0, Prompt("a", "code", ("x",)), 0)
-    assert bench.predicted_speedup(run, m, costs, bench.Baseline(2.0, "")) == pytest.approx(8 / 5.3)
+    assert bench.predicted_speedup(run, m, costs) == pytest.approx(8 / 6.375)
     # costs measured before u(n) was: every forward is one step
     from dataclasses import replace
-    assert bench.predicted_speedup(run, m, replace(costs, drafter_cost=None), bench.Baseline(2.0, "")) == pytest.approx(8 / 5.2)
+    assert bench.predicted_speedup(run, m, replace(costs, drafter_cost=None)) == pytest.approx(8 / 6.25)
     ngram = PlannedRun("specbench", "ngram", "cost", 4, 0.0, Prompt("a", "code", ("x",)), 0)
-    assert bench.predicted_speedup(ngram, measured(None, feeds=False), costs, bench.Baseline(2.0, "")) == pytest.approx(8 / 3.4)  # no forwards
-    assert bench.predicted_speedup(run, m, costs, None) is None
+    assert bench.predicted_speedup(ngram, measured(None, feeds=False), costs) == pytest.approx(8 / 4.0)  # no forwards
+    assert bench.predicted_speedup(run, m, None) is None
+    assert bench.predicted_speedup(PlannedRun("plain", "", "", None, 0.0, Prompt("a", "code", ("x",)), 0), m, costs) is None
     # model+lookup: round 1 copies its 4 drafts (no forward); round 2 catches up on the 5
-    # tokens round 1 added, u(5) = 2.4 (the line past u(3)): (2.4 + 3) * 0.2 + 1.2
+    # tokens round 1 added, u(5) = 2.4 (the line past u(3)): (2.4 + 3) * 0.25 + 1.5
     m.steps[1].draft_probs, m.steps[1].drafter_feeds = [None] * 4, []
     m.steps[2].drafter_feeds = [5, 1, 1, 1]
     hybrid = PlannedRun("specbench", "model+lookup", "cost", 4, 0.0, Prompt("a", "code", ("x",)), 0)
-    assert bench.predicted_speedup(hybrid, m, costs, bench.Baseline(2.0, "")) == pytest.approx(8 / 4.68)
+    assert bench.predicted_speedup(hybrid, m, costs) == pytest.approx(8 / 5.6)
 
 
 def test_resumed_csv_keeps_its_own_columns(tmp_path):

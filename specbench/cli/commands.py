@@ -414,10 +414,12 @@ def predicted_table(frame, shares) -> Table:
 
 def prediction_table(check) -> Table:
     """Each measured point: predicted vs measured target forwards and speedup (means over its
-    prompts), and how many prompts' forwards matched exactly / speedups within 10%."""
-    table = Table(title="Prediction vs measurement at each measured point", title_justify="left")
+    prompts), and how many prompts' forwards matched exactly / speedups within 10%. Narrow
+    enough for an 80-column terminal or log."""
+    title = "Prediction vs measurement at each measured point (n prompts; fwd: target forwards, mean; pred, meas: speedup)"
+    table = Table(title=title, title_justify="left")
     table.add_column("configuration")
-    for name in ("γ", "prompts", "fwd pred", "fwd meas", "fwd equal", "speedup pred", "meas", "within 10%"):
+    for name in ("γ", "n", "fwd pred", "fwd meas", "equal", "pred", "meas", "≤10%"):
         table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
     grouped = check.groupby(["drafter", "policy", "gamma", "temperature"], sort=False)
     for (drafter, policy, gamma, _t), group in grouped:

@@ -208,7 +208,7 @@ def as_runs(runs: pd.DataFrame | Iterable[dict]) -> pd.DataFrame:
 
     if isinstance(runs, pd.DataFrame):
         return runs
-    return _typed(pd.DataFrame(list(runs)).fillna("").astype(str))
+    return _typed(pd.DataFrame(list(runs), dtype=object).fillna("").astype(str))
 
 
 def _read_cells(path: Path) -> pd.DataFrame:

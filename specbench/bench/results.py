@@ -541,12 +541,27 @@ def prediction_accuracy(check: pd.DataFrame) -> dict:
     """How well a prediction_check came out: n (measured runs with a prediction), the share
     whose target forwards were predicted exactly (meaningful under greedy decoding; under
     sampling predictions are expectations) and the share whose speedup was within 10%
-    (|speedup_error| <= 0.10; runs without both speedups count as outside). Shares are None
-    when n is 0."""
+    (|speedup_error| <= 0.10; runs without both speedups count as outside); then the same
+    for each configuration's geometric means over its prompts (drafter x policy x gamma x
+    temperature: what the summary tables show): configurations, and the share within 10%.
+    Shares are None when n is 0."""
     n = len(check)
     if not n:
-        return {"n": 0, "forwards_equal_share": None, "within_10pct_share": None}
-    return {"n": n, "forwards_equal_share": float(check["forwards_equal"].mean()), "within_10pct_share": float((check["speedup_error"].abs() <= 0.10).mean())}
+        return {"n": 0, "forwards_equal_share": None, "within_10pct_share": None, "configurations": 0, "configurations_within_10pct_share": None}
+    groups = check.groupby(["drafter", "policy", "gamma", "temperature"], sort=False)
+    errors = [_ratio(geometric_mean(g["predicted_speedup"]), geometric_mean(g["measured_speedup"])) for _, g in groups]
+    return {
+        "n": n,
+        "forwards_equal_share": float(check["forwards_equal"].mean()),
+        "within_10pct_share": float((check["speedup_error"].abs() <= 0.10).mean()),
+        "configurations": len(errors),
+        "configurations_within_10pct_share": sum(e is not None and abs(e) <= 0.10 for e in errors) / len(errors),
+    }
+
+
+def _ratio(predicted: float | None, measured: float | None) -> float | None:
+    """predicted / measured - 1, or None when either is missing."""
+    return predicted / measured - 1 if predicted and measured else None
 
 
 def plain_repeatability(runs: pd.DataFrame | Iterable[dict]) -> dict:

@@ -586,7 +586,12 @@ def render_sweep_end(out_dir: Path, result, config) -> None:
     if len(check):
         console.print(prediction_table(check))
         accuracy = sweep_results.prediction_accuracy(check)
-        console.print(f"over {accuracy['n']} measured (prompt, gamma) point(s): target forwards predicted exactly for {accuracy['forwards_equal_share']:.0%}, speedup within 10% for {accuracy['within_10pct_share']:.0%}", highlight=False, soft_wrap=True)
+        console.print(
+            f"over {accuracy['n']} measured (prompt, gamma) point(s): target forwards predicted exactly for {accuracy['forwards_equal_share']:.0%}, speedup within 10% for "
+            f"{accuracy['within_10pct_share']:.0%}; geometric means over prompts within 10% for {accuracy['configurations_within_10pct_share']:.0%} of {accuracy['configurations']} configuration(s)",
+            highlight=False,
+            soft_wrap=True,
+        )
         noise = sweep_results.plain_repeatability(runs)
         if noise["n"]:
             console.print(

@@ -249,8 +249,8 @@ def model_points(runs: pd.DataFrame) -> dict[str, list[tuple[float, float]]]:
 
 def chart_model_vs_measured(table, runs, meta, path: Path, subtitle: str) -> Path:
     """Each run's measured speedup against the walltime model of its own rounds
-    (sweep.predicted_speedup: the sweep's c and v(k) in plain steps); the band is +-10%."""
-    fig, ax = _figure("Measured speedup vs the walltime model, per run", subtitle, "modelled: tokens / sum over rounds of (k c + v(k+1)), in plain steps", "measured speedup over plain decoding")
+    (sweep.predicted_speedup: the sweep's c and v(k) in target steps t(1)); the band is +-10%."""
+    fig, ax = _figure("Measured speedup vs the walltime model, per run", subtitle, "modelled: tokens / sum over rounds of (k c + v(k+1)), in target steps t(1)", "measured speedup over plain decoding")
     points = model_points(runs)
     for label, pairs in points.items():
         xs, ys = zip(*pairs)

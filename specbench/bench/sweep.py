@@ -433,7 +433,7 @@ def predicted_speedup(run: PlannedRun, m: Measurement, costs: Costs | None) -> f
     number here is a median of interleaved timings (costs.py), where the plain run is one
     run whose speed wanders from run to run on a shared CPU as much as the speedups
     being predicted (the sweep reports that noise floor); pricing in the plain run's own
-    step carried its noise into every prediction (docs/log.md, "Pricing in t(1)").
+    step carried its noise into every prediction (docs/log.md, "Pricing predictions in t(1)").
     None for other methods."""
     if run.method != SPECBENCH or not m.steps or costs is None or not costs.verify_cost or not costs.target_step_seconds:
         return None

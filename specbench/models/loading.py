@@ -169,7 +169,7 @@ def _load_model(spec: ModelSpec, role: str, dtype: str, device: str, progress: P
     task = f"loading {role} {name} ({dtype})"
     progress(task, 0, None)
     if prepares:
-        model = load_prepared(folder, prepared_path(Path(folder), Q4K)) or _prepare_default(folder, spec, role, name, progress)
+        model = load_prepared(folder, prepared_path(Path(folder), Q4K)) or _prepare_default(folder, role, name, progress)
     else:
         q4k_target = dtype.lower() == Q4K and role == "target"
         if q4k_target and spec.kind != "gguf":  # refused before the weights are loaded
@@ -208,7 +208,7 @@ def _locate(spec: ModelSpec, role: str, progress: Progress, weights: bool = True
     return spec.source, {}, Path(spec.source).name
 
 
-def _prepare_default(folder: str, spec: ModelSpec, role: str, name: str, progress: Progress):
+def _prepare_default(folder: str, role: str, name: str, progress: Progress):
     """A default model in q4k, built from its GGUF (dequantized in memory, never written as
     float32), saved as the prepared file, then mapped back as every later run maps it. The
     GGUF is deleted after: the prepared file replaces it, and the parts rebuild it.

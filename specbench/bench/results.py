@@ -510,6 +510,7 @@ def best_gammas(summary: pd.DataFrame, source: str = PREDICTED) -> dict[tuple[st
 
 CHECK_COLUMNS = ["drafter", "policy", "gamma", "temperature", "prompt_id", "repeat", "category", "predicted_forwards", "measured_forwards",
                  "forwards_equal", "predicted_speedup", "measured_speedup", "speedup_error"]  # fmt: skip
+CHECK_GROUP = ["drafter", "policy", "gamma", "temperature"]  # one measured configuration of a prediction_check
 
 
 def prediction_check(runs: pd.DataFrame | Iterable[dict]) -> pd.DataFrame:
@@ -548,7 +549,7 @@ def prediction_accuracy(check: pd.DataFrame) -> dict:
     n = len(check)
     if not n:
         return {"n": 0, "forwards_equal_share": None, "within_10pct_share": None, "configurations": 0, "configurations_within_10pct_share": None}
-    groups = check.groupby(["drafter", "policy", "gamma", "temperature"], sort=False)
+    groups = check.groupby(CHECK_GROUP, sort=False)
     errors = [_ratio(geometric_mean(g["predicted_speedup"]), geometric_mean(g["measured_speedup"])) for _, g in groups]
     return {
         "n": n,

@@ -421,7 +421,7 @@ def prediction_table(check) -> Table:
     table.add_column("configuration")
     for name in ("γ", "n", "fwd pred", "fwd meas", "equal", "pred", "meas", "≤10%"):
         table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
-    grouped = check.groupby(["drafter", "policy", "gamma", "temperature"], sort=False)
+    grouped = check.groupby(sweep_results.CHECK_GROUP, sort=False)
     for (drafter, policy, gamma, _t), group in grouped:
         within = (group["speedup_error"].abs() <= 0.10).mean()
         table.add_row(f"{drafter} {policy}", f"{int(gamma)}", str(len(group)), _num(group["predicted_forwards"].mean(), ".1f"), _num(group["measured_forwards"].mean(), ".1f"),

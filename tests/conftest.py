@@ -60,6 +60,16 @@ def block_and_steps(model, prompt: torch.Tensor, tail: torch.Tensor) -> tuple[to
     return together, torch.stack(steps)
 
 
+def as_cpu_target(model):
+    """model as load_model leaves a CPU target: row-invariant attention (core/attention.py),
+    then the lean forward over a cache (speed/lean_step.py)."""
+    from specbench.core.attention import use_row_invariant_attention
+    from specbench.speed.lean_step import use_lean_forward
+
+    assert use_row_invariant_attention(model) and use_lean_forward(model)
+    return model
+
+
 def noisy_copy(model, scale: float, seed: int):
     """A copy of model with Gaussian noise (relative to each weight's std) on every weight."""
     clone = copy.deepcopy(model)

@@ -27,6 +27,7 @@ from specbench.models.prepared import load_prepared, prepared_path, save_prepare
 from specbench.models.specs import DEFAULT, NONE, ModelSpec, check_device, check_draft_vocab, drafter_kind, parse_model_spec
 from specbench.speed.draft_vocab import output_head
 from specbench.speed.kernels import use_kernels
+from specbench.speed.lean_step import use_lean_forward
 from specbench.speed.gguf_blocks import Q4K, q4k_why_not, use_gguf_blocks
 from specbench.speed.gguf_file import one_reader_per_file, release_readers
 from specbench.speed.quantize import INT8, int8_available, quantize_linears, quantize_target, target_int8_why_not
@@ -154,7 +155,8 @@ def load_model(
     tokenizer files are byte-identical to this one's (the default pair's are; a large
     tokenizer takes seconds to load). A CPU target's sdpa attention becomes core.attention's
     row-invariant one, so its verify forwards give the logits its decoding steps give (on a
-    GPU the dense kernels round by batch anyway, and a call per row costs launches).
+    GPU the dense kernels round by batch anyway, and a call per row costs launches); then its
+    forwards over a cache take speed.lean_step's forward, which gives the same bits faster.
     """
     with one_reader_per_file():  # a GGUF's metadata parsed once, not for each of config, tokenizer, weights
         return _load_model(spec, role, dtype, device, progress, require_tokenizer, share_tokenizer_with)
@@ -183,6 +185,7 @@ def _load_model(spec: ModelSpec, role: str, dtype: str, device: str, progress: P
             (quantize_linears if role == "drafter" else quantize_target)(model)
     if role == "target" and model_device(model).type == "cpu":
         use_row_invariant_attention(model)  # a verify row's logits = a decoding step's, bit for bit
+        use_lean_forward(model)  # the same bits, without HF's per-call plumbing
     digest = tokenizer_digest(folder) if "gguf_file" not in kwargs else None
     shared = share_tokenizer_with
     if shared is not None and digest is not None and shared.tokenizer_digest == digest:

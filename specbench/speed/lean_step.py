@@ -1,4 +1,5 @@
-"""A lean forward for a model drafter's draft steps (Qwen2 and Llama layouts).
+"""A lean forward for Qwen2 and Llama layouts: a model drafter's draft steps, and a CPU
+target's forwards over its cache.
 
 Why: a draft step feeds one token (two in a round's catch-up) through a 24-layer drafter,
 and on a 2-core CPU its int8 kernels are so short that the plumbing around them shows:
@@ -23,14 +24,28 @@ longer catch-up over a cache in calls of that many); a prompt longer than that,
 and any model of another layout (Qwen2/Llama with sliding windows, Qwen3's q/k norms,
 Gemma, ...), goes through HF's forward. Lossless either way: the drafter's q is whatever it
 computed, and verification checks every draft against the target.
+
+The target (use_lean_forward, called by models/loading.py): the same decoder, unstacked and
+for any number of rows, runs a float32 CPU target's forwards over a cache (every decoding
+step and every verify pass, specbench's and HF's generate alike). There the bar is higher:
+a target's logits decide the text, so the lean forward must give the bits the model's own
+forward gives, and it does: the same modules, the same ops in the same order, attention row
+by row exactly as core/attention.py's; tests/speed/test_lean_step.py compares them bit for
+bit. Any call it does not reproduce (the prompt's first forward, a batch, padding, outputs
+asked for) runs the model's own forward. `python bench/target_step.py` times the two.
 """
 
 from __future__ import annotations
 
+import inspect
 import weakref
 
 import torch
 import torch.nn.functional as F
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from specbench.core.attention import ROWS
+from specbench.core.generate import model_device
 
 from specbench.speed.gguf_blocks import Q4K_BUFFERS, Q4KLinear
 from specbench.speed.quantize import MAX_INT8_ROWS, Int8Linear, fast_int8_linear, runs_int8
@@ -82,6 +97,21 @@ class Stacked:
         return [linear(x) for linear in self.linears]
 
 
+def _stacked(parent: torch.nn.Module, names: tuple[str, ...]) -> Stacked:
+    return Stacked([getattr(parent, name) for name in names])
+
+
+class Unstacked:
+    """Stacked's call, one Linear at a time, each looked up on its parent at every call: a
+    kernel swapped in later (speed/kernels.py) is the one that runs, as in HF's forward."""
+
+    def __init__(self, parent: torch.nn.Module, names: tuple[str, ...]):
+        self.parent, self.names = parent, names
+
+    def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return [getattr(self.parent, name)(x) for name in self.names]
+
+
 def _stack_int8(linears: list[Int8Linear]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(rows, scales, bias) of the stacked layers; each layer's buffers become views of them."""
     qweight = torch.cat([linear.qweight for linear in linears])
@@ -118,28 +148,34 @@ def _stacked_bias(linears, dtype: torch.dtype) -> torch.Tensor | None:
 
 class LeanDecoder:
     """hidden = LeanDecoder(model)(input_ids [1, n], cache): the decoder's final hidden states
-    [1, n, hidden] for n <= MAX_LEAN_ROWS new tokens after what the cache holds (which it extends)."""
+    [1, n, hidden] for n <= max_rows new tokens (None: any number) after what the cache holds
+    (which it extends). stack=False runs every Linear by itself: the target's way, where
+    stacking would copy a gigabyte of mapped weights to save nothing measurable
+    (docs/log.md, "A lean forward for the target")."""
 
-    def __init__(self, model):
+    def __init__(self, model, stack: bool = True, max_rows: int | None = MAX_LEAN_ROWS):
         self.decoder = model.get_decoder()
+        self.config, self.max_rows = model.config, max_rows
         config = model.config
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        self.qkv = [Stacked([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]) for layer in self.decoder.layers]
-        self.gate_up = [Stacked([layer.mlp.gate_proj, layer.mlp.up_proj]) for layer in self.decoder.layers]
-        self.o = [Stacked([layer.self_attn.o_proj]) for layer in self.decoder.layers]
-        self.down = [Stacked([layer.mlp.down_proj]) for layer in self.decoder.layers]
+        group = _stacked if stack else Unstacked
+        self.qkv = [group(layer.self_attn, ("q_proj", "k_proj", "v_proj")) for layer in self.decoder.layers]
+        self.gate_up = [group(layer.mlp, ("gate_proj", "up_proj")) for layer in self.decoder.layers]
+        self.o = [group(layer.self_attn, ("o_proj",)) for layer in self.decoder.layers]
+        self.down = [group(layer.mlp, ("down_proj",)) for layer in self.decoder.layers]
 
     def __call__(self, input_ids: torch.Tensor, cache) -> torch.Tensor:
         n = input_ids.shape[1]
-        if n > MAX_LEAN_ROWS:
-            raise ValueError(f"the lean forward takes at most {MAX_LEAN_ROWS} tokens, got {n}")
+        if self.max_rows is not None and n > self.max_rows:
+            raise ValueError(f"the lean forward takes at most {self.max_rows} tokens, got {n}")
         past = cache.get_seq_length()
         hidden = self.decoder.embed_tokens(input_ids)
         positions = torch.arange(past, past + n, device=input_ids.device).unsqueeze(0)
         cos, sin = self.decoder.rotary_emb(hidden, positions)
         mask = None if n == 1 or past > 0 else _block_causal_mask(n, past, input_ids.device)
-        for i, layer in enumerate(self.decoder.layers):
+        # config.num_hidden_layers, as HF's decoder reads it (an early-exit drafter lowers it)
+        for i, layer in enumerate(self.decoder.layers[: self.config.num_hidden_layers]):
             hidden = hidden + self._attention(i, layer.self_attn, layer.input_layernorm(hidden), cos, sin, mask, cache)
             x = layer.post_attention_layernorm(hidden)
             gate, up = self.gate_up[i](x)
@@ -188,3 +224,75 @@ def _rotate(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tens
     """Rotary position embedding as Qwen2 and Llama apply it (cos, sin: [1, n, head_dim])."""
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
     return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
+
+# ---------------------------------------------------------------------------- the target
+
+
+def use_lean_forward(model) -> bool:
+    """Route a CPU target's forwards over a cache through LeanForward, where the lean
+    forward gives the bits its own forward gives: a float32 model of a layout LeanDecoder
+    reproduces, with core/attention.py's row-invariant attention (whose rows the lean forward
+    attends one at a time just as that does). False, and the model left as it is, elsewhere."""
+    if isinstance(model.__dict__.get("forward"), LeanForward):
+        return True
+    config = getattr(model, "config", None)
+    if not supports(model) or getattr(config, "_attn_implementation", None) != ROWS:
+        return False
+    if model.dtype != torch.float32 or model_device(model).type != "cpu":
+        return False
+    model.forward = LeanForward(model, model.forward)
+    return True
+
+
+class LeanForward:
+    """A target's forward: a call over a cache (one sequence, every key attended, positions
+    that follow the cache) runs the LeanDecoder and the model's head; any other call (a
+    prompt's first forward, a batch, a padding mask, attentions asked for) runs the model's
+    own forward. Both give a row the same bits, so it does not matter to decoding which
+    runs; the lean one skips HF's mask building and per-layer keyword handling."""
+
+    def __init__(self, model, own):
+        self.model, self.own = model, own
+        self.decoder = LeanDecoder(model, stack=False, max_rows=None)
+        self.__signature__ = inspect.signature(own)  # HF's generate reads the forward's parameters
+        self.__wrapped__ = own
+
+    def __call__(self, *args, **kwargs):
+        call = None if args else lean_call(kwargs)
+        if call is None:
+            return self.own(*args, **kwargs)
+        input_ids, cache, keep = call
+        hidden = self.decoder(input_ids, cache)
+        logits = self.model.get_output_embeddings()(hidden[:, -keep:] if keep else hidden)
+        return CausalLMOutputWithPast(logits=logits, **{_OUTPUT_CACHE: cache})
+
+
+_OUTPUT_CACHE = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"  # renamed in transformers 5.24
+_PASSIVE = {"return_dict": (None, True), "output_attentions": (None, False), "output_hidden_states": (None, False), "use_cache": (None, True)}
+
+
+def lean_call(kwargs: dict) -> tuple[torch.Tensor, object, int] | None:
+    """(input_ids, cache, logits_to_keep) of a forward call LeanForward can run, else None."""
+    rest = dict(kwargs)
+    input_ids = rest.pop("input_ids", None)
+    cache, old_name = rest.pop("cache", None), rest.pop("past_key_values", None)
+    cache = cache if cache is not None else old_name
+    keep, mask = rest.pop("logits_to_keep", 0), rest.pop("attention_mask", None)
+    positions, cache_position = rest.pop("position_ids", None), rest.pop("cache_position", None)
+    if any(rest.pop(name, None) not in allowed for name, allowed in _PASSIVE.items()) or rest:
+        return None
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[0] != 1 or cache is None:
+        return None
+    if not isinstance(keep, int) or keep < 0 or not hasattr(cache, "get_seq_length"):
+        return None
+    past, n = cache.get_seq_length(), input_ids.shape[1]
+    if past == 0:
+        return None  # the prompt's first forward: HF's fused attention, as every mode runs it
+    if mask is not None and (not isinstance(mask, torch.Tensor) or tuple(mask.shape) != (1, past + n) or not bool(mask.all())):
+        return None
+    expected = torch.arange(past, past + n, device=input_ids.device)
+    for given in (positions, cache_position):
+        if given is not None and (not isinstance(given, torch.Tensor) or not torch.equal(given.reshape(-1), expected)):
+            return None
+    return input_ids, cache, keep

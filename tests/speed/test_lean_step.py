@@ -3,15 +3,19 @@ hidden states and the same cache, for 1..MAX_LEAN_ROWS new tokens, on tiny Qwen2
 models, in fp32 and with int8 or q4k layers (whose q/k/v and gate/up rows it stacks; there it attends
 in float32 where HF attends in bf16, so the two agree to bf16 rounding)."""
 
+import inspect
+
 import pytest
 import torch
-from conftest import tiny_model
+from conftest import accepted_with_greedy_parity, as_cpu_target, noisy_copy, tiny_model
+from gguf_tiny import q4k_model_and_file
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+from specbench.core.attention import use_row_invariant_attention
 from specbench.core.cache import cache_arg, crop_cache, new_cache
-from specbench.speed.lean_step import MAX_LEAN_ROWS, lean_decoder, supports
+from specbench.speed.lean_step import MAX_LEAN_ROWS, LeanDecoder, lean_call, lean_decoder, supports, use_lean_forward
 from specbench.speed import native
-from specbench.speed.gguf_blocks import quantize_to_q4k
+from specbench.speed.gguf_blocks import quantize_to_q4k, use_gguf_blocks
 from specbench.speed.quantize import int8_available, quantize_linears
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -115,3 +119,104 @@ def test_rows_fed_together_over_a_cache_get_the_bits_of_one_row_steps():
     block = decoder(tail, together)
     steps = torch.cat([decoder(tail[:, i : i + 1], alone) for i in range(tail.shape[1])], dim=1)
     assert torch.equal(block, steps)
+
+
+# ---------------------------------------------------------------------------- the target's forward
+
+
+def q4k_target(tmp_path):
+    """A tiny target with its tiny GGUF's Q4_K blocks swapped in, as a q4k target is made."""
+    model, path = q4k_model_and_file(tmp_path, 7)
+    use_gguf_blocks(model, str(path))
+    return model
+
+
+TARGETS = {"qwen2": lambda tmp_path: tiny_model(5), "llama": lambda tmp_path: tiny_llama(6)}
+if native.q4k_kernel() is not None:
+    TARGETS["qwen2 q4k"] = q4k_target
+
+
+@pytest.mark.parametrize("name", sorted(TARGETS))
+@torch.inference_mode()
+def test_a_target_forward_over_a_cache_runs_lean_and_gives_the_models_own_bits(name, tmp_path, monkeypatch):
+    model = as_cpu_target(TARGETS[name](tmp_path))
+    own = model.forward.own
+    lean_calls = []
+    decoder_call = LeanDecoder.__call__
+    monkeypatch.setattr(LeanDecoder, "__call__", lambda self, ids, cache: lean_calls.append(ids.shape[1]) or decoder_call(self, ids, cache))
+    prompt = torch.tensor([[3, 14, 15, 9, 26, 5, 35, 8]])
+    theirs, mine = new_cache(model), new_cache(model)
+    for cache, forward in ((theirs, own), (mine, model)):
+        forward(input_ids=prompt, **cache_arg(model, cache), use_cache=True)
+    assert lean_calls == []  # the prompt's first forward is the model's own
+    for n in (1, 2, 5, 9):
+        new = (torch.arange(n).unsqueeze(0) * 7 + n) % 64
+        expected = own(input_ids=new, **cache_arg(model, theirs), use_cache=True, logits_to_keep=n).logits
+        got = model(input_ids=new, **cache_arg(model, mine), use_cache=True, logits_to_keep=n).logits
+        assert torch.equal(got, expected)
+        for a, b in zip(theirs.layers, mine.layers):
+            assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+    assert lean_calls == [1, 2, 5, 9]
+
+
+@torch.inference_mode()
+def test_calls_the_lean_forward_cannot_run_take_the_models_own():
+    model = as_cpu_target(tiny_model(5))
+    cache = new_cache(model)
+    ids = torch.tensor([[1, 2, 3]])
+    assert lean_call({"input_ids": ids, "cache": cache}) is None  # no cache yet: the prompt's first forward
+    model(input_ids=ids, **cache_arg(model, cache), use_cache=True)
+    one = torch.tensor([[4]])
+    assert lean_call({"input_ids": one, "cache": cache, "logits_to_keep": 1}) == (one, cache, 1)
+    assert lean_call({"input_ids": one, "past_key_values": cache, "attention_mask": torch.ones(1, 4), "position_ids": torch.tensor([[3]])}) is not None
+    refused = [
+        {"attention_mask": torch.tensor([[0, 1, 1, 1]])},  # padding
+        {"position_ids": torch.tensor([[7]])},  # positions that do not follow the cache
+        {"output_attentions": True},
+        {"inputs_embeds": torch.zeros(1, 1, 32)},
+        {"logits_to_keep": torch.tensor([0])},
+        {"use_cache": False},
+    ]
+    for extra in refused:
+        assert lean_call({"input_ids": one, "cache": cache, **extra}) is None, extra
+    assert lean_call({"input_ids": torch.tensor([[4], [5]]), "cache": cache}) is None  # a batch
+    attentions = model(input_ids=one, **cache_arg(model, cache), use_cache=True, output_attentions=True).attentions
+    assert attentions is not None  # the model's own forward answered
+
+
+def test_the_lean_forward_is_installed_only_where_it_gives_the_same_bits():
+    eager = tiny_model(5)
+    eager.set_attn_implementation("eager")
+    assert not use_lean_forward(eager) and "forward" not in eager.__dict__  # its rows attend differently
+    half = tiny_model(5).to(torch.bfloat16)
+    use_row_invariant_attention(half)
+    assert not use_lean_forward(half)  # the lean forward attends bf16 in float32
+    model = as_cpu_target(tiny_model(5))
+    installed = model.forward
+    assert use_lean_forward(model) and model.forward is installed  # never wrapped twice
+    assert "logits_to_keep" in inspect.signature(model.forward).parameters  # HF's generate reads it
+
+
+@torch.inference_mode()
+def test_early_exit_and_hf_generate_run_through_the_lean_forward():
+    from specbench.drafters.early_exit import exit_after
+
+    model = as_cpu_target(tiny_model(5, layers=3))
+    prompt, new = torch.tensor([[3, 14, 15, 9]]), torch.tensor([[26, 5]])
+    results = []
+    for forward, layers in ((model.forward.own, 1), (model, 1), (model, 3)):
+        cache = new_cache(model)
+        with exit_after(model, layers):
+            forward(input_ids=prompt, **cache_arg(model, cache), use_cache=True)
+            results.append(forward(input_ids=new, **cache_arg(model, cache), use_cache=True).logits)
+    assert torch.equal(results[0], results[1])  # one layer, lean or not
+    assert not torch.equal(results[1], results[2])  # and it did stop after one
+    generated = model.generate(prompt, max_new_tokens=12, do_sample=False)
+    del model.__dict__["forward"]  # the model's own forward again
+    assert torch.equal(generated, model.generate(prompt, max_new_tokens=12, do_sample=False))
+
+
+@pytest.mark.parametrize("gamma", (1, 3, 8))
+def test_greedy_speculative_equals_plain_through_the_lean_forward(gamma):
+    target = as_cpu_target(tiny_model(0, layers=2, hidden=32))
+    assert accepted_with_greedy_parity(target, noisy_copy(target, 0.2, seed=7), gamma) > 0

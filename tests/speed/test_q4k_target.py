@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from chi_square import speculative_pvalues
-from conftest import accepted_with_greedy_parity, block_and_steps, noisy_copy, tiny_model
+from conftest import accepted_with_greedy_parity, as_cpu_target, block_and_steps, noisy_copy, tiny_model
 from specbench.core.sampling import SamplingConfig
 from specbench.models.loading import ModelError, load_model, parse_draft_dtype, parse_target_dtype
 from specbench.models.specs import parse_model_spec
@@ -131,10 +131,8 @@ def q4k_target(tmp_path, seed: int = 0):
 
 @needs_kernel
 def test_k_tokens_at_once_give_the_logits_of_k_single_steps(tmp_path):
-    from specbench.core.attention import use_row_invariant_attention
-
     model = q4k_target(tmp_path)
-    use_row_invariant_attention(model)  # as load_model does for a CPU target
+    as_cpu_target(model)
     prompt, tail = torch.tensor([[1, 5, 9, 12, 3]]), torch.tensor([[7, 40, 2, 2, 61, 13]])
     together, steps = block_and_steps(model, prompt, tail)
     assert torch.equal(together, steps)
@@ -143,10 +141,8 @@ def test_k_tokens_at_once_give_the_logits_of_k_single_steps(tmp_path):
 @needs_kernel
 @pytest.mark.parametrize("gamma", range(1, 9))
 def test_greedy_speculative_equals_plain_with_a_q4k_target(tmp_path, gamma):
-    from specbench.core.attention import use_row_invariant_attention
-
     target = q4k_target(tmp_path)
-    use_row_invariant_attention(target)
+    as_cpu_target(target)
     assert accepted_with_greedy_parity(target, noisy_copy(target, 0.2, seed=7), gamma) > 0
 
 
@@ -157,13 +153,11 @@ def test_sampling_with_a_q4k_target_and_a_q4k_drafter_follows_the_target(tmp_pat
     speculative runs against the q4k target's exact distribution (top-k 4: 64 outcomes).
     The random blocks give logits in the hundreds, 20 to 50 apart: temperature 40 spreads
     them over several tokens (at 1 the target is sure of every token and the check is empty)."""
-    from specbench.core.attention import use_row_invariant_attention
-
     target, path = q4k_model_and_file(tmp_path)
     drafter = noisy_copy(target, 0.5, seed=3)
     assert quantize_to_q4k(drafter) == 2 * 7
     assert use_gguf_blocks(target, str(path)) == (2 * 7 + 1, 0)
-    use_row_invariant_attention(target)
+    as_cpu_target(target)
     found, rejected = speculative_pvalues(target, drafter, [1, 5, 9], SamplingConfig(temperature=40.0, top_k=4))
     assert rejected > 100  # q differs from p: rejections and corrections really happen
     assert min(found.values()) > 1e-3, found

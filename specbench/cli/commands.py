@@ -273,7 +273,7 @@ def _pair_costs(pair, pair_config, kernels: str, prompt_ids: list[int], max_new_
     key = f"{pair.target.name}|{pair_config.dtype}|{_drafter_label(pair)}|{pair_config.draft_dtype}|vocab={pair.draft_vocab}|{pair_config.device}|{kernels}.v{VERSION}|threads={torch.get_num_threads()}|costs.v{METHOD}"
     context = models.timing_ids(timing_context(prompt_ids, max_new_tokens, pair.context_limit), pair.target.model, drafter_model)
     with err_console.status("measuring the drafter and verify costs for the cost policy (once per model pair)"):
-        costs, cached = costs_for(pair.target.model, drafter_model, key, context, defaults.cache_root() / "costs", draft_vocab=pair.draft_vocab)
+        costs, cached = costs_for(pair.target.model, drafter_model, key, context, defaults.costs_dir(), draft_vocab=pair.draft_vocab)
     if pair.drafter_model is not None or drafter_model is None:  # early exit keeps its measured c
         costs = for_drafter(costs, pair.drafter_name)
     err_console.print(f"[dim]costs{' (cached)' if cached else ''}: c = {costs.c:.3f}, v(k) = " + " ".join(f"{v:.2f}" for v in costs.verify_cost.values()) + "[/]", highlight=False, soft_wrap=True)
@@ -334,8 +334,8 @@ def drafters_table() -> Table:
 
 @command("clear-cache")
 def clear_cache_command() -> None:
-    """Delete the cached default models (rebuilt from the installed packages on next use)."""
-    where = defaults.models_dir()
+    """Delete the cached default models, measured costs and compiled kernels (rebuilt on next use)."""
+    where = defaults.cache_root()
     freed = defaults.clear_cache()
     if freed:
         console.print(f"removed {_size(freed)} from {where}", highlight=False, soft_wrap=True)

@@ -217,8 +217,23 @@ def cache_root() -> Path:
 
 
 def models_dir() -> Path:
-    """specbench's own subfolder of the cache (the only thing clear_cache removes)."""
+    """The cached default models' subfolder of the cache."""
     return cache_root() / "models"
+
+
+def costs_dir() -> Path:
+    """Measured forward costs (speed/costs.py), by model pair and settings."""
+    return cache_root() / "costs"
+
+
+def native_dir() -> Path:
+    """specbench's kernels, compiled for this CPU (speed/native.py)."""
+    return cache_root() / "native"
+
+
+def own_dirs() -> tuple[Path, ...]:
+    """Every subfolder specbench writes in the cache: all that clear_cache removes."""
+    return models_dir(), costs_dir(), native_dir()
 
 
 def cached_dir(model: EmbeddedModel) -> Path:
@@ -452,13 +467,13 @@ def folder_size(path: Path) -> int:
 
 
 def clear_cache() -> int:
-    """Remove every cached model (and any half-built entry); return the bytes freed.
-
-    Only specbench's own `models` subfolder is removed, never the rest of $SPECBENCH_CACHE.
-    """
-    target = models_dir()
-    freed = folder_size(target)
-    shutil.rmtree(target, ignore_errors=True)
+    """Remove every cached model (and any half-built entry), the measured costs and the
+    compiled kernels; return the bytes freed. Only specbench's own subfolders (own_dirs) are
+    removed, never anything else in $SPECBENCH_CACHE."""
+    freed = 0
+    for folder in own_dirs():
+        freed += folder_size(folder)
+        shutil.rmtree(folder, ignore_errors=True)
     return freed
 
 

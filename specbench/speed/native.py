@@ -1,7 +1,7 @@
 """Builds and loads specbench's own int8 and 4-bit kernels (C files beside this module).
 
 Three libraries, each compiled once per machine with the system C compiler (`cc`, or $CC) for
-this CPU (-march=native) into the cache (defaults.cache_root() / "native", keyed by the
+this CPU (-march=native) into the cache (defaults.native_dir(), keyed by the
 source, the flags and the CPU's model and flags), and loaded with ctypes. All use OpenMP
 through the runtime PyTorch has already loaded, so they share one thread pool.
 
@@ -119,7 +119,7 @@ def _load(library: Library) -> tuple[ctypes.CDLL | None, str | None]:
     if compiler is None:
         return None, "no C compiler (cc or gcc) on PATH"
     stem = library.path.stem
-    path = defaults.cache_root() / "native" / f"{stem}-{_key(compiler, library.path)}.so"
+    path = defaults.native_dir() / f"{stem}-{_key(compiler, library.path)}.so"
     if not path.exists():
         error = _build(compiler, library.path, path)
         if error:

@@ -317,15 +317,19 @@ def test_models_lists_the_default_pair():
     assert defaults.CACHE_ENV in result.stdout and "clear-cache" in result.stdout
 
 
-def test_clear_cache_removes_only_the_models_folder():
+def test_clear_cache_removes_specbench_folders_only():
     assert "nothing cached" in run("clear-cache").stdout
     entry = defaults.cached_dir(defaults.TARGET)
     entry.mkdir(parents=True)
     (entry / "model.safetensors").write_bytes(b"x" * 1000)
+    for folder, name in ((defaults.costs_dir(), "pair.json"), (defaults.native_dir(), "kernel.so")):
+        folder.mkdir(parents=True)
+        (folder / name).write_bytes(b"x" * 100)
     (defaults.cache_root() / "mine.txt").write_text("keep")
     result = run("clear-cache")
-    assert result.exit_code == 0 and result.stdout.startswith("removed 1.0 kB from")
-    assert not entry.exists() and (defaults.cache_root() / "mine.txt").exists()
+    assert result.exit_code == 0 and result.stdout.startswith("removed 1.2 kB from")
+    assert not any(folder.exists() for folder in defaults.own_dirs())
+    assert (defaults.cache_root() / "mine.txt").exists()
 
 
 def test_sweep_end_reports_one_or_many_cost_measurements():

@@ -124,11 +124,12 @@ def one_reader_per_file():
     import gguf
 
     original = gguf.GGUFReader
+    fast = fast_reader_class(original)
 
     def shared(path, *args, **kwargs):
         key = (os.path.realpath(path), args, tuple(sorted(kwargs.items())))
         if key not in _readers:
-            _readers[key] = original(path, *args, **kwargs)
+            _readers[key] = fast(path, *args, **kwargs)
         return _readers[key]
 
     gguf.GGUFReader = shared
@@ -137,6 +138,50 @@ def one_reader_per_file():
     finally:
         gguf.GGUFReader = original
         release_readers()
+
+
+def fast_reader_class(base: type) -> type:
+    """gguf-py's GGUFReader class `base`, with its metadata arrays parsed in one pass.
+
+    Why: `base` parses an array one element at a time through its general field parser
+    (an enum, a memory-map slice and two views an element), so the default target's
+    vocabulary, merges and token types (about 450k elements) took it 30 s on a slow hour
+    of a 2-core CPU, twice per first run (docs/log.md, "Reading a GGUF's metadata"). This
+    subclass builds the very same fields (the same parts, as views of the same bytes, the
+    same indices and types: tested against `base`) for arrays of strings or scalars in a
+    file of this machine's byte order; anything else goes to `base`'s parser.
+    """
+    import sys
+
+    import numpy as np
+    from gguf import GGUFValueType
+
+    class FastArrays(base):
+        def _get_field_parts(self, orig_offs: int, raw_type: int):
+            if raw_type != GGUFValueType.ARRAY or self.byte_order != "I" or sys.byteorder != "little":
+                return super()._get_field_parts(orig_offs, raw_type)
+            plain = self.data.view(np.ndarray)  # slicing a plain array is several times cheaper than a memmap
+            itype, count = int(plain[orig_offs : orig_offs + 4].view(np.uint32)[0]), int(plain[orig_offs + 4 : orig_offs + 12].view(np.uint64)[0])
+            if itype == GGUFValueType.ARRAY or (itype != GGUFValueType.STRING and GGUFValueType(itype) not in self.gguf_scalar_to_np):
+                return super()._get_field_parts(orig_offs, raw_type)
+            parts = [self._get(orig_offs, np.uint32), self._get(orig_offs + 4, np.uint64)]
+            types = [GGUFValueType.ARRAY] + ([GGUFValueType(itype)] if count else [])
+            offs = orig_offs + 12
+            if itype == GGUFValueType.STRING:
+                memory, u64 = memoryview(plain), np.dtype(np.uint64).newbyteorder("I")
+                for _ in range(count):
+                    (length,) = struct.unpack_from("<Q", memory, offs)
+                    parts.append(plain[offs : offs + 8].view(u64))
+                    parts.append(plain[offs + 8 : offs + 8 + length])
+                    offs += 8 + length
+                return offs - orig_offs, parts, list(range(3, 2 + 2 * count, 2)), types
+            dtype = np.dtype(self.gguf_scalar_to_np[GGUFValueType(itype)]).newbyteorder("I")
+            values = plain[offs : offs + count * dtype.itemsize].view(dtype)
+            parts.extend(values[i : i + 1] for i in range(count))
+            return 12 + count * dtype.itemsize, parts, list(range(2, 2 + count)), types
+
+    FastArrays.__name__ = FastArrays.__qualname__ = base.__name__
+    return FastArrays
 
 
 def release_readers() -> None:

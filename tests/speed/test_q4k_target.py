@@ -22,7 +22,7 @@ from specbench.models.specs import parse_model_spec
 from specbench.speed import gguf_blocks, native
 from specbench.speed.gguf_blocks import QK, Q4KLinear, dequantize, quantize_to_q4k, repack, use_gguf_blocks
 from specbench.speed.gguf_file import Q4_K, read_tensor_index
-from gguf_tiny import HIDDEN, q4k_model_and_file, q4k_reference as reference, random_q4k
+from gguf_tiny import HIDDEN, q4k_gguf_with_tokenizer, q4k_model_and_file, q4k_reference as reference, random_q4k
 from tiny_hf import save_tiny
 
 needs_kernel = pytest.mark.skipif(native.q4k_kernel() is None, reason=f"q4k_linear is not built here: {native.q4k_why_not()}")
@@ -103,6 +103,44 @@ def test_one_reader_per_file_parses_a_gguf_once_within_the_block(tmp_path):
         assert gguf.GGUFReader(str(tmp_path / "." / path.name)) is first  # the same file, another spelling
         assert len(first.tensors) == 2 * 7 + 1
     assert gguf.GGUFReader is original and gguf.GGUFReader(str(path)) is not first
+
+
+def test_the_fast_reader_builds_gguf_py_s_very_fields(tmp_path, monkeypatch):
+    """fast_reader_class's arrays (the vocabulary's strings, token types, an empty array, an
+    array of arrays) give the parts, indices and types gguf-py's own parser gives."""
+    import gguf
+    import numpy as np
+
+    from specbench.speed.gguf_file import fast_reader_class
+
+    _, path = q4k_gguf_with_tokenizer(tmp_path / "tok.gguf")
+    writer = gguf.GGUFWriter(str(tmp_path / "arrays.gguf"), "qwen2")
+    writer.add_array("test.empty", [])
+    writer.add_array("test.floats", [0.5, -1.25, 3.0])
+    writer.add_array("test.nested", [[1, 2], [3]])
+    writer.add_array("test.words", ["a", "", "naïve"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    fast = fast_reader_class(gguf.GGUFReader)
+    for file in (path, tmp_path / "arrays.gguf"):
+        theirs, mine = gguf.GGUFReader(str(file)), fast(str(file))
+        assert list(mine.fields) == list(theirs.fields)
+        for name, field in theirs.fields.items():
+            other = mine.fields[name]
+            assert (other.offset, other.data, other.types) == (field.offset, field.data, field.types), name
+            assert len(other.parts) == len(field.parts), name
+            for a, b in zip(field.parts, other.parts):
+                assert a.dtype == b.dtype and np.array_equal(a, b), name
+        assert [t.name for t in mine.tensors] == [t.name for t in theirs.tensors]
+    calls = []  # gguf-py's own parser, called per field and per array element
+    own = gguf.GGUFReader._get_field_parts
+    monkeypatch.setattr(gguf.GGUFReader, "_get_field_parts", lambda self, offs, kind: calls.append(kind) or own(self, offs, kind))
+    reader = fast(str(path))
+    fast_calls, vocabulary = len(calls), len(reader.fields["tokenizer.ggml.tokens"].data)
+    gguf.GGUFReader(str(path))
+    assert fast_calls <= len(reader.fields)  # at most one a field: none per element
+    assert len(calls) - fast_calls >= vocabulary >= 64  # gguf-py's: one per token at least
 
 
 def test_a_file_that_is_not_gguf_is_refused(tmp_path):

@@ -46,7 +46,6 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from specbench.core.attention import ROWS
 from specbench.core.generate import model_device
-
 from specbench.speed.gguf_blocks import Q4K_BUFFERS, Q4KLinear
 from specbench.speed.quantize import MAX_INT8_ROWS, Int8Linear, fast_int8_linear, runs_int8
 

@@ -10,8 +10,9 @@ the same machine and threads:
     defaults (speculative) once per drafter dtype of --draft-dtypes (default: auto), and once
     with `--drafter none` (plain), as a user runs them: decode tokens/s from the JSON stats
     (prefill apart).
-The assembled GGUF is written once into --gguf-dir (the default pair's parts, checked by
-sha256). llama.cpp is not built here: pass the path of a `llama-bench` you built.
+Per round it also prints the default against the llama-bench run of that round: llama.cpp's
+own speed moved by 20% between rounds minutes apart on a 2-core CPU. The assembled GGUF is
+written once into --gguf-dir (the default pair's parts, checked by sha256). llama.cpp is not built here: pass the path of a `llama-bench` you built.
 
     python bench/vs_llama_cpp.py --llama-bench PATH [--prompts quick] [--max-new-tokens 128]
         [--rounds 2] [--threads 2] [--dtypes auto,int8] [--draft-dtypes auto,int8]
@@ -101,6 +102,7 @@ def main() -> None:
             spec, plain = geomean([r["speculative"] for r in mine]), geomean([r["plain"] for r in mine])
             wins = sum(r["speculative"] > r["plain"] for r in mine)
             print(f"--dtype {dtype} --draft-dtype {draft_dtype}: specbench default {spec:.2f} tok/s, plain {plain:.2f} tok/s (geometric means over prompts and rounds); default / llama.cpp plain {spec / mean_llama:.2f}x, default / own plain {spec / plain:.2f}x, faster than own plain on {wins} of {len(mine)}")
+            print("  default / llama.cpp plain by round, each against the llama-bench run beside it: " + ", ".join(f"{geomean([r['speculative'] for r in mine if r['round'] == n]) / tg:.2f}x" for n, tg in enumerate(llama)))
     if args.out:
         with open(args.out, "w") as out:
             json.dump({"machine": machine_line(), "llama_cpp_tg": llama, "rows": rows}, out, indent=1)

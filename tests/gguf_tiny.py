@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from conftest import tiny_model
-from specbench.speed.gguf_blocks import BLOCK_BYTES, QK, Q4KLinear, dequantize, repack
+from specbench.speed.gguf_blocks import BLOCK_BYTES, QK, Q4KLinear, dequantize, repack, use_gguf_blocks
 
 HIDDEN = 256  # Q4_K needs widths that are multiples of 256
 
@@ -100,6 +100,14 @@ def q4k_model_and_file(tmp_path, seed: int = 0, skip: str | None = None):
     writer.write_tensors_to_file()
     writer.close()
     return model, tmp_path / "tiny.gguf"
+
+
+def q4k_target(tmp_path, seed: int = 0):
+    """A tiny q4k target: q4k_model_and_file's model with the file's Q4_K blocks swapped in
+    for every Linear, as a q4k target is made."""
+    model, path = q4k_model_and_file(tmp_path, seed)
+    assert use_gguf_blocks(model, str(path)) == (2 * 7 + 1, 0)
+    return model
 
 
 def q4k_gguf_with_tokenizer(path, seed: int = 0):

@@ -8,14 +8,14 @@ import inspect
 import pytest
 import torch
 from conftest import accepted_with_greedy_parity, as_cpu_target, noisy_copy, tiny_model
-from gguf_tiny import q4k_model_and_file
+from gguf_tiny import q4k_target
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from specbench.core.attention import use_row_invariant_attention
 from specbench.core.cache import cache_arg, crop_cache, new_cache
 from specbench.speed.lean_step import MAX_LEAN_ROWS, LeanDecoder, lean_call, lean_decoder, supports, use_lean_forward
 from specbench.speed import native
-from specbench.speed.gguf_blocks import quantize_to_q4k, use_gguf_blocks
+from specbench.speed.gguf_blocks import quantize_to_q4k
 from specbench.speed.quantize import int8_available, quantize_linears
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -124,16 +124,9 @@ def test_rows_fed_together_over_a_cache_get_the_bits_of_one_row_steps():
 # ---------------------------------------------------------------------------- the target's forward
 
 
-def q4k_target(tmp_path):
-    """A tiny target with its tiny GGUF's Q4_K blocks swapped in, as a q4k target is made."""
-    model, path = q4k_model_and_file(tmp_path, 7)
-    use_gguf_blocks(model, str(path))
-    return model
-
-
 TARGETS = {"qwen2": lambda tmp_path: tiny_model(5), "llama": lambda tmp_path: tiny_llama(6)}
 if native.q4k_kernel() is not None:
-    TARGETS["qwen2 q4k"] = q4k_target
+    TARGETS["qwen2 q4k"] = lambda tmp_path: q4k_target(tmp_path, 7)
 
 
 @pytest.mark.parametrize("name", sorted(TARGETS))

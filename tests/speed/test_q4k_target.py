@@ -22,7 +22,7 @@ from specbench.models.specs import parse_model_spec
 from specbench.speed import gguf_blocks, native
 from specbench.speed.gguf_blocks import QK, Q4KLinear, dequantize, quantize_to_q4k, repack, use_gguf_blocks
 from specbench.speed.gguf_file import Q4_K, read_tensor_index
-from gguf_tiny import HIDDEN, q4k_gguf_with_tokenizer, q4k_model_and_file, q4k_reference as reference, random_q4k
+from gguf_tiny import HIDDEN, q4k_gguf_with_tokenizer, q4k_model_and_file, q4k_target, q4k_reference as reference, random_q4k
 from tiny_hf import save_tiny
 
 needs_kernel = pytest.mark.skipif(native.q4k_kernel() is None, reason=f"q4k_linear is not built here: {native.q4k_why_not()}")
@@ -159,12 +159,6 @@ def test_every_q4k_layer_is_found_by_name_and_a_layer_that_differs_is_left(tmp_p
     assert isinstance(model.model.layers[0].mlp.up_proj, torch.nn.Linear)
     assert isinstance(model.model.layers[1].self_attn.k_proj, torch.nn.Linear)
     assert isinstance(model.model.layers[1].mlp.up_proj, Q4KLinear) and isinstance(model.lm_head, Q4KLinear)
-
-
-def q4k_target(tmp_path, seed: int = 0):
-    model, path = q4k_model_and_file(tmp_path, seed)
-    assert use_gguf_blocks(model, str(path)) == (2 * 7 + 1, 0)
-    return model
 
 
 @needs_kernel

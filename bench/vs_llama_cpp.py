@@ -12,7 +12,8 @@ the same machine and threads:
     (prefill apart).
 Per round it also prints the default against the llama-bench run of that round: llama.cpp's
 own speed moved by 20% between rounds minutes apart on a 2-core CPU. The assembled GGUF is
-written once into --gguf-dir (the default pair's parts, checked by sha256). llama.cpp is not built here: pass the path of a `llama-bench` you built.
+written once into --gguf-dir (the default pair's parts, checked by sha256). llama.cpp is not
+built here: pass the path of a `llama-bench` you built.
 
     python bench/vs_llama_cpp.py --llama-bench PATH [--prompts quick] [--max-new-tokens 128]
         [--rounds 2] [--threads 2] [--dtypes auto,int8] [--draft-dtypes auto,int8]

@@ -154,8 +154,8 @@ class LeanDecoder:
 
     def __init__(self, model, stack: bool = True, max_rows: int | None = MAX_LEAN_ROWS):
         self.decoder = model.get_decoder()
-        self.config, self.max_rows = model.config, max_rows
-        config = model.config
+        self.config = config = model.config
+        self.max_rows = max_rows
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         group = _stacked if stack else Unstacked

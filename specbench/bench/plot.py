@@ -32,6 +32,7 @@ from specbench.bench.results import (
     config_label,
     estimate_alpha,
     geometric_mean,
+    label_parts,
     labels,
     load_runs,
     read_meta,
@@ -213,7 +214,7 @@ def chart_predicted_speedup(table, runs, meta, path: Path, subtitle: str) -> Pat
     for label, group in theory_groups(runs).items():
         c = group["c"].mean()
         alpha, gammas = fitted_alpha(group), gamma_span(group)
-        if group["drafter"].iloc[0] != MODEL_DRAFTER or pd.isna(c) or alpha is None or label not in measured:
+        if label_parts(group["drafter"].iloc[0])[0] != MODEL_DRAFTER or pd.isna(c) or alpha is None or label not in measured:
             continue
         xs, ys = zip(*measured[label])
         color = ax.plot(xs, ys, marker="o", label=f"{label} (measured)")[0].get_color()
@@ -425,7 +426,8 @@ def chart_positions_by_category(positions: pd.DataFrame, path: Path, subtitle: s
     rows = position_rows(positions)
     if len(rows):
         rows = rows[rows["source"] == (PREDICTED if (rows["source"] == PREDICTED).any() else MEASURED)]
-        drafter = MODEL_DRAFTER if (rows["drafter"] == MODEL_DRAFTER).any() else min(rows["drafter"])
+        models = [d for d in dict.fromkeys(rows["drafter"]) if label_parts(d)[0] == MODEL_DRAFTER]
+        drafter = models[0] if models else min(rows["drafter"])
         rows = rows[rows["drafter"] == drafter]
         table = position_acceptance(rows, by=("category",))
         for i, category in enumerate(dict.fromkeys(rows["category"])):

@@ -69,7 +69,28 @@ NUMBER_COLUMNS = tuple(c for c in COLUMNS if c not in TEXT_COLUMNS + FLAG_COLUMN
 GROUP_COLUMNS = ["source", "method", "drafter", "policy", "gamma"]  # one Summary per group
 BASELINE_METHOD = "plain"
 MODEL_DRAFTER = "model"  # the drafter that drafts with the drafter model (drafters/)
+MODEL_SEPARATOR = "@"  # "model@NAME": a drafter label naming its drafter model, in a sweep with several
 FIXED_POLICY = "fixed"  # the fixed-gamma policy (policies/), the setting of the theory
+
+
+def drafter_label(drafter: str, model_name: str = "") -> str:
+    """A drafter's label in the rows: the drafter's name, with "@model_name" when the sweep
+    compares several drafter models (model_name "" when it has one: labels stay bare)."""
+    return f"{drafter}{MODEL_SEPARATOR}{model_name}" if model_name else drafter
+
+
+def drafter_model_name(name: str) -> str:
+    """A drafter model's name in labels (model@NAME), from its display name: without
+    ".gguf", and "-" for the separator and commas (which lists of labels use)."""
+    name = name.removesuffix(".gguf").strip()
+    return name.replace(MODEL_SEPARATOR, "-").replace(",", "-") or "drafter"
+
+
+def label_parts(label: str) -> tuple[str, str]:
+    """(drafter name, drafter model name) of a label; the model name is "" when the label
+    names none."""
+    drafter, _, model_name = label.partition(MODEL_SEPARATOR)
+    return drafter, model_name
 
 
 # ---------------------------------------------------------------------------- gamma ranges

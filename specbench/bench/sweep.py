@@ -30,6 +30,13 @@ Methods:
                vocab_size differ, which is how HF tells tokenizers apart), hf-early-exit beside
                early-exit:N, hf-prompt-lookup beside prompt-lookup.
 
+Several drafter models (config.drafter_models, named): each drafter that runs a model gets
+one label per model, "model@NAME" (results.drafter_label), with its own c and v(k) per block
+(costs_key "PROMPT/REPEAT@NAME"), its own recorded path for predictions, and its own HF
+counterpart (hf-assisted or hf-universal, labelled "model@NAME"); plain runs, model-free
+drafters and early exit are shared, so every model is timed beside the same baseline. With
+one drafter model its name is "" and labels stay bare, as in every sweep before.
+
 Measured only: a drafter with another tokenizer (config.translated) and early-exit:N get
 no predicted rows. Predicting them needs the drafter's rows along the target's path in the
 target's ids, which a translated drafter does not have (its rows are over its own ids, one
@@ -83,6 +90,7 @@ from specbench.bench.results import (
     KEY_COLUMNS,
     MEASURED,
     MODEL_DRAFTER,
+    MODEL_SEPARATOR,
     ORACLE_POLICY,
     POSITIONS_CSV,
     PREDICTED,
@@ -92,6 +100,8 @@ from specbench.bench.results import (
     append_positions,
     append_row,
     best_gammas,
+    drafter_label,
+    label_parts,
     output_hash,
     parse_gammas,
     plain_repeatability,
@@ -137,8 +147,9 @@ class SweepConfig:
     costs_per_prompt: bool = True  # measure c and v(k) before each prompt's runs (else once per sweep)
     measure: str = "best"  # timed runs: "best" predicted gamma per drafter x policy, "all", or gammas "2,5"
     measure_per_category: int = 0  # time runs on the first N prompts of each category; 0: all prompts
-    translated: bool = False  # the drafter model has another tokenizer than the target (set from the loaded pair)
-    hf_universal: bool = True  # HF can run its universal mode on the pair: it tells tokenizers apart by vocab_size alone
+    drafter_models: tuple[str, ...] = ("",)  # names of the drafter models compared; ("",): one, and labels stay bare
+    translated: tuple[str, ...] = ()  # the drafter models with another tokenizer than the target's (set from the loaded models)
+    hf_refuses: tuple[str, ...] = ()  # of those, the ones HF cannot draft with in its universal mode (hf_tells_apart)
 
     def __post_init__(self) -> None:
         """The options `generate` shares are checked by the same functions (core's configs,
@@ -151,7 +162,9 @@ class SweepConfig:
             raise SweepError(f"timing repeats must be >= 1, got {self.timing_repeats}")
         generation_config(self, ())  # max-new-tokens, temperature: core's checks
         check_draft_vocab(self.draft_vocab)
-        check_drafter_names(self.drafters)
+        check_model_names(self.drafter_models)
+        object.__setattr__(self, "drafters", with_models(self.drafters, self.drafter_models))
+        check_drafter_names(self.drafters, self.drafter_models)
         check_kernels(self.kernels)
         check_names(self.policies, POLICIES, "gamma policy")
         measured_gammas(self)  # a bad --measure fails now
@@ -175,17 +188,53 @@ def measured_gammas(config: SweepConfig) -> tuple[int, ...] | None:
     return gammas
 
 
-def check_drafter_names(names: tuple[str, ...]) -> None:
-    """Each one of DRAFTERS or early-exit:N (SweepError otherwise)."""
+def check_model_names(names: tuple[str, ...]) -> None:
+    """One unnamed drafter model (""), or several with distinct names that fit in a label."""
+    if names == ("",):
+        return
+    if not names or "" in names or len(set(names)) < len(names):
+        raise SweepError(f"several drafter models need distinct names, got {list(names)}")
+    bad = [n for n in names if MODEL_SEPARATOR in n or "," in n or n != n.strip()]
+    if bad:
+        raise SweepError(f"drafter model name {bad[0]!r}: no {MODEL_SEPARATOR!r}, comma or surrounding space")
+
+
+def with_models(drafters: tuple[str, ...], model_names: tuple[str, ...]) -> tuple[str, ...]:
+    """The sweep's drafter labels: each drafter that runs a drafter model once per model
+    (results.drafter_label: "model@NAME"), the others as they are; with one unnamed model
+    every label stays bare. A label that already names its model is kept."""
+    labels = []
+    for drafter in drafters:
+        kind, named = label_parts(drafter)
+        expand = uses_model(kind) and not named
+        labels += [drafter_label(kind, name) for name in model_names] if expand else [drafter]
+    return tuple(dict.fromkeys(labels))
+
+
+def check_drafter_names(labels: tuple[str, ...], model_names: tuple[str, ...] = ("",)) -> None:
+    """Each one of DRAFTERS or early-exit:N, naming one of the sweep's drafter models if it
+    runs one (SweepError otherwise)."""
+    kinds = [label_parts(label)[0] for label in labels]
     with reraise_as(SweepError):
-        unknown = [n for n in names if not is_drafter(n)]
-    if not names or unknown:
-        check_names(names, (*DRAFTERS, "early-exit:N"), "drafter")
+        unknown = [k for k in kinds if not is_drafter(k)]
+    if not labels or unknown:
+        check_names(tuple(kinds), (*DRAFTERS, "early-exit:N"), "drafter")
+    for label in labels:
+        kind, name = label_parts(label)
+        if name and not uses_model(kind):
+            raise SweepError(f"drafter {label!r}: {kind} runs no drafter model to name")
+        if uses_model(kind) and name not in model_names:
+            raise SweepError(f"drafter {label!r}: no drafter model {name!r} in this sweep ({', '.join(map(repr, model_names))})")
+
+
+def label_uses_model(label: str) -> bool:
+    """Whether the drafter of a row's label runs a drafter model."""
+    return uses_model(label_parts(label)[0])
 
 
 def drafts_with_model(config: SweepConfig) -> bool:
-    """Whether one of specbench's drafters in the sweep runs the drafter model."""
-    return any(uses_model(d) for d in config.drafters)
+    """Whether one of specbench's drafters in the sweep runs a drafter model."""
+    return any(label_uses_model(d) for d in config.drafters)
 
 
 def has_own_hf_counterpart(drafter: str) -> bool:
@@ -208,17 +257,20 @@ def hf_tells_apart(target, drafter_model) -> bool:
 
 def predicted(config: SweepConfig, drafter: str) -> bool:
     """Whether the sweep predicts the drafter (else it is measured only; module docstring)."""
-    return parse_early_exit(drafter) is None and not (config.translated and uses_model(drafter))
+    kind, name = label_parts(drafter)
+    return parse_early_exit(kind) is None and not (uses_model(kind) and name in config.translated)
 
 
 def hf_counterparts(config: SweepConfig, has_drafter_model: bool) -> list[tuple[str, str]]:
-    """(method, drafter label) of each HF run the sweep's drafters have beside them."""
+    """(method, drafter label) of each HF run the sweep's drafters have beside them: HF's
+    assisted generation with each drafter model (labelled as the model drafter with it)."""
     found = []
     if has_drafter_model and needs_drafter_model(config):
-        if not config.translated:
-            found.append((HF_ASSISTED, MODEL_DRAFTER))
-        elif config.temperature == 0 and config.hf_universal:
-            found.append((HF_UNIVERSAL, MODEL_DRAFTER))
+        for name in config.drafter_models:
+            if name not in config.translated:
+                found.append((HF_ASSISTED, drafter_label(MODEL_DRAFTER, name)))
+            elif config.temperature == 0 and name not in config.hf_refuses:
+                found.append((HF_UNIVERSAL, drafter_label(MODEL_DRAFTER, name)))
     found += [(HF_EARLY_EXIT, d) for d in config.drafters if parse_early_exit(d) is not None]
     if "prompt-lookup" in config.drafters:
         found.append((HF_PROMPT_LOOKUP, "prompt-lookup"))
@@ -253,7 +305,7 @@ def profile_plan(config: SweepConfig, prompts: list[Prompt], *, has_drafter_mode
     for repeat in range(config.repeats):
         for prompt in prompts:
             plan.append(PlannedRun(BASELINE_METHOD, "", "", None, config.temperature, prompt, repeat, PROFILE))
-            drafters = [d for d in config.drafters if (has_drafter_model or not uses_model(d)) and predicted(config, d)]
+            drafters = [d for d in config.drafters if (has_drafter_model or not label_uses_model(d)) and predicted(config, d)]
             for drafter in drafters:
                 for gamma in config.gammas:
                     for policy in config.policies:
@@ -293,7 +345,7 @@ def measure_plan(config: SweepConfig, prompts: list[Prompt], gammas: dict[tuple[
 def _measured_block(config: SweepConfig, prompt: Prompt, repeat: int, gammas: dict, has_drafter_model: bool) -> list[PlannedRun]:
     block = []
     for drafter in config.drafters:
-        if uses_model(drafter) and not has_drafter_model:
+        if label_uses_model(drafter) and not has_drafter_model:
             continue
         for policy in config.policies:
             for gamma in gammas.get((drafter, policy), ()):
@@ -392,9 +444,10 @@ def measure_specbench(
 
 def predicted_measurement(path, run: PlannedRun, gen: GenerationConfig, costs: Costs | None, draft_vocab: int) -> Measurement:
     """A predicted run: the replay's counts and rounds on the prompt's path (profile.predict)."""
+    kind = label_parts(run.drafter)[0]
     if costs is not None:
-        costs = for_drafter(costs, run.drafter)
-    predicted: Prediction = predict(path, run.drafter, run.policy, run.gamma, gen, costs=costs, draft_vocab=draft_vocab)
+        costs = for_drafter(costs, kind)
+    predicted: Prediction = predict(path, kind, run.policy, run.gamma, gen, costs=costs, draft_vocab=draft_vocab)
     return Measurement(path.output, predicted.stats, steps=predicted.steps, stop_reason=None, positions=predicted.positions)
 
 
@@ -514,19 +567,27 @@ def step_lines(run: PlannedRun, steps: list[StepRecord]) -> list[str]:
 # ---------------------------------------------------------------------------- the sweep
 
 
-class SweepRunner:
-    """Holds the loaded models and runs one PlannedRun at a time."""
+@dataclass(frozen=True)
+class DrafterModel:
+    """One drafter model of a sweep, and its own tokenizer when that is not the target's
+    (config.translated names it: its drafts are translated through text)."""
 
-    def __init__(self, target, drafter_model, tokenizer, config: SweepConfig, eos_ids: tuple[int, ...], drafter_tokenizer=None):
-        self.target, self.drafter_model, self.tokenizer, self.config = target, drafter_model, tokenizer, config
-        self.drafter_tokenizer = drafter_tokenizer  # only for a drafter model with another tokenizer
-        self.translate = (drafter_tokenizer, tokenizer, output_vocab_size(target)) if config.translated else None
+    model: object
+    tokenizer: object = None
+
+
+class SweepRunner:
+    """Holds the loaded models and runs one PlannedRun at a time. drafters: the drafter
+    models by name (config.drafter_models; {} when the sweep drafts with none)."""
+
+    def __init__(self, target, drafters: dict[str, DrafterModel], tokenizer, config: SweepConfig, eos_ids: tuple[int, ...]):
+        self.target, self.drafters, self.tokenizer, self.config = target, dict(drafters), tokenizer, config
         self.eos_ids = tuple(eos_ids)
         self.on_costs: Callable[[str, Costs], None] | None = None  # told of each new measurement
         self.block_costs: dict[str, Costs] = {}  # c and v(k) by costs_key, measured as blocks start
         self.outputs: dict[tuple[str, int], list[int]] = {}  # plain outputs by (prompt id, repeat)
         self._ids: dict[str, list[int]] = {}
-        self._path: tuple[tuple[str, int], object] | None = None  # the last recorded path
+        self._paths: tuple[tuple[str, int], dict] | None = None  # the last prompt's recorded paths, by drafter model
 
     def prompt_ids(self, prompt: Prompt) -> list[int]:
         """The prompt's ids (models.encode_prompt); one too long for the target raises
@@ -540,6 +601,22 @@ class SweepRunner:
             self._ids[prompt.id] = ids
         return self._ids[prompt.id]
 
+    def model_name(self, run: PlannedRun) -> str | None:
+        """The name of the drafter model run's label drafts with (an hf-assisted run's too);
+        None for a drafter without one."""
+        kind, name = label_parts(run.drafter)
+        return name if uses_model(kind) else None
+
+    def drafter_model(self, name: str | None):
+        return self.drafters[name].model if name is not None and name in self.drafters else None
+
+    def translation(self, name: str | None) -> tuple | None:
+        """make_drafter's translate argument for drafter model `name`: (its tokenizer, the
+        target's, the target's logits width) when it has another tokenizer, else None."""
+        if name is None or name not in self.config.translated:
+            return None
+        return (self.drafters[name].tokenizer, self.tokenizer, output_vocab_size(self.target))
+
     def measure(self, run: PlannedRun, max_new_tokens: int | None = None) -> Measurement:
         ids = self.prompt_ids(run.prompt)
         gen = generation_config(self.config, self.eos_ids, run.repeat, max_new_tokens)
@@ -550,33 +627,46 @@ class SweepRunner:
             if max_new_tokens is None and run.source == PROFILE:
                 self.outputs[(run.prompt.id, run.repeat)] = m.token_ids
             return m
+        name = self.model_name(run)
         if run.method == SPECBENCH:
-            return measure_specbench(self.target, self.drafter_model, ids, gen, run.drafter, run.policy, run.gamma, self.block_costs_for(run), self.config.draft_vocab, self.translate)
+            kind = label_parts(run.drafter)[0]
+            return measure_specbench(self.target, self.drafter_model(name), ids, gen, kind, run.policy, run.gamma, self.block_costs_for(run), self.config.draft_vocab, self.translation(name))
         if run.method in HF_METHODS:  # the stock-kernels run is HF's defaults (gamma None)
             with stock_kernels() if run.policy == HF_STOCK_POLICY else nullcontext():
-                hf = measure_hf_assisted(self.target, self.drafter_model, ids, gen, run.gamma, self.hf_drafter(run))
+                hf = measure_hf_assisted(self.target, self.drafter_model(name), ids, gen, run.gamma, self.hf_drafter(run))
             return Measurement(hf.token_ids, hf.stats, acceptance_known=hf.acceptance_known, stop_reason=hf.stop_reason)
         raise SweepError(f"unknown method {run.method!r}; choose from {', '.join(METHODS)}")
 
     def hf_drafter(self, run: PlannedRun) -> HFDrafter:
         """Which of HF's candidate generators an hf-* run drafts with."""
         if run.method == HF_UNIVERSAL:
-            return HFDrafter("universal", (self.tokenizer, self.drafter_tokenizer))
+            return HFDrafter("universal", (self.tokenizer, self.drafters[self.model_name(run)].tokenizer))
         if run.method == HF_EARLY_EXIT:
             return HFDrafter("early-exit", layers=parse_early_exit(run.drafter))
         return HFDrafter("prompt-lookup") if run.method == HF_PROMPT_LOOKUP else HFDrafter()
 
+    def path_model(self, run: PlannedRun) -> str | None:
+        """Which drafter model a predicted run's path records rows of: its own, or for a
+        drafter without one the first model the sweep predicts (its path has the output
+        every drafter replays on, recorded once per prompt); None when no model is predicted."""
+        name = self.model_name(run)
+        if name is not None:
+            return name
+        predicted_models = [label_parts(d)[1] for d in self.config.drafters if label_uses_model(d) and predicted(self.config, d)]
+        return next((n for n in predicted_models if n in self.drafters), None)
+
     def path(self, run: PlannedRun, gen: GenerationConfig):
-        """The recorded path of run's prompt and repeat (profile.record_path), kept while
-        that prompt's predictions run."""
+        """The recorded path of run's prompt and repeat with run's drafter model
+        (profile.record_path), kept while that prompt's predictions run."""
         key = (run.prompt.id, run.repeat)
-        if self._path is None or self._path[0] != key:
+        if self._paths is None or self._paths[0] != key:
             if key not in self.outputs:
                 raise SweepError(f"no plain output recorded for prompt {run.prompt.id} (repeat {run.repeat}) to predict from")
-            predicts_model = any(uses_model(d) and predicted(self.config, d) for d in self.config.drafters)
-            drafter = self.drafter_model if predicts_model else None
-            self._path = (key, record_path(self.target, drafter, self.prompt_ids(run.prompt), self.outputs[key], gen, self.config.draft_vocab))
-        return self._path[1]
+            self._paths = (key, {})
+        name, paths = self.path_model(run), self._paths[1]
+        if name not in paths:
+            paths[name] = record_path(self.target, self.drafter_model(name), self.prompt_ids(run.prompt), self.outputs[key], gen, self.config.draft_vocab)
+        return paths[name]
 
     def warm_up(self, plan: list[PlannedRun]) -> None:
         """One short untimed generation per method and drafter, so first-call costs (allocator,
@@ -587,10 +677,18 @@ class SweepRunner:
                 seen.add((run.method, run.drafter))
                 self.measure(run, max_new_tokens=min(self.config.warmup_tokens, self.config.max_new_tokens))
 
+    def costs_model(self, run: PlannedRun) -> str:
+        """Whose c a run's row carries: its drafter model's, or the sweep's first model's
+        for plain and drafters without a model (their c is 0; v(k) is the target's alike)."""
+        name = self.model_name(run)
+        return name if name is not None else self.config.drafter_models[0]
+
     def costs_key(self, run: PlannedRun) -> str:
         """Which measurement of c and v(k) a run uses: its prompt's block (prompt id/repeat),
-        or the sweep's one measurement ("sweep")."""
-        return f"{run.prompt.id}/{run.repeat}" if self.config.costs_per_prompt else "sweep"
+        or the sweep's one measurement ("sweep"); "@NAME" after it for a named drafter model."""
+        block = f"{run.prompt.id}/{run.repeat}" if self.config.costs_per_prompt else "sweep"
+        name = self.costs_model(run)
+        return f"{block}{MODEL_SEPARATOR}{name}" if name else block
 
     def costs_for(self, run: PlannedRun) -> Costs:
         """The costs of run's block as run's drafter pays them (its c in the row): an
@@ -605,18 +703,18 @@ class SweepRunner:
         sweep, on a machine whose speed drifts."""
         key = self.costs_key(run)
         if key not in self.block_costs:
-            self.block_costs[key] = self.costs(run.prompt)
+            self.block_costs[key] = self.costs(run.prompt, self.costs_model(run))
             if self.on_costs is not None:
                 self.on_costs(key, self.block_costs[key])
         return self.block_costs[key]
 
-    def costs(self, prompt: Prompt) -> Costs:
-        limit = context_limit(self.target)
-        if self.drafter_model is not None:
-            limit = min(limit, context_limit(self.drafter_model))
+    def costs(self, prompt: Prompt, name: str) -> Costs:
+        """c of drafter model `name` (none when the sweep drafts with no model) and the
+        target's v(k), timed on the prompt's context."""
+        drafter = self.drafter_model(name) if needs_drafter_model(self.config) else None
+        limit = context_limit(self.target) if drafter is None else min(context_limit(self.target), context_limit(drafter))
         context = timing_context(self.prompt_ids(prompt), self.config.max_new_tokens, limit)
-        drafter = self.drafter_model if needs_drafter_model(self.config) else None
-        vocab = self.config.draft_vocab if drafts_with_model(self.config) and not self.config.translated else 0
+        vocab = self.config.draft_vocab if drafts_with_model(self.config) and name not in self.config.translated else 0
         context = timing_ids(context, self.target, drafter)  # a drafter with another tokenizer reads fewer ids
         return measure_costs(self.target, drafter, context, self.config.timing_repeats, draft_vocab=vocab)
 
@@ -711,7 +809,7 @@ def check_resume_meta(meta: dict, fresh: dict) -> None:
     old = dict(meta.get("sweep", {}))
     if old:
         old.setdefault("draft_vocab", 0)
-    for key in ("target", "drafter_model", "temperature", "max_new_tokens", "seed", "kernels", "draft_vocab", "measure", "measure_per_category"):
+    for key in ("target", "drafter_model", "drafter_models", "temperature", "max_new_tokens", "seed", "kernels", "draft_vocab", "measure", "measure_per_category"):
         if key in old and old[key] != fresh["sweep"].get(key):
             raise SweepError(f"cannot resume: {key} was {old[key]!r} in that sweep, now {fresh['sweep'].get(key)!r}")
 
@@ -735,6 +833,28 @@ def add_costs_meta(meta: dict, key: str, costs: Costs) -> None:
     meta.setdefault("costs_by_block", {})[key] = recorded
 
 
+def drafters_of(config: SweepConfig, drafter_model, drafter_tokenizer=None) -> dict[str, DrafterModel]:
+    """sweep()'s drafter models by name: {name: DrafterModel} as given for a sweep with
+    several, or the one model (with its tokenizer when translated) under the one name."""
+    if isinstance(drafter_model, dict):
+        return dict(drafter_model)
+    if drafter_model is None:
+        return {}
+    return {config.drafter_models[0]: DrafterModel(drafter_model, drafter_tokenizer)}
+
+
+def check_drafters(config: SweepConfig, drafters: dict[str, DrafterModel]) -> None:
+    """The drafter models a sweep needs are there, with a tokenizer where translated."""
+    if not needs_drafter_model(config):
+        return
+    missing = [name for name in config.drafter_models if name not in drafters]
+    if missing:
+        which = f"drafter model {missing[0]!r}" if missing[0] else "the drafter model"
+        raise SweepError(f"this sweep drafts with {which} (the model drafter or hf-assisted) but none was given")
+    if any(drafters[name].tokenizer is None for name in config.translated if name in drafters):
+        raise SweepError("the drafter model has another tokenizer, but none was given to translate its drafts")
+
+
 def _model_meta(model, name: str | None) -> dict | None:
     if model is None:
         return None
@@ -751,15 +871,24 @@ def _model_meta(model, name: str | None) -> dict | None:
     }
 
 
-def build_meta(target, drafter_model, config: SweepConfig, prompts: list[Prompt], *, target_name: str | None, drafter_name: str | None, prompts_source: str, command: str) -> dict:
+def build_meta(target, drafter_model, config: SweepConfig, prompts: list[Prompt], *, target_name: str | None, drafter_name, prompts_source: str, command: str) -> dict:
+    """drafter_model and drafter_name: one model and its name, or (several drafter models)
+    DrafterModels and names by config.drafter_models' names; then models.drafters has each."""
     import transformers
 
+    several = isinstance(drafter_model, dict)
+    first = next(iter(drafter_model.values())).model if several and drafter_model else drafter_model
+    first_name = next(iter(drafter_name.values()), None) if isinstance(drafter_name, dict) else drafter_name
+    models = {"target": _model_meta(target, target_name), "drafter": _model_meta(first, first_name)}
+    if several:
+        names = drafter_name if isinstance(drafter_name, dict) else {}
+        models["drafters"] = {name: _model_meta(d.model, names.get(name)) for name, d in drafter_model.items()}
     return {
         "specbench_version": __version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": command,
         "seed": config.seed,
-        "models": {"target": _model_meta(target, target_name), "drafter": _model_meta(drafter_model, drafter_name)},
+        "models": models,
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__},
         "machine": {
             "platform": platform.platform(),
@@ -804,20 +933,21 @@ def sweep(
 ) -> SweepResult:
     """Run a whole sweep into out_dir (see the module docstring for the protocol).
 
-    on_status(text) reports a phase; on_start(total, skipped) comes once the plan is known;
-    on_row(run, row) after each row is written. KeyboardInterrupt propagates after the rows
-    finished so far are on disk. eos_ids end every generation (models.eos_token_ids gives a
-    loaded pair's); names and command only go into meta.json. drafter_tokenizer: the drafter
-    model's, when it is not the target's (config.translated).
+    drafter_model: the drafter model (None when the sweep drafts with none), or for a sweep
+    of several (config.drafter_models) {name: DrafterModel}, with drafter_name {name: its
+    name in meta.json}. drafter_tokenizer: the one drafter model's, when it is not the
+    target's (config.translated). on_status(text) reports a phase; on_start(total, skipped)
+    comes once the plan is known; on_row(run, row) after each row is written.
+    KeyboardInterrupt propagates after the rows finished so far are on disk. eos_ids end
+    every generation (models.eos_token_ids gives a loaded pair's); names and command only go
+    into meta.json.
     """
     status = on_status or (lambda _text: None)
     if not prompts:
         raise SweepError("no prompts to run")
-    if needs_drafter_model(config) and drafter_model is None:
-        raise SweepError("this sweep drafts with the drafter model (the model drafter or hf-assisted) but none was given")
-    if config.translated and drafter_tokenizer is None:
-        raise SweepError("the drafter model has another tokenizer, but none was given to translate its drafts")
-    runner = SweepRunner(target, drafter_model, tokenizer, config, eos_ids, drafter_tokenizer)
+    drafters = drafters_of(config, drafter_model, drafter_tokenizer)
+    check_drafters(config, drafters)
+    runner = SweepRunner(target, drafters, tokenizer, config, eos_ids)
     for prompt in prompts:  # a prompt too long for the context fails now, not an hour in
         runner.prompt_ids(prompt)
     # 1. the directory, and what an interrupted sweep there already measured
@@ -829,7 +959,7 @@ def sweep(
 
     # 2. the plan; the costs c and v(k) of each prompt's block are measured as it starts
     # (a resume reuses the blocks' recorded costs), and meta.json records every measurement
-    has_model = drafter_model is not None
+    has_model = bool(drafters)
     total = len(plan_runs(config, prompts, has_drafter_model=has_model))
     profile = profile_plan(config, prompts, has_drafter_model=has_model)
     todo = pending_runs(profile, done_rows)

@@ -477,7 +477,7 @@ def sweep_command(
     drafter: Annotated[list[str] | None, typer.Option("--drafter", help="Drafter to compare (repeat for several): model, model+lookup, ngram, prompt-lookup, early-exit:N; default: model.", show_default=False)] = None,
     gamma_policy: Annotated[list[str] | None, typer.Option("--gamma-policy", help="Gamma policy to compare (repeat for several); default: fixed.", show_default=False)] = None,
     target: Annotated[str, typer.Option("--target", help="Target model: default, a local folder, a .gguf file or a cached hub id.")] = "default",
-    drafter_model: Annotated[str, typer.Option("--drafter-model", help="Drafter model for the model drafter and hf-assisted (a model spec, any tokenizer, or none).")] = "default",
+    drafter_model: Annotated[list[str] | None, typer.Option("--drafter-model", help="Drafter model for the model drafter and hf-assisted (a model spec, any tokenizer, or none); repeat to compare several in one sweep (labels model@NAME).", show_default=False)] = None,
     prompts: Annotated[str, typer.Option("--prompts", help="Prompt set: a JSONL file (ours or Spec-Bench's question.jsonl) or a name: default, quick.")] = "default",
     category: Annotated[list[str] | None, typer.Option("--category", help="Only prompts of this category (repeat for several).", show_default=False)] = None,
     temperature: Annotated[float, typer.Option("--temperature", help="0 is greedy (outputs are checked against plain decoding).")] = 0.0,
@@ -528,21 +528,64 @@ def sweep_command(
     out_dir = out or Path("results") / _datetime.now().strftime("sweep-%Y%m%d-%H%M%S")
     if not resume and (out_dir / sweep_results.RUNS_CSV).exists():
         raise SweepError(f"{out_dir / sweep_results.RUNS_CSV} already exists: pass --resume to continue that sweep, or choose another --out")
-    # 2. the models, loaded as `generate` loads them (the drafter only when the sweep drafts with it)
-    drafter_spec = drafter_model if bench.needs_drafter_model(config) else models.NONE
+    specs = list(dict.fromkeys(drafter_model or ["default"]))
+    if len(specs) > 1 and models.NONE in specs:
+        raise OptionError("--drafter-model none cannot be one of several drafter models")
+    # 2. the models, loaded as `generate` loads them (the drafters only when the sweep drafts with them)
+    needed = bench.needs_drafter_model(config)
     dtypes = {k: v for k, v in (("dtype", dtype), ("draft_dtype", draft_dtype)) if v}  # else the pair's defaults
-    pair_config = models.PairConfig(target=target, drafter=drafter_spec, device=device, draft_vocab=draft_vocab, **dtypes)
-    pair = load_pair_with_progress(pair_config, mismatch_hint="pick a --drafter-model with a tokenizer that shares text with the target's")
+    pair_config = models.PairConfig(target=target, drafter=specs[0] if needed else models.NONE, device=device, draft_vocab=draft_vocab, **dtypes)
+    hint = "pick a --drafter-model with a tokenizer that shares text with the target's"
+    pair = load_pair_with_progress(pair_config, mismatch_hint=hint)
     pair.use_kernels(kernels)
-    config = _replace(config, translated=pair.translated, hf_universal=pair.translated and bench.hf_tells_apart(pair.target.model, pair.drafter_model.model))
+    drafters = _more_drafters(pair, pair_config, specs[1:] if needed else [], kernels, hint)
+    config = _replace(config, **bench_drafter_settings(bench, pair, drafters))
     # 3. the sweep, then its table
-    _run_sweep(bench, pair, prompt_list, config, out_dir, resume=resume, prompts_source=prompts)
+    _run_sweep(bench, pair, prompt_list, config, out_dir, resume=resume, prompts_source=prompts, drafters=drafters)
 
 
-def _run_sweep(bench, pair, prompt_list, config, out_dir: Path, *, resume: bool, prompts_source: str) -> None:
+def _more_drafters(pair, pair_config, specs: list[str], kernels: str, hint: str) -> dict:
+    """For a sweep of several drafter models: each by its name in labels
+    (results.drafter_model_name), the pair's own first, as (LoadedModel, translated); {} for
+    a sweep of one."""
+    from specbench import models
+
+    if not specs:
+        return {}
+    models.quiet_transformers()
+    with _progress_bars() as report:
+        try:
+            loaded = [(pair.drafter_model, pair.translated), *models.load_drafters(pair_config, pair.target, specs, kernels, report)]
+        except models.VocabMismatch as exc:
+            raise models.VocabMismatch(f"{exc}; {hint}") from None
+    named = {sweep_results.drafter_model_name(d.name): (d, translated) for d, translated in loaded}
+    if len(named) < len(loaded):
+        raise OptionError(f"two drafter models would share a name in labels ({', '.join(d.name for d, _ in loaded)}); give each once")
+    return named
+
+
+def bench_drafter_settings(bench, pair, drafters: dict) -> dict:
+    """SweepConfig's drafter_models, translated and hf_refuses for the loaded drafters: one
+    unnamed model (the pair's), or several by name."""
+    if not drafters:
+        if pair.drafter_model is None or not pair.translated:
+            return {}
+        refuses = () if bench.hf_tells_apart(pair.target.model, pair.drafter_model.model) else ("",)
+        return {"translated": ("",), "hf_refuses": refuses}
+    translated = tuple(n for n, (_, t) in drafters.items() if t)
+    refuses = tuple(n for n in translated if not bench.hf_tells_apart(pair.target.model, drafters[n][0].model))
+    return {"drafter_models": tuple(drafters), "translated": translated, "hf_refuses": refuses}
+
+
+def _run_sweep(bench, pair, prompt_list, config, out_dir: Path, *, resume: bool, prompts_source: str, drafters: dict | None = None) -> None:
     """Run the sweep on a loaded pair under a progress bar; Ctrl-C keeps the finished rows;
-    then the table."""
+    then the table. drafters: _more_drafters', for a sweep of several drafter models."""
     drafter = pair.drafter_model  # None: the sweep drafts without a model
+    if drafters:
+        model = {name: bench.DrafterModel(d.model, d.tokenizer if t else None) for name, (d, t) in drafters.items()}
+        names = {name: d.name for name, (d, _) in drafters.items()}
+    else:
+        model, names = (drafter.model if drafter else None), (drafter.name if drafter else None)
     written = 0
     with _sweep_progress() as progress:
         task = progress.add_task("starting", total=None)
@@ -554,8 +597,8 @@ def _run_sweep(bench, pair, prompt_list, config, out_dir: Path, *, resume: bool,
 
         try:
             result = bench.sweep(
-                pair.target.model, drafter.model if drafter else None, pair.tokenizer, prompt_list, config, out_dir,
-                resume=resume, target_name=pair.target.name, drafter_name=drafter.name if drafter else None,
+                pair.target.model, model, pair.tokenizer, prompt_list, config, out_dir,
+                resume=resume, target_name=pair.target.name, drafter_name=names,
                 prompts_source=prompts_source, command="specbench " + " ".join(_sys.argv[1:]), eos_ids=pair.eos_token_ids,
                 drafter_tokenizer=drafter.tokenizer if pair.translated else None,
                 on_status=lambda text: progress.update(task, description=text),

@@ -550,10 +550,29 @@ def load_pair(config: PairConfig, progress: Progress = defaults._no_progress) ->
         if parse_early_exit(kind) is not None:
             pair.new_drafter()  # a target that cannot exit early, or a bad N, fails now
         return pair
+    drafter, translated = load_drafter(config, target, config.drafter, progress)
+    return LoadedPair(target, drafter, "model", 0 if translated else config.draft_vocab, config.lookup, translated)
+
+
+def load_drafters(config: PairConfig, target: LoadedModel, specs: list[str], kernels: str, progress: Progress = defaults._no_progress) -> list[tuple[LoadedModel, bool]]:
+    """More drafter models beside a loaded target (a sweep comparing several): each as
+    load_drafter gives it, on the Linear kernels the pair uses (OptionError if not here)."""
+    loaded = []
+    for spec in specs:
+        drafter, translated = load_drafter(config, target, spec, progress)
+        with reraise_as(OptionError):
+            use_kernels(drafter.model, kernels)
+        loaded.append((drafter, translated))
+    return loaded
+
+
+def load_drafter(config: PairConfig, target: LoadedModel, spec: str, progress: Progress = defaults._no_progress) -> tuple[LoadedModel, bool]:
+    """Load drafter model `spec` beside a loaded target, with config's drafter dtype, and
+    pair it: (the drafter, whether its drafts are translated through text; translates)."""
     # "auto" spreads the target; the drafter goes where the target's inputs go
     device = str(model_device(target.model)) if config.device == "auto" else config.device
     drafter = load_model(
-        parse_model_spec(config.drafter),
+        parse_model_spec(spec),
         role="drafter",
         dtype=config.draft_dtype,
         device=device,
@@ -565,6 +584,6 @@ def load_pair(config: PairConfig, progress: Progress = defaults._no_progress) ->
     if config.draft_vocab and not translated:
         with reraise_as(ModelError):
             output_head(drafter.model)  # the restricted head needs a plain one
-    return LoadedPair(target, drafter, "model", 0 if translated else config.draft_vocab, config.lookup, translated)
+    return drafter, translated
 
 

@@ -614,12 +614,12 @@ def test_plan_measures_new_drafters_only_and_puts_hf_beside_each():
     hf = {(r.method, r.drafter) for r in plan if r.method.startswith("hf-")}
     assert hf == {("hf-assisted", "model"), ("hf-early-exit", "early-exit:1"), ("hf-early-exit", "early-exit:2"), ("hf-prompt-lookup", "prompt-lookup")}
     assert not bench.needs_drafter_model(replace(config, drafters=("early-exit:1", "prompt-lookup")))
-    translated = SweepConfig(gammas=(1, 3), translated=True)
+    translated = SweepConfig(gammas=(1, 3), translated=("",))
     plan = plan_runs(translated, PROMPTS[:1])
     assert not [r for r in plan if r.source == "predicted"]
     assert {r.method for r in plan if r.method.startswith("hf-")} == {"hf-universal"}
     assert not [r for r in plan_runs(replace(translated, temperature=0.7), PROMPTS[:1]) if r.method.startswith("hf-")]
-    assert not [r for r in plan_runs(replace(translated, hf_universal=False), PROMPTS[:1]) if r.method.startswith("hf-")]
+    assert not [r for r in plan_runs(replace(translated, hf_refuses=("",)), PROMPTS[:1]) if r.method.startswith("hf-")]
     # HF takes a pair for two tokenizers by the configs' vocab_size alone
     from conftest import tiny_model
 
@@ -671,7 +671,7 @@ def test_sweep_with_early_exit_and_another_tokenizer(tokenizer, tmp_path):
 
     merges = merge_tokenizer()
     wide_target, drafter = tiny_model(0, vocab=96), tiny_model(1, layers=1, hidden=16, vocab=64)
-    translated = SweepConfig(translated=True, **FAST)
+    translated = SweepConfig(translated=("",), **FAST)
     sweep(wide_target, drafter, merges, PROMPTS, translated, tmp_path / "tr", command="test", drafter_tokenizer=char_tokenizer())
     rows = read_rows(tmp_path / "tr" / "runs.csv")
     assert {r["method"] for r in rows} == {"plain", "specbench", "hf-universal"}
@@ -700,4 +700,107 @@ def test_sweep_command_with_a_drafter_of_another_tokenizer_and_early_exit(tmp_pa
     measured = {(r["method"], r["drafter"]) for r in rows if r["source"] == "measured"}
     assert measured == {("plain", ""), ("specbench", "model"), ("specbench", "early-exit:1"), ("hf-universal", "model"), ("hf-early-exit", "early-exit:1")}
     assert all(r["identical_to_baseline"].lower() == "true" for r in rows if r["method"] != "plain")
-    assert json.loads((out / "meta.json").read_text())["sweep"]["translated"] is True
+    assert json.loads((out / "meta.json").read_text())["sweep"]["translated"] == [""]
+
+
+# ---------------------------------------------------------------------------- several drafter models
+
+
+def test_plan_labels_each_drafter_model_and_puts_hf_beside_each():
+    """Drafters that run a model get one label per drafter model (model@NAME); the others
+    stay bare; a model with another tokenizer is measured only, beside hf-universal."""
+    config = SweepConfig(gammas=(1, 3), drafters=("model", "ngram", "model+lookup"), drafter_models=("a", "b"), translated=("b",))
+    assert config.drafters == ("model@a", "model@b", "ngram", "model+lookup@a", "model+lookup@b")
+    plan = plan_runs(config, PROMPTS[:1])
+    assert {r.drafter for r in plan if r.source == "predicted"} == {"model@a", "model+lookup@a", "ngram"}
+    measured = {(r.drafter, r.gamma) for r in plan if r.source == "measured" and r.method == "specbench"}
+    assert ("model@b", 1) in measured and ("model@b", 3) in measured and ("model+lookup@b", 3) in measured  # every gamma
+    assert {(r.method, r.drafter) for r in plan if r.method.startswith("hf-")} == {("hf-assisted", "model@a"), ("hf-universal", "model@b")}
+    assert replace(config, drafter_models=("a", "b")).drafters == config.drafters  # labels that name a model are kept
+    assert SweepConfig(drafters=("model", "ngram")).drafters == ("model", "ngram")  # one unnamed model: bare labels
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(drafter_models=("a", "a")), "distinct names"),
+        (dict(drafter_models=("", "a")), "distinct names"),
+        (dict(drafter_models=("a@b",)), "no '@'"),
+        (dict(drafters=("ngram@a",), drafter_models=("a",)), "runs no drafter model"),
+        (dict(drafters=("model@c",), drafter_models=("a", "b")), "no drafter model 'c'"),
+        (dict(drafters=("model@a",)), "no drafter model 'a'"),
+    ],
+)
+def test_drafter_model_names_are_checked(options, message):
+    with pytest.raises(SweepError, match=message):
+        SweepConfig(**options)
+
+
+def test_sweep_of_two_drafter_models_times_each_with_its_own_costs(tokenizer, tmp_path, monkeypatch):
+    """Two drafter models in one sweep: each drafts its own rows (greedy outputs equal
+    plain), pays its own c (measured per block and model), has its own path for
+    predictions and its own hf-assisted run; meta.json names both."""
+    from conftest import tiny_model
+
+    import specbench.bench.sweep as bench_module
+
+    real = bench_module.measure_costs
+    measured_with = []
+
+    def spy(target, drafter, context, *args, **kwargs):
+        measured_with.append(drafter)
+        return replace(real(target, drafter, context, *args, **kwargs), c=0.25 if drafter is small else 0.5)
+
+    monkeypatch.setattr(bench_module, "measure_costs", spy)
+    target, small, other = tiny_model(0, layers=2), tiny_model(1, layers=1), tiny_model(2, layers=1, hidden=16)
+    drafters = {"small": bench.DrafterModel(small), "other": bench.DrafterModel(other)}
+    config = SweepConfig(drafters=("model", "ngram"), drafter_models=("small", "other"), measure="all", **FAST)
+    result = sweep(target, drafters, tokenizer, PROMPTS, config, tmp_path / "two", command="test", drafter_name={"small": "Small", "other": "Other"})
+    rows = read_rows(tmp_path / "two" / "runs.csv")
+    specbench_rows = [r for r in rows if r["method"] == "specbench"]
+    assert {r["drafter"] for r in specbench_rows} == {"model@small", "model@other", "ngram"}
+    assert {(r["method"], r["drafter"]) for r in rows if r["method"].startswith("hf-")} == {("hf-assisted", "model@small"), ("hf-assisted", "model@other")}
+    assert all(r["identical_to_baseline"].lower() == "true" for r in rows if r["source"] == "measured" and r["method"] != "plain")
+    c_of = lambda label: {float(r["c"]) for r in specbench_rows if r["drafter"] == label}  # noqa: E731
+    assert c_of("model@small") == {0.25} and c_of("model@other") == {0.5}
+    assert c_of("ngram") == {0.25}  # rows without a model carry the first model's block, as in a sweep of one
+    assert set(result.costs) == {f"{p.id}/0@{name}" for p in PROMPTS for name in ("small", "other")}
+    assert {id(d) for d in measured_with} == {id(small), id(other)}
+    # each model's predictions replay its own path: the drafts of "small" are not "other"'s
+    predicted = {(r["drafter"], r["prompt_id"], r["gamma"]): r for r in rows if r["source"] == "predicted" and r["policy"] == "fixed"}
+    measured = [r for r in specbench_rows if r["source"] == "measured" and r["drafter"] != "ngram"]
+    assert all(predicted[(r["drafter"], r["prompt_id"], r["gamma"])]["target_forwards"] == r["target_forwards"] for r in measured)
+    meta = json.loads((tmp_path / "two" / "meta.json").read_text())
+    assert meta["sweep"]["drafter_models"] == ["small", "other"] and meta["sweep"]["drafter_model"] == {"small": "Small", "other": "Other"}
+    assert set(meta["models"]["drafters"]) == {"small", "other"} and meta["models"]["drafter"]["name"] == "Small"
+    with pytest.raises(SweepError, match="drafter model 'other'"):
+        sweep(target, {"small": drafters["small"]}, tokenizer, PROMPTS, config, tmp_path / "one", command="test")
+
+
+def test_sweep_command_compares_two_drafter_models(tmp_path):
+    """`--drafter-model` twice: a drafter of the target's tokenizer and one of another,
+    loaded from folders, each beside its HF counterpart in one sweep; all equal plain."""
+    from tiny_hf import merge_tokenizer, save_tiny
+
+    target = save_tiny(tmp_path / "target", vocab_size=64)
+    same = save_tiny(tmp_path / "same", layers=1, seed=5)
+    merged = save_tiny(tmp_path / "merged", vocab_size=96, seed=3, tokenizer=merge_tokenizer())
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "a", "category": "code", "turns": ["print the cat"]}) + "\n")
+    out = tmp_path / "res"
+    args = ["sweep", "--target", str(target), "--drafter-model", str(same), "--drafter-model", str(merged), "--dtype", "float32",
+            "--draft-dtype", "float32", "--gamma", "2", "--prompts", str(prompts), "--max-new-tokens", "6", "--timing-repeats", "1",
+            "--out", str(out)]  # fmt: skip
+    result = CliRunner().invoke(cli.app, args)
+    assert result.exit_code == 0, result.output
+    rows = read_rows(out / "runs.csv")
+    measured = {(r["method"], r["drafter"]) for r in rows if r["source"] == "measured"}
+    assert measured == {("plain", ""), ("specbench", "model@same"), ("specbench", "model@merged"), ("hf-assisted", "model@same"), ("hf-universal", "model@merged")}
+    assert {r["drafter"] for r in rows if r["source"] == "predicted"} == {"model@same"}
+    assert all(r["identical_to_baseline"].lower() == "true" for r in rows if r["source"] == "measured" and r["method"] != "plain")
+    sweep_meta = json.loads((out / "meta.json").read_text())["sweep"]
+    assert sweep_meta["drafter_models"] == ["same", "merged"] and sweep_meta["translated"] == ["merged"]
+    twin = save_tiny(tmp_path / "elsewhere" / "same", layers=1, seed=6)  # another folder of the same name
+    again = CliRunner().invoke(cli.app, [*args[:7], "--drafter-model", str(twin), *args[7:-1], str(tmp_path / "dup")])
+    assert again.exit_code == 2 and "share a name" in again.output and len(again.output.strip().splitlines()) == 1
+

@@ -274,11 +274,14 @@ def describe(meta: dict, runs: pd.DataFrame) -> str:
     """A one-line footnote: which models, temperature and prompts the numbers come from."""
     models = meta.get("models") or {}
     names = [((models.get(role) or {}).get("name")) for role in ("target", "drafter")]
+    several = [(d or {}).get("name") or label for label, d in (models.get("drafters") or {}).items()]
     temps = [f"{t:g}" for t in sorted(runs["temperature"].dropna().unique())]  # as runs.csv writes them
     parts = []
     if names[0]:
         parts.append(f"target {names[0]}")
-    if names[1]:
+    if several:
+        parts.append(f"drafters {', '.join(several)}")
+    elif names[1]:
         parts.append(f"drafter {names[1]}")
     parts.append(f"temperature {', '.join(temps)}")
     parts.append(f"{runs['prompt_id'].nunique()} prompts")

@@ -174,6 +174,8 @@ def test_chart_footer_gives_the_range_of_per_prompt_costs():
     one = describe({"c": 0.22}, rows)
     many = describe({"c": 0.22, "costs_by_block": {"a/0": {"c": 0.22}, "b/0": {"c": 0.26}, "a/1": {"c": 0.19}}}, rows)
     assert one.endswith("c = 0.220") and many.endswith("c = 0.190 to 0.260 (per prompt)")
+    models = {"target": {"name": "T"}, "drafter": {"name": "A"}, "drafters": {"a": {"name": "A"}, "b": {"name": "B.gguf"}}}
+    assert describe({"models": models}, rows).startswith("target T · drafters A, B.gguf · ")  # a sweep of two drafter models
 
 
 def _predicted_sweep(directory, positions=True):

@@ -529,8 +529,9 @@ def sweep_command(
     if not resume and (out_dir / sweep_results.RUNS_CSV).exists():
         raise SweepError(f"{out_dir / sweep_results.RUNS_CSV} already exists: pass --resume to continue that sweep, or choose another --out")
     specs = list(dict.fromkeys(drafter_model or ["default"]))
-    if len(specs) > 1 and models.NONE in specs:
-        raise OptionError("--drafter-model none cannot be one of several drafter models")
+    for spec in specs if len(specs) > 1 else ():
+        if models.drafter_kind(spec) != "model":
+            raise OptionError(f"--drafter-model {spec}: each of several drafter models must be a model (default, a folder, a .gguf file or a hub id)")
     # 2. the models, loaded as `generate` loads them (the drafters only when the sweep drafts with them)
     needed = bench.needs_drafter_model(config)
     dtypes = {k: v for k, v in (("dtype", dtype), ("draft_dtype", draft_dtype)) if v}  # else the pair's defaults
@@ -539,7 +540,7 @@ def sweep_command(
     pair = load_pair_with_progress(pair_config, mismatch_hint=hint)
     pair.use_kernels(kernels)
     drafters = _more_drafters(pair, pair_config, specs[1:] if needed else [], kernels, hint)
-    config = _replace(config, **bench_drafter_settings(bench, pair, drafters))
+    config = _replace(config, **_drafter_settings(bench, pair, drafters))
     # 3. the sweep, then its table
     _run_sweep(bench, pair, prompt_list, config, out_dir, resume=resume, prompts_source=prompts, drafters=drafters)
 
@@ -564,7 +565,7 @@ def _more_drafters(pair, pair_config, specs: list[str], kernels: str, hint: str)
     return named
 
 
-def bench_drafter_settings(bench, pair, drafters: dict) -> dict:
+def _drafter_settings(bench, pair, drafters: dict) -> dict:
     """SweepConfig's drafter_models, translated and hf_refuses for the loaded drafters: one
     unnamed model (the pair's), or several by name."""
     if not drafters:

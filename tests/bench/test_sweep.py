@@ -557,6 +557,8 @@ def test_sweep_command_end_to_end(patched_models, tmp_path):
         (["--temperature", "-1"], "temperature must be >= 0"),
         (["--timing-repeats", "0"], "timing repeats must be >= 1"),
         (["--draft-vocab", "-1"], "draft-vocab must be >= 0"),
+        (["--drafter-model", "default", "--drafter-model", "ngram"], "each of several drafter models must be a model"),
+        (["--drafter-model", "default", "--drafter-model", "none"], "--drafter-model none: each of several"),
     ],
 )
 def test_sweep_command_rejects_bad_input_in_one_line(patched_models, args, message):

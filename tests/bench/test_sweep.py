@@ -779,6 +779,41 @@ def test_sweep_of_two_drafter_models_times_each_with_its_own_costs(tokenizer, tm
         sweep(target, {"small": drafters["small"]}, tokenizer, PROMPTS, config, tmp_path / "one", command="test")
 
 
+def test_interrupted_sweep_of_two_drafter_models_resumes(tokenizer, tmp_path, monkeypatch):
+    """Ctrl-C in a sweep of two drafter models keeps its rows and each model's costs; the
+    resume measures only the blocks never measured, refuses other drafter models, and ends
+    with every planned row once."""
+    from conftest import tiny_model
+
+    import specbench.bench.sweep as bench_module
+
+    target = tiny_model(0, layers=2)
+    drafters = {"small": bench.DrafterModel(tiny_model(1, layers=1)), "other": bench.DrafterModel(tiny_model(2, layers=1, hidden=16))}
+    config = SweepConfig(drafters=("model",), drafter_models=("small", "other"), hf_assisted=False, **FAST)
+    out, seen = tmp_path / "two", []
+
+    def stop(run, row):
+        seen.append(row)
+        if len(seen) == 5:  # plain, three predictions with "small", the first with "other"
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sweep(target, drafters, tokenizer, PROMPTS, config, out, command="test", drafter_name={"small": "S", "other": "O"}, on_row=stop)
+    before = set(json.loads((out / "meta.json").read_text())["costs_by_block"])
+    assert before == {f"{PROMPTS[0].id}/0@small", f"{PROMPTS[0].id}/0@other"}
+    swapped = SweepConfig(drafters=("model",), drafter_models=("small", "third"), hf_assisted=False, **FAST)
+    with pytest.raises(SweepError, match="cannot resume: drafter_models? was"):
+        sweep(target, {**drafters, "third": drafters["other"]}, tokenizer, PROMPTS, swapped, out, resume=True, command="test", drafter_name={"small": "S", "third": "O"})
+    calls = []
+    real = bench_module.measure_costs
+    monkeypatch.setattr(bench_module, "measure_costs", lambda *a, **k: calls.append(1) or real(*a, **k))
+    result = sweep(target, drafters, tokenizer, PROMPTS, config, out, resume=True, command="test", drafter_name={"small": "S", "other": "O"})
+    rows = read_rows(out / "runs.csv")
+    assert len(calls) == 2 and set(result.costs) == {f"{p.id}/0@{n}" for p in PROMPTS for n in ("small", "other")}
+    assert len({row_key(r) for r in rows}) == len(rows) == len(plan_runs(config, PROMPTS))
+    assert all(r["identical_to_baseline"] == "true" for r in rows if r["source"] == "measured" and r["method"] == "specbench")
+
+
 def test_sweep_command_compares_two_drafter_models(tmp_path):
     """`--drafter-model` twice: a drafter of the target's tokenizer and one of another,
     loaded from folders, each beside its HF counterpart in one sweep; all equal plain."""

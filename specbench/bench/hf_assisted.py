@@ -5,25 +5,31 @@ schedule of gamma draft tokens a round, or with HF's own defaults (HF_DEFAULTS, 
 drafting with one of HF's candidate generators (HFDrafter):
   assistant      assistant_model=drafter_model (AssistedCandidateGenerator);
   universal      the same with tokenizer= and assistant_tokenizer=, for a drafter with
-                 another tokenizer (Universal Assisted Generation: text between the two);
+                 another tokenizer (Universal Assisted Generation: text between the two;
+                 when sampling, HF swaps two of the drafter's modules, see _hf_modules_inside);
   early-exit     assistant_early_exit=N, the target's first N layers (EarlyExitCandidateGenerator);
   prompt-lookup  prompt_lookup_num_tokens=gamma (PromptLookupCandidateGenerator; its own
                  default, 10, for HF's defaults).
 HF's drafter scores its whole vocabulary. Rounds are seen through a streamer and forward
-hooks; nothing inside transformers is patched. This module knows nothing of the sweep: it
-returns an AssistedRun, which the sweep records like its own runs.
+hooks; nothing inside transformers is patched, and the models leave every run as they came.
+hf_sampling_defect says where HF's universal sampling mode is not lossless (no baseline
+there). This module knows nothing of the sweep: it returns an AssistedRun, which the sweep
+records like its own runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
+import weakref
 from dataclasses import dataclass
 
 import torch
 
 from specbench.core.generate import GenerationConfig, model_device, sync
 from specbench.core.stats import RunStats
+from specbench.speed.quantize import Int8Linear, dense_twin
 
 # transformers' own defaults (GenerationConfig._get_default_generation_params in 5.x), pinned
 # here so that a drafter's generation_config.json cannot change what "HF's defaults" means
@@ -126,6 +132,115 @@ def _assistant_settings(drafter_model, gamma: int | None):
     return settings
 
 
+# HF's translator (AssistantToTargetTranslator) -> the drafter's (output head, input
+# embeddings) as HF left them when it built that translator
+_HF_MODULES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def _hf_modules_inside(drafter_model, tokenizers: tuple):
+    """The drafter's own output head and input embeddings outside HF's universal sampling
+    runs, HF's inside them.
+
+    When sampling with two tokenizers, HF (UniversalSpeculativeDecodingGenerator) builds one
+    translator per tokenizer pair and caches it (AssistantVocabTranslatorCache); building it
+    replaces, in place and for good, the drafter's output head by one pruned to the tokens
+    both vocabularies share and its input embeddings by a wrapper that maps ids into that
+    pruned space. specbench drafts with the same model object, so: after a run the modules HF
+    put in are kept (beside its translator) and the model's own go back; before a run whose
+    translator HF has cached, HF's go back in, since HF will not build them again. A cached
+    translator whose modules were not kept here is dropped, so HF builds it afresh, from a
+    head it can prune (_prunable)."""
+    from transformers.generation.candidate_generator import AssistantVocabTranslatorCache
+
+    own = drafter_model.get_output_embeddings(), drafter_model.get_input_embeddings()
+    pairs = AssistantVocabTranslatorCache._cache
+    translator = pairs.get(tokenizers[0], {}).get(tokenizers[1])
+    if translator in _HF_MODULES:
+        _set_modules(drafter_model, _HF_MODULES[translator])
+    else:
+        if translator is not None:
+            del pairs[tokenizers[0]][tokenizers[1]]
+        _set_modules(drafter_model, (_prunable(own[0]), own[1]))
+    try:
+        yield
+    finally:
+        translator = pairs.get(tokenizers[0], {}).get(tokenizers[1])
+        left = drafter_model.get_output_embeddings(), drafter_model.get_input_embeddings()
+        if translator is not None and any(a is not b for a, b in zip(left, own)):
+            _HF_MODULES[translator] = left
+        _set_modules(drafter_model, own)
+
+
+def _prunable(head):
+    """The head as HF's pruning needs it, a module with a weight: an int8 head
+    (quantize.Int8Linear) as its dense twin over the same rows, any other as it is."""
+    return dense_twin(head.qweight, head.scales, head.bias) if isinstance(head, Int8Linear) else head
+
+
+def _set_modules(model, modules: tuple) -> None:
+    """Put (output head, input embeddings) into the model."""
+    model.set_output_embeddings(modules[0])
+    model.set_input_embeddings(modules[1])
+
+
+class _RowIdAssistant(torch.nn.Module):
+    """A stand-in drafter for hf_sampling_defect: its head's row i scores i (input 1)."""
+
+    def __init__(self, vocab: int) -> None:
+        super().__init__()
+        self.head = torch.nn.Linear(1, vocab, bias=False)
+        self.embed = torch.nn.Embedding(vocab, 1)
+        with torch.no_grad():
+            self.head.weight.copy_(torch.arange(vocab, dtype=torch.float32)[:, None])
+        self.device = torch.device("cpu")
+
+    def get_output_embeddings(self):
+        return self.head
+
+    def set_output_embeddings(self, module) -> None:
+        self.head = module
+
+    def get_input_embeddings(self):
+        return self.embed
+
+    def set_input_embeddings(self, module) -> None:
+        self.embed = module
+
+
+@torch.inference_mode()
+def hf_sampling_defect(target_tokenizer, drafter_tokenizer, target_vocab_size: int) -> str | None:
+    """What keeps HF's universal sampling mode from being lossless on a tokenizer pair, or
+    None: it drafts each token with the probability the drafter gave it.
+
+    That mode builds a translator for the pair (AssistantToTargetTranslator, pruning the
+    drafter's head as in _hf_modules_inside), maps each drafted row of the head to a target
+    id (get_target_ids) and its scores onto the target's vocabulary (get_target_logits), then
+    accepts a draft with probability min(1, p/q). This builds one as HF would, over a
+    stand-in drafter whose head row scores the drafter id it holds, and checks that every
+    row's target id gets that row's score. transformers 5.24 fails it for real tokenizers
+    (the pruned head's rows come in vocabulary-dict order and are read back in id order, so q
+    is another token's) and cannot run at all when the drafter's vocabulary is inside the
+    target's (it prunes nothing, then looks for the pruned rows)."""
+    from transformers.generation.candidate_generator import AssistantToTargetTranslator
+
+    vocab = max(drafter_tokenizer.get_vocab().values()) + 1
+    stand_in = _RowIdAssistant(vocab)
+    translator = AssistantToTargetTranslator(target_tokenizer, drafter_tokenizer, target_vocab_size, stand_in, assistant_prune_lm_head=True)
+    scores = stand_in.get_output_embeddings()(torch.ones(1, 1))  # [1, rows]
+    rows = torch.arange(scores.shape[1])[None]
+    nothing = torch.zeros(1, 0, dtype=torch.long)
+    try:
+        target_ids = translator.get_target_ids(nothing, nothing, rows)[0]
+        target_scores = translator.get_target_logits(scores)[0]
+    except (AttributeError, IndexError, RuntimeError) as exc:
+        return f"fails on this pair ({type(exc).__name__}: {exc})"
+    drafted = target_ids >= 0  # rows of tokens the target's vocabulary lacks are never drafted
+    if not torch.equal(target_scores[target_ids[drafted]], scores[0, drafted]):
+        return "scores its drafts under other tokens' probabilities for this pair"
+    return None
+
+
 @torch.inference_mode()
 def measure_hf_assisted(target, drafter_model, prompt_ids: list[int], gen: GenerationConfig, gamma: int | None, drafter: HFDrafter = HFDrafter()) -> AssistedRun:
     """HF's assisted generation, timed and counted like specbench's own runs.
@@ -154,9 +269,11 @@ def measure_hf_assisted(target, drafter_model, prompt_ids: list[int], gen: Gener
         owner.generation_config = _assistant_settings(owner, gamma)
     hf_logging.set_verbosity_error()  # HF warns about flags it ignores; the progress bar needs stderr
     counted = drafter_model if drafter.kind in ("assistant", "universal") else None
+    sampling_universal = drafter.kind == "universal" and not gen.sampling.greedy
+    swapped = _hf_modules_inside(drafter_model, drafter.tokenizers) if sampling_universal else contextlib.nullcontext()
     try:
         torch.manual_seed(gen.seed)  # HF samples from the global generator
-        with _ForwardCounter(target) as target_calls, _ForwardCounter(counted) as drafter_calls:
+        with swapped, _ForwardCounter(target) as target_calls, _ForwardCounter(counted) as drafter_calls:
             start = time.perf_counter()
             output = target.generate(
                 input_ids,

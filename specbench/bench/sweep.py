@@ -24,10 +24,10 @@ Methods:
                HF's own defaults; HF's drafter scores its whole vocabulary (the restricted head
                is specbench's). Each of specbench's drafters has its HF counterpart where HF
                has one (hf_counterparts): hf-assisted beside the model drafter (hf-universal,
-               assistant_tokenizer, when the drafter model has another tokenizer; greedy
-               only: HF's sampling mode prunes the assistant's head in place, which would
-               change the drafter specbench times beside it; and only where the two configs'
-               vocab_size differ, which is how HF tells tokenizers apart), hf-early-exit beside
+               assistant_tokenizer, when the drafter model has another tokenizer, only where
+               the two configs' vocab_size differ, which is how HF tells tokenizers apart,
+               and, when sampling, only where HF's sampling mode is lossless for the pair:
+               why_no_hf_universal), hf-early-exit beside
                early-exit:N, hf-prompt-lookup beside prompt-lookup.
 
 Several drafter models (config.drafter_models, named): each drafter that runs a model gets
@@ -69,7 +69,7 @@ from typing import Callable
 import torch
 
 from specbench import __version__
-from specbench.bench.hf_assisted import HFDrafter, measure_hf_assisted
+from specbench.bench.hf_assisted import HFDrafter, hf_sampling_defect, measure_hf_assisted
 from specbench.bench.profile import Prediction, predict, record_path
 from specbench.bench.replay import position_counts
 from specbench.bench.prompts import Prompt
@@ -149,7 +149,7 @@ class SweepConfig:
     measure_per_category: int = 0  # time runs on the first N prompts of each category; 0: all prompts
     drafter_models: tuple[str, ...] = ("",)  # names of the drafter models compared; ("",): one, and labels stay bare
     translated: tuple[str, ...] = ()  # the drafter models with another tokenizer than the target's (set from the loaded models)
-    hf_refuses: tuple[str, ...] = ()  # of those, the ones HF cannot draft with in its universal mode (hf_tells_apart)
+    hf_refuses: tuple[str, ...] = ()  # of those, the ones without an hf-universal baseline (why_no_hf_universal)
 
     def __post_init__(self) -> None:
         """The options `generate` shares are checked by the same functions (core's configs,
@@ -255,6 +255,17 @@ def hf_tells_apart(target, drafter_model) -> bool:
     return size(target) != size(drafter_model)
 
 
+def why_no_hf_universal(target, drafter_model, target_tokenizer, drafter_tokenizer, temperature: float) -> str | None:
+    """Why HF's Universal Assisted Generation is no baseline for a drafter model with another
+    tokenizer (None: it is): HF cannot tell the tokenizers apart, or, when sampling, its
+    sampling mode would score the drafts under other tokens' probabilities (not lossless)."""
+    if not hf_tells_apart(target, drafter_model):
+        return "HF takes two tokenizers only where the models' vocab_size differ"
+    vocab = target.config.get_text_config().vocab_size
+    defect = hf_sampling_defect(target_tokenizer, drafter_tokenizer, vocab) if temperature > 0 else None
+    return f"HF's sampling mode {defect}, so it is no lossless baseline" if defect else None
+
+
 def predicted(config: SweepConfig, drafter: str) -> bool:
     """Whether the sweep predicts the drafter (else it is measured only; module docstring)."""
     kind, name = label_parts(drafter)
@@ -269,7 +280,7 @@ def hf_counterparts(config: SweepConfig, has_drafter_model: bool) -> list[tuple[
         for name in config.drafter_models:
             if name not in config.translated:
                 found.append((HF_ASSISTED, drafter_label(MODEL_DRAFTER, name)))
-            elif config.temperature == 0 and name not in config.hf_refuses:
+            elif name not in config.hf_refuses:
                 found.append((HF_UNIVERSAL, drafter_label(MODEL_DRAFTER, name)))
     found += [(HF_EARLY_EXIT, d) for d in config.drafters if parse_early_exit(d) is not None]
     if "prompt-lookup" in config.drafters:

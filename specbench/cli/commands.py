@@ -540,7 +540,7 @@ def sweep_command(
     pair = load_pair_with_progress(pair_config, mismatch_hint=hint)
     pair.use_kernels(kernels)
     drafters = _more_drafters(pair, pair_config, specs[1:] if needed else [], kernels, hint)
-    config = _replace(config, **_drafter_settings(bench, pair, drafters))
+    config = _replace(config, **_drafter_settings(bench, pair, drafters, config.temperature))
     # 3. the sweep, then its table
     _run_sweep(bench, pair, prompt_list, config, out_dir, resume=resume, prompts_source=prompts, drafters=drafters)
 
@@ -565,17 +565,21 @@ def _more_drafters(pair, pair_config, specs: list[str], kernels: str, hint: str)
     return named
 
 
-def _drafter_settings(bench, pair, drafters: dict) -> dict:
+def _drafter_settings(bench, pair, drafters: dict, temperature: float) -> dict:
     """SweepConfig's drafter_models, translated and hf_refuses for the loaded drafters: one
-    unnamed model (the pair's), or several by name."""
-    if not drafters:
-        if pair.drafter_model is None or not pair.translated:
-            return {}
-        refuses = () if bench.hf_tells_apart(pair.target.model, pair.drafter_model.model) else ("",)
-        return {"translated": ("",), "hf_refuses": refuses}
-    translated = tuple(n for n, (_, t) in drafters.items() if t)
-    refuses = tuple(n for n in translated if not bench.hf_tells_apart(pair.target.model, drafters[n][0].model))
-    return {"drafter_models": tuple(drafters), "translated": translated, "hf_refuses": refuses}
+    unnamed model (the pair's), or several by name. A drafter model left without its
+    hf-universal baseline is said in one line, with why."""
+    models = drafters or ({"": (pair.drafter_model, pair.translated)} if pair.drafter_model is not None else {})
+    translated = tuple(name for name, (_, is_translated) in models.items() if is_translated)
+    refuses = []
+    for name in translated:
+        drafter = models[name][0]
+        why = bench.why_no_hf_universal(pair.target.model, drafter.model, pair.tokenizer, drafter.tokenizer, temperature)
+        if why:
+            refuses.append(name)
+            err_console.print(f"[dim]no hf-universal beside {sweep_results.drafter_label(sweep_results.MODEL_DRAFTER, name)}: {why}[/]", highlight=False, soft_wrap=True)
+    settings = {"translated": translated, "hf_refuses": tuple(refuses)}
+    return {"drafter_models": tuple(models), **settings} if drafters else settings
 
 
 def _run_sweep(bench, pair, prompt_list, config, out_dir: Path, *, resume: bool, prompts_source: str, drafters: dict | None = None) -> None:

@@ -599,6 +599,8 @@ class SweepRunner:
         self.outputs: dict[tuple[str, int], list[int]] = {}  # plain outputs by (prompt id, repeat)
         self._ids: dict[str, list[int]] = {}
         self._paths: tuple[tuple[str, int], dict] | None = None  # the last prompt's recorded paths, by drafter model
+        predicted_models = [label_parts(d)[1] for d in config.drafters if label_uses_model(d) and predicted(config, d)]
+        self._first_predicted_model = next((n for n in predicted_models if n in self.drafters), None)
 
     def prompt_ids(self, prompt: Prompt) -> list[int]:
         """The prompt's ids (models.encode_prompt); one too long for the target raises
@@ -661,10 +663,7 @@ class SweepRunner:
         drafter without one the first model the sweep predicts (its path has the output
         every drafter replays on, recorded once per prompt); None when no model is predicted."""
         name = self.model_name(run)
-        if name is not None:
-            return name
-        predicted_models = [label_parts(d)[1] for d in self.config.drafters if label_uses_model(d) and predicted(self.config, d)]
-        return next((n for n in predicted_models if n in self.drafters), None)
+        return name if name is not None else self._first_predicted_model
 
     def path(self, run: PlannedRun, gen: GenerationConfig):
         """The recorded path of run's prompt and repeat with run's drafter model

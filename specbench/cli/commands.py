@@ -366,10 +366,10 @@ def summary_table(summaries: list, greedy: bool, title: str = "Measured") -> Tab
     """A table of summaries: one line per method/drafter/policy/gamma, best speedup first;
     speedup with its 95% bootstrap interval over prompts (tokens/s and the walltime model's
     speedup from the runs' own rounds are in runs.csv). Numbers never wrap; a long
-    configuration name wraps instead."""
+    configuration name wraps, and a word too long for its column (model@NAME) folds."""
     runs = max((s.runs for s in summaries), default=0)
     table = Table(title=f"{title}: geometric means over {runs} prompt run(s) vs plain; 95% CI: bootstrap over prompts", title_justify="left")
-    table.add_column("config")
+    table.add_column("config", overflow="fold")
     for name in ("γ", "accept", "len", "speedup", "95% CI"):
         table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
     if greedy:
@@ -400,7 +400,7 @@ def predicted_table(frame, shares) -> Table:
     """Every drafter x policy at its best predicted gamma over all prompts, with the
     acceptance and speedup intervals, and its share of its oracle's gain."""
     table = Table(title="Predicted on every prompt: each drafter/policy at its best gamma; oracle = knew every run length", title_justify="left")
-    table.add_column("configuration")
+    table.add_column("configuration", overflow="fold")  # a long model@NAME folds, never cut
     for name in ("best γ", "accept", "len", "speedup", "95% CI", "of oracle"):
         table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
     share = {(r["drafter"], r["policy"], r["gamma"]): r["share"] for r in shares.to_dict("records")}
@@ -418,7 +418,7 @@ def prediction_table(check) -> Table:
     enough for an 80-column terminal or log."""
     title = "Prediction vs measurement at each measured point (n prompts; fwd: target forwards, mean; pred, meas: speedup)"
     table = Table(title=title, title_justify="left")
-    table.add_column("configuration")
+    table.add_column("configuration", overflow="fold")  # a long model@NAME folds, never cut
     for name in ("γ", "n", "fwd pred", "fwd meas", "equal", "pred", "meas", "≤10%"):
         table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
     grouped = check.groupby(sweep_results.CHECK_GROUP, sort=False)

@@ -155,15 +155,43 @@ def test_sweep_summary_table_fits_80_columns_and_flags_differences():
         Summary("measured", "hf-assisted", "model", "hf-defaults", None, 8, 0.6, 8.28, 4.76, 2.06, None, 0, 8, 1.71, 2.43),
         Summary("measured", "specbench", "prompt-lookup", "confidence-stop", 12, 8, 0.81, 6.35, 4.25, 1.86, 1.93, 1, 8),
         Summary("measured", "plain", "", "", None, 8, None, 1.0, 2.24, 1.0, None, 0, 0),
+        Summary("measured", "specbench", f"model@{LONG_MODEL}", "fixed", 3, 8, 0.7, 3.1, 4.0, 1.1, 1.0, 0, 8),
     ]
     out = io.StringIO()
     Console(file=out, width=80, no_color=True).print(cli.summary_table(summaries, greedy=True))
     text = out.getvalue()
     assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
+    assert f"model@{LONG_MODEL}" in _column_text(text)  # folded over lines, never cut
     assert all(word in text for word in ("hf-assisted", "defaults", "prompt-lookup", "confidence-stop"))  # may wrap
     assert "8.28" in text and "6.35" in text and "2.06×" in text and "1.86×" in text  # numbers are never cut
     assert "DIFFERS 1/8" in text and "baseline" in text
     assert "1.71–2.43" in text  # the bootstrap interval of the speedup
+
+
+LONG_MODEL = "SmolLM2-135M-Instruct.Q4_1-with-a-name-longer-than-any-column"
+
+
+def _column_text(table_text: str) -> str:
+    """The first column's cells of a rendered table, each cell's lines joined."""
+    return "".join(line.split("│")[1].strip() if line.count("│") > 2 else "\n" for line in table_text.splitlines())
+
+
+def test_predicted_table_folds_a_long_drafter_model_name():
+    import io
+
+    import pandas as pd
+    from rich.console import Console
+
+    from specbench.cli import commands as cli
+
+    frame = pd.DataFrame([{"drafter": f"model@{LONG_MODEL}", "policy": "oracle", "gamma": 3, "acceptance_rate": 1.0, "mean_accepted_length": 3.1,
+                           "speedup": 1.16, "speedup_lo": 1.11, "speedup_hi": 1.21}])  # fmt: skip
+    shares = pd.DataFrame(columns=["drafter", "policy", "gamma", "share"])
+    out = io.StringIO()
+    Console(file=out, width=80, no_color=True).print(cli.predicted_table(frame, shares))
+    text = out.getvalue()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
+    assert f"model@{LONG_MODEL}" in _column_text(text)
 
 
 def test_chart_footer_gives_the_range_of_per_prompt_costs():

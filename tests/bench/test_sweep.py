@@ -725,7 +725,10 @@ def test_the_sampling_probe_says_what_hf_does():
         own = drafter.get_output_embeddings()(hidden)[0, 0]  # the drafter's own scores, by its ids
     faithful = torch.allclose(q[drafted], own[translator.assistant_overlap_token_ids], atol=1e-5)
     assert faithful == (bench.hf_sampling_defect(chars, merges, 64) is None)
-    assert not faithful  # the finding, pinned: if a transformers release mends it, both sides move together
+    import transformers
+
+    if transformers.__version__ == "5.24.0":  # the release examined (docs/log.md); a later one may mend it
+        assert not faithful
     assert "fails on this pair" in bench.hf_sampling_defect(merges, chars, 96)
     with pytest.raises(AttributeError):
         bench.measure_hf_assisted(tiny_model(0, vocab=96), tiny_model(1, vocab=64), merges.encode("the cat"), gen, 2, bench.HFDrafter("universal", (merges, chars)))
@@ -762,7 +765,7 @@ def test_sweep_command_with_a_drafter_of_another_tokenizer_and_early_exit(tmp_pa
     """The command loads a drafter with another tokenizer from a folder, sweeps it through
     text beside hf-universal, and early-exit:1 beside hf-early-exit; all equal plain."""
     from conftest import tiny_model
-    from tiny_hf import merge_tokenizer, save_tiny
+    from tiny_hf import char_tokenizer, merge_tokenizer, save_tiny
 
     target = save_tiny(tmp_path / "target", vocab_size=64)
     drafter = save_tiny(tmp_path / "drafter", vocab_size=96, seed=3, tokenizer=merge_tokenizer())
@@ -779,13 +782,17 @@ def test_sweep_command_with_a_drafter_of_another_tokenizer_and_early_exit(tmp_pa
     assert measured == {("plain", ""), ("specbench", "model"), ("specbench", "early-exit:1"), ("hf-universal", "model"), ("hf-early-exit", "early-exit:1")}
     assert all(r["identical_to_baseline"].lower() == "true" for r in rows if r["method"] != "plain")
     assert json.loads((out / "meta.json").read_text())["sweep"]["translated"] == [""]
-    # sampling: HF's universal mode would score this pair's drafts under other tokens' q
+    # sampling: hf-universal only where HF's sampling mode is lossless for the pair (not in transformers 5.24)
     out = tmp_path / "t07"
     args = [*args[:args.index("--drafter")], "--drafter", "model", "--temperature", "0.7", *args[args.index("--gamma"):-1], str(out)]
     result = CliRunner().invoke(cli.app, args)
     assert result.exit_code == 0, result.output
-    assert "no hf-universal beside model: HF's sampling mode scores its drafts under other tokens' probabilities" in result.output.replace("\n", " ")
-    assert {r["method"] for r in read_rows(out / "runs.csv")} == {"plain", "specbench"}
+    methods = {r["method"] for r in read_rows(out / "runs.csv")}
+    if bench.hf_sampling_defect(char_tokenizer(), merge_tokenizer(), 64):
+        assert "no hf-universal beside model: HF's sampling mode scores its drafts under other tokens' probabilities" in result.output.replace("\n", " ")
+        assert methods == {"plain", "specbench"}
+    else:
+        assert methods == {"plain", "specbench", "hf-universal"}
 
 
 # ---------------------------------------------------------------------------- several drafter models

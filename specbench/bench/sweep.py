@@ -881,18 +881,17 @@ def _model_meta(model, name: str | None) -> dict | None:
     }
 
 
-def build_meta(target, drafter_model, config: SweepConfig, prompts: list[Prompt], *, target_name: str | None, drafter_name, prompts_source: str, command: str) -> dict:
-    """drafter_model and drafter_name: one model and its name, or (several drafter models)
-    DrafterModels and names by config.drafter_models' names; then models.drafters has each."""
+def build_meta(target, drafters: dict[str, DrafterModel], config: SweepConfig, prompts: list[Prompt], *, target_name: str | None, drafter_names: dict[str, str | None], prompts_source: str, command: str) -> dict:
+    """drafters: the sweep's drafter models by name (drafters_of), drafter_names their names
+    for meta.json. models.drafter is the first; with named drafter models (several),
+    models.drafters has each."""
     import transformers
 
-    several = isinstance(drafter_model, dict)
-    first = next(iter(drafter_model.values())).model if several and drafter_model else drafter_model
-    first_name = next(iter(drafter_name.values()), None) if isinstance(drafter_name, dict) else drafter_name
-    models = {"target": _model_meta(target, target_name), "drafter": _model_meta(first, first_name)}
+    first = next(iter(drafters), None)
+    models = {"target": _model_meta(target, target_name), "drafter": _model_meta(drafters[first].model if first is not None else None, drafter_names.get(first))}
+    several = config.drafter_models != ("",)
     if several:
-        names = drafter_name if isinstance(drafter_name, dict) else {}
-        models["drafters"] = {name: _model_meta(d.model, names.get(name)) for name, d in drafter_model.items()}
+        models["drafters"] = {name: _model_meta(d.model, drafter_names.get(name)) for name, d in drafters.items()}
     return {
         "specbench_version": __version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -914,7 +913,7 @@ def build_meta(target, drafter_model, config: SweepConfig, prompts: list[Prompt]
         "sweep": {
             **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(config).items()},
             "target": target_name,
-            "drafter_model": drafter_name,
+            "drafter_model": drafter_names if several else drafter_names.get(""),
             "prompts": prompts_source,
             "prompt_ids": [p.id for p in prompts],
             "categories": list(dict.fromkeys(p.category for p in prompts)),
@@ -932,7 +931,7 @@ def sweep(
     *,
     resume: bool = False,
     target_name: str | None = None,
-    drafter_name: str | None = None,
+    drafter_name: str | dict[str, str] | None = None,
     prompts_source: str = "",
     command: str | None = None,
     eos_ids: tuple[int, ...] = (),
@@ -963,7 +962,8 @@ def sweep(
     # 1. the directory, and what an interrupted sweep there already measured
     out_dir = Path(out_dir)
     done_rows = prepare_out_dir(out_dir, resume)
-    meta = build_meta(target, drafter_model, config, prompts, target_name=target_name, drafter_name=drafter_name, prompts_source=prompts_source, command=command or " ".join(sys.argv))
+    names = drafter_name if isinstance(drafter_name, dict) else {config.drafter_models[0]: drafter_name}
+    meta = build_meta(target, drafters, config, prompts, target_name=target_name, drafter_names=names, prompts_source=prompts_source, command=command or " ".join(sys.argv))
     old_meta = read_meta(out_dir) if done_rows else {}
     check_resume_meta(old_meta, meta)
 

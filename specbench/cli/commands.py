@@ -569,7 +569,7 @@ def _drafter_settings(bench, pair, drafters: dict, temperature: float) -> dict:
     """SweepConfig's drafter_models, translated and hf_refuses for the loaded drafters: one
     unnamed model (the pair's), or several by name. A drafter model left without its
     hf-universal baseline is said in one line, with why."""
-    models = drafters or ({"": (pair.drafter_model, pair.translated)} if pair.drafter_model is not None else {})
+    models = _drafter_models(pair, drafters)
     translated = tuple(name for name, (_, is_translated) in models.items() if is_translated)
     refuses = []
     for name in translated:
@@ -582,15 +582,20 @@ def _drafter_settings(bench, pair, drafters: dict, temperature: float) -> dict:
     return {"drafter_models": tuple(models), **settings} if drafters else settings
 
 
+def _drafter_models(pair, drafters: dict) -> dict:
+    """The sweep's drafter models by name, as (LoadedModel, translated): _more_drafters' for
+    several, else the pair's one model under the name "" ({} when it drafts with none)."""
+    if drafters:
+        return drafters
+    return {"": (pair.drafter_model, pair.translated)} if pair.drafter_model is not None else {}
+
+
 def _run_sweep(bench, pair, prompt_list, config, out_dir: Path, *, resume: bool, prompts_source: str, drafters: dict | None = None) -> None:
     """Run the sweep on a loaded pair under a progress bar; Ctrl-C keeps the finished rows;
     then the table. drafters: _more_drafters', for a sweep of several drafter models."""
-    drafter = pair.drafter_model  # None: the sweep drafts without a model
-    if drafters:
-        model = {name: bench.DrafterModel(d.model, d.tokenizer if t else None) for name, (d, t) in drafters.items()}
-        names = {name: d.name for name, (d, _) in drafters.items()}
-    else:
-        model, names = (drafter.model if drafter else None), (drafter.name if drafter else None)
+    models = _drafter_models(pair, drafters)
+    model = {name: bench.DrafterModel(d.model, d.tokenizer if t else None) for name, (d, t) in models.items()}
+    names = {name: d.name for name, (d, _) in models.items()}
     written = 0
     with _sweep_progress() as progress:
         task = progress.add_task("starting", total=None)
@@ -605,7 +610,6 @@ def _run_sweep(bench, pair, prompt_list, config, out_dir: Path, *, resume: bool,
                 pair.target.model, model, pair.tokenizer, prompt_list, config, out_dir,
                 resume=resume, target_name=pair.target.name, drafter_name=names,
                 prompts_source=prompts_source, command="specbench " + " ".join(_sys.argv[1:]), eos_ids=pair.eos_token_ids,
-                drafter_tokenizer=drafter.tokenizer if pair.translated else None,
                 on_status=lambda text: progress.update(task, description=text),
                 on_start=lambda total, skipped: progress.update(task, total=total, completed=skipped),
                 on_row=on_row,

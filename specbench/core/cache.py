@@ -20,12 +20,20 @@ _CACHE_KEYWORDS = ("cache", "past_key_values")
 
 
 def new_cache(model) -> DynamicCache:
-    """An empty DynamicCache laid out for `model` (sliding-window layers included)."""
+    """An empty DynamicCache laid out for `model` (sliding-window layers included), ready to
+    be rolled back: a sliding-window layer drops the states that leave its window at once
+    unless it records them, and then cannot be cropped past the window (Mistral, Gemma 2 and
+    3, Qwen2 with a window; HF's assisted generation turns recording on the same way).
+    Recording keeps a sliding layer's states until the next crop_cache: never more than a
+    full-attention layer holds."""
     config = getattr(model, "config", None)
     try:
-        return DynamicCache(config=config)
+        cache = DynamicCache(config=config)
     except Exception:  # configs that DynamicCache cannot read (e.g. test doubles)
-        return DynamicCache()
+        cache = DynamicCache()
+    if hasattr(cache, "activate_past_recording"):
+        cache.activate_past_recording()
+    return cache
 
 
 def cache_keyword(model) -> str:

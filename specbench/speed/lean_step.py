@@ -70,6 +70,8 @@ def supports(model) -> bool:
         return False
     if getattr(config, "use_sliding_window", False) or getattr(config, "pretraining_tp", 1) != 1:
         return False
+    if any(kind != "full_attention" for kind in getattr(config, "layer_types", None) or ()):
+        return False
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
     if decoder is None or not all(hasattr(decoder, name) for name in ("embed_tokens", "layers", "norm", "rotary_emb")):
         return False

@@ -134,6 +134,8 @@ def _summary_line(result, pair) -> str:
     parts = [f"{stats.new_tokens} tokens", f"{stats.tokens_per_second:.2f} tok/s"]
     if pair.drafter_name == "none":
         parts.append("plain decoding")
+    elif stats.drafted == 0:  # the policy never found a draft worth its cost
+        parts.append("no drafts")
     else:
         parts += [
             f"acceptance {stats.acceptance_rate:.0%} ({stats.accepted}/{stats.drafted})",

@@ -174,6 +174,20 @@ def test_streams_the_text_then_a_summary(tiny):
     assert "tok/s" in summary and "acceptance" in summary and "mean accepted length" in summary
 
 
+def test_summary_says_no_drafts_rather_than_a_zero_acceptance():
+    """A cost policy that never finds a draft worth it drafts nothing: 0/0 is no rate."""
+    from types import SimpleNamespace
+
+    from specbench.cli.commands import _summary_line
+    from specbench.core.stats import RunStats
+
+    pair = SimpleNamespace(drafter_name="default")
+    idle = _summary_line(SimpleNamespace(stats=RunStats(new_tokens=5, target_forwards=5), stop_reason="max_new_tokens"), pair)
+    assert "no drafts" in idle and "acceptance" not in idle
+    busy = _summary_line(SimpleNamespace(stats=RunStats(new_tokens=5, drafted=4, accepted=3, rounds=2, target_forwards=3), stop_reason="max_new_tokens"), pair)
+    assert "acceptance 75% (3/4)" in busy
+
+
 def test_streaming_happens_during_generation(tiny, monkeypatch):
     """Text must reach stdout round by round, not all at the end."""
     from specbench import models

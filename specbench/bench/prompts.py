@@ -5,7 +5,10 @@ Two line formats are read, and may even be mixed in one file:
     {"id": "mt-03", "category": "multi-turn", "turns": ["user 1", "user 2"], "replies": ["assistant 1"]}
     {"question_id": 81, "category": "writing", "turns": ["user 1", "user 2"]}      (Spec-Bench)
 
-`turns` are the user's messages in order. `replies` (optional) are fixed assistant answers to
+    {"prompt": "one user message"}                                                  (minimal)
+
+`turns` are the user's messages in order; a `prompt` string is one turn. A line without an
+id is named by its line number, one without a category is in UNCATEGORIZED. `replies` (optional) are fixed assistant answers to
 every turn but the last; with them a prompt is a whole conversation, sent as alternating
 user/assistant chat messages ending with the last user turn. Fixed replies keep the prompt
 identical for every method in a sweep. A prompt with several turns and no replies (Spec-Bench
@@ -25,6 +28,7 @@ from specbench.errors import PromptError
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompt_sets"
 DEFAULT_SET = "default"
+UNCATEGORIZED = "uncategorized"
 
 
 @dataclass(frozen=True)
@@ -47,19 +51,22 @@ class Prompt:
 # ---------------------------------------------------------------------------- parsing
 
 
-def parse_prompt(data: object, where: str) -> Prompt:
-    """One JSONL record (ours or Spec-Bench's) -> Prompt; PromptError names `where` on a problem."""
+def parse_prompt(data: object, where: str, line: int = 1) -> Prompt:
+    """One JSONL record (ours, Spec-Bench's or a bare "prompt") -> Prompt; PromptError names
+    `where` on a problem. `line` names a record that has no id."""
     if not isinstance(data, dict):
         raise PromptError(f"{where}: expected a JSON object, got {type(data).__name__}")
-    pid = data.get("id", data.get("question_id"))
-    if pid is None or str(pid).strip() == "":
-        raise PromptError(f"{where}: needs an 'id' (or Spec-Bench 'question_id')")
-    category = data.get("category")
+    pid = next((data[key] for key in ("id", "question_id") if data.get(key) is not None), line)
+    if str(pid).strip() == "":
+        raise PromptError(f"{where}: 'id' is empty")
+    category = data.get("category", UNCATEGORIZED)
     if not isinstance(category, str) or not category.strip():
-        raise PromptError(f"{where}: needs a non-empty string 'category'")
-    turns = _strings(data.get("turns"), "turns", where)
-    if not turns:
-        raise PromptError(f"{where}: 'turns' must be a non-empty list of strings")
+        raise PromptError(f"{where}: 'category' must be a non-empty string")
+    if "turns" not in data and isinstance(data.get("prompt"), str):
+        data = {**data, "turns": [data["prompt"]]}
+    if not data.get("turns"):
+        raise PromptError(f"{where}: needs 'turns', a non-empty list of strings (or 'prompt', a string)")
+    turns = _strings(data["turns"], "turns", where)
     replies = _strings(data.get("replies", []), "replies", where)
     if replies and len(replies) != len(turns) - 1:
         raise PromptError(f"{where}: {len(turns)} turns need {len(turns) - 1} replies, got {len(replies)}")
@@ -83,7 +90,7 @@ def parse_lines(lines: list[str], source: str) -> list[Prompt]:
             data = json.loads(line)
         except json.JSONDecodeError as exc:
             raise PromptError(f"{where}: not valid JSON ({exc.msg})") from None
-        prompt = parse_prompt(data, where)
+        prompt = parse_prompt(data, where, number)
         if prompt.id in seen:
             raise PromptError(f"{where}: duplicate prompt id {prompt.id!r}")
         seen.add(prompt.id)

@@ -62,10 +62,11 @@ def test_replies_make_alternating_messages():
     [
         ("{not json", "not valid JSON"),
         ('["a list"]', "expected a JSON object"),
-        ({"category": "c", "turns": ["t"]}, "needs an 'id'"),
-        ({"id": "a", "turns": ["t"]}, "category"),
-        ({"id": "a", "category": "c"}, "'turns' must be"),
-        ({"id": "a", "category": "c", "turns": []}, "non-empty list"),
+        ({"id": " ", "category": "c", "turns": ["t"]}, "'id' is empty"),
+        ({"id": "a", "category": "", "turns": ["t"]}, "'category' must be"),
+        ({"id": "a", "category": "c"}, "needs 'turns'"),
+        ({"id": "a", "category": "c", "turns": []}, "needs 'turns'"),
+        ({"id": "a", "prompt": ["not", "a string"]}, "needs 'turns'"),
         ({"id": "a", "category": "c", "turns": ["t", 3]}, "'turns' must be"),
         ({"id": "a", "category": "c", "turns": ["t1", "t2"], "replies": ["r1", "r2"]}, "need 1 replies"),
     ],
@@ -75,6 +76,17 @@ def test_malformed_lines_name_file_and_line(tmp_path, line, message):
     with pytest.raises(PromptError, match=message) as info:
         load_prompts(str(path))
     assert "p.jsonl:2" in str(info.value)
+
+
+def test_minimal_lines_get_their_line_number_and_no_category(tmp_path):
+    """A file of bare prompts, as many benchmarks ship them, loads without ids or categories."""
+    path = write_lines(tmp_path / "bare.jsonl", [{"prompt": "Write a haiku."}, {"turns": ["Sum 2 and 3."], "category": "math"}, {"id": "q", "prompt": "Why?"}])
+    prompts = load_prompts(str(path))
+    assert [(p.id, p.category, p.turns) for p in prompts] == [
+        ("1", "uncategorized", ("Write a haiku.",)),
+        ("2", "math", ("Sum 2 and 3.",)),
+        ("q", "uncategorized", ("Why?",)),
+    ]
 
 
 def test_file_level_errors(tmp_path):

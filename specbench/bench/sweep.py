@@ -1,9 +1,11 @@
 """Sweeps: methods x drafters x policies x gammas x prompts x repeats on loaded models.
 
 A sweep profiles first and measures second. Phase 1, for every prompt: the plain run (the
-baseline, timed), the drafter teacher-forced along its output (profile.py), and a
-PREDICTED row for every drafter x policy x gamma and each drafter's oracle, replayed on
-that path with no model in the loop (replay.py) and priced with the block's measured costs.
+baseline, timed) after its block's costs are measured; then, for every prompt, the drafter
+teacher-forced along that output (profile.py), and a PREDICTED row for every drafter x
+policy x gamma and each drafter's oracle, replayed on that path with no model in the loop
+(replay.py) and priced with the median of all blocks' costs (costs.pooled: one block's
+few dozen timings on a shared CPU are noisier than the costs differ between prompts).
 Phase 2 times real runs only where `measure` says: "best" (each drafter x policy at its
 best predicted gamma), a list of gammas, or "all"; on every prompt, or on the first
 measure_per_category prompts of each category. Rows say which they are in `source`.
@@ -45,13 +47,15 @@ forced run through the target's first layers of its own; rather than predict the
 "best" times them at every gamma of the sweep. Early exit's c is N / the target's layers
 (the layers it runs; an estimate, not a timing).
 
-Protocol: phase 1 goes prompt by prompt (plain, then its predictions); phase 2 runs, for each
-repeat and measured prompt, a plain run of its own and then every measured combination in
-turn, so machine drift hits all methods alike (odd repeats in reverse); one short warm-up
-generation per method before timing; c and v(k) measured as each prompt's block starts, on
-that prompt's context (or once per sweep with costs_per_prompt=False; a resumed sweep
-reuses what its blocks measured). paths.jsonl keeps each plain output, so a resumed sweep
-can still predict from it.
+Protocol: phase 1 goes prompt by prompt twice (the plain runs, then the predictions);
+phase 2 runs, for each repeat and measured prompt, a plain run of its own and then every
+measured combination in turn, so machine drift hits all methods alike (odd repeats in
+reverse); one short warm-up generation per method before timing; c and v(k) measured as
+each prompt's block starts, on that prompt's context (or once per sweep with
+costs_per_prompt=False; a resumed sweep reuses what its blocks measured), and every
+prediction and every measured cost policy priced with their pooled median, so a measured
+run's policy decides as its prediction did. paths.jsonl keeps each plain output, so a
+resumed sweep can still predict from it.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import statistics
 import sys
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
@@ -82,7 +87,7 @@ from specbench.models.text import check_prompt_fits, encode_prompt
 from specbench.policies import POLICIES, make_policy
 from specbench.speed import native
 from specbench.speed.gguf_blocks import Q4KLinear
-from specbench.speed.costs import Costs, for_drafter, measure_costs, timing_context
+from specbench.speed.costs import Costs, for_drafter, measure_costs, pooled, timing_context
 from specbench.speed.kernels import stock_kernels
 from specbench.bench.results import (
     BASELINE_METHOD,
@@ -308,14 +313,14 @@ class PlannedRun:
 
 
 def profile_plan(config: SweepConfig, prompts: list[Prompt], *, has_drafter_model: bool = True) -> list[PlannedRun]:
-    """Phase 1, per repeat and prompt: the plain run (source PROFILE: the path of the
-    predictions), then a predicted run of every drafter x
-    policy x gamma and each drafter's oracle (up to the largest gamma). A drafter that needs
-    the drafter model is predicted only when there is one."""
-    plan = []
+    """Phase 1: per repeat and prompt the plain run (source PROFILE: the path of the
+    predictions; its block's costs are measured just before it), then, once every block's
+    costs are in, per repeat and prompt a predicted run of every drafter x policy x gamma and
+    each drafter's oracle (up to the largest gamma), priced with the pooled costs. A drafter
+    that needs the drafter model is predicted only when there is one."""
+    plan = [PlannedRun(BASELINE_METHOD, "", "", None, config.temperature, prompt, repeat, PROFILE) for repeat in range(config.repeats) for prompt in prompts]
     for repeat in range(config.repeats):
         for prompt in prompts:
-            plan.append(PlannedRun(BASELINE_METHOD, "", "", None, config.temperature, prompt, repeat, PROFILE))
             drafters = [d for d in config.drafters if (has_drafter_model or not label_uses_model(d)) and predicted(config, d)]
             for drafter in drafters:
                 for gamma in config.gammas:
@@ -596,6 +601,9 @@ class SweepRunner:
         self.eos_ids = tuple(eos_ids)
         self.on_costs: Callable[[str, Costs], None] | None = None  # told of each new measurement
         self.block_costs: dict[str, Costs] = {}  # c and v(k) by costs_key, measured as blocks start
+        self.cost_models: tuple[str, ...] = (config.drafter_models[0],)  # whose costs each block measures (costs_model)
+        self.priced: dict[str, Costs] = {}  # by costs_key: what predictions and measured runs are priced with (price_blocks)
+        self.sweep_costs: dict[str, tuple[Costs, int]] = {}  # by model: the pool over all blocks, and their count
         self.outputs: dict[tuple[str, int], list[int]] = {}  # plain outputs by (prompt id, repeat)
         self._ids: dict[str, list[int]] = {}
         self._paths: tuple[tuple[str, int], dict] | None = None  # the last prompt's recorded paths, by drafter model
@@ -643,7 +651,7 @@ class SweepRunner:
         name = self.model_name(run)
         if run.method == SPECBENCH:
             kind = label_parts(run.drafter)[0]
-            return measure_specbench(self.target, self.drafter_model(name), ids, gen, kind, run.policy, run.gamma, self.block_costs_for(run), self.config.draft_vocab, self.translation(name))
+            return measure_specbench(self.target, self.drafter_model(name), ids, gen, kind, run.policy, run.gamma, self.priced_costs_for(run), self.config.draft_vocab, self.translation(name))
         if run.method in HF_METHODS:  # the stock-kernels run is HF's defaults (gamma None)
             with stock_kernels() if run.policy == HF_STOCK_POLICY else nullcontext():
                 hf = measure_hf_assisted(self.target, self.drafter_model(name), ids, gen, run.gamma, self.hf_drafter(run))
@@ -693,30 +701,54 @@ class SweepRunner:
         name = self.model_name(run)
         return name if name is not None else self.config.drafter_models[0]
 
-    def costs_key(self, run: PlannedRun) -> str:
+    def costs_key(self, run: PlannedRun, name: str | None = None) -> str:
         """Which measurement of c and v(k) a run uses: its prompt's block (prompt id/repeat),
-        or the sweep's one measurement ("sweep"); "@NAME" after it for a named drafter model."""
+        or the sweep's one measurement ("sweep"); "@NAME" after it for a named drafter model
+        (costs_model's, or `name`)."""
         block = f"{run.prompt.id}/{run.repeat}" if self.config.costs_per_prompt else "sweep"
-        name = self.costs_model(run)
+        name = self.costs_model(run) if name is None else name
         return f"{block}{MODEL_SEPARATOR}{name}" if name else block
 
     def costs_for(self, run: PlannedRun) -> Costs:
-        """The costs of run's block as run's drafter pays them (its c in the row): an
-        early-exit drafter's c is drafter_costs' estimate."""
-        block = self.block_costs_for(run)
-        return drafter_costs(block, run.drafter, self.target) if parse_early_exit(run.drafter) is not None else block
+        """The costs a run's row carries (its c) and is priced with: a plain run of phase 1
+        its own block's measurement (measuring the block first), any other run the pooled
+        costs (priced_costs_for); an early-exit drafter's c is drafter_costs' estimate."""
+        costs = self.block_costs_for(run) if run.source == PROFILE else self.priced_costs_for(run)
+        return drafter_costs(costs, run.drafter, self.target) if parse_early_exit(run.drafter) is not None else costs
+
+    def priced_costs_for(self, run: PlannedRun) -> Costs:
+        """What run's predictions and its cost policy are priced with: the median of every
+        block's measurement near its context (costs.pooled, set by price_blocks once phase 1's
+        plain runs have measured them all), or its block's own before that."""
+        return self.priced.get(self.costs_key(run)) or self.block_costs_for(run)
 
     def block_costs_for(self, run: PlannedRun) -> Costs:
-        """The costs of run's block, measured when the block first asks (just before its first
-        run, on its prompt's context), so that the cost policy and the predicted speedup use
-        forward times taken minutes before the runs rather than at the start of an hour-long
-        sweep, on a machine whose speed drifts."""
-        key = self.costs_key(run)
-        if key not in self.block_costs:
-            self.block_costs[key] = self.costs(run.prompt, self.costs_model(run))
-            if self.on_costs is not None:
-                self.on_costs(key, self.block_costs[key])
-        return self.block_costs[key]
+        """The costs of run's block, measured when the block first asks (just before its plain
+        run of phase 1, on its prompt's context) for each of cost_models, so that the blocks'
+        measurements spread over the sweep like its runs; run's own model's."""
+        for name in dict.fromkeys((*self.cost_models, self.costs_model(run))):
+            key = self.costs_key(run, name)
+            if key not in self.block_costs:
+                self.block_costs[key] = self.costs(run.prompt, name)
+                if self.on_costs is not None:
+                    self.on_costs(key, self.block_costs[key])
+        return self.block_costs[self.costs_key(run)]
+
+    def price_blocks(self, runs: list[PlannedRun]) -> dict[str, tuple[Costs, int]]:
+        """Price every measured block of `runs` with costs.pooled over its model's blocks;
+        returns, by model name, the pool over all its blocks (what meta.json and the tables
+        report) and how many blocks it pools."""
+        sweep_wide = {}
+        for name in self.cost_models:
+            keys = list(dict.fromkeys(self.costs_key(run, name) for run in runs))
+            blocks = [self.block_costs[key] for key in keys if key in self.block_costs]
+            if not blocks:
+                continue
+            for key in keys:
+                if key in self.block_costs:
+                    self.priced[key] = pooled(blocks, self.block_costs[key].context_tokens)
+            sweep_wide[name] = (pooled(blocks, int(statistics.median(b.context_tokens for b in blocks))), len(blocks))
+        return sweep_wide
 
     def costs(self, prompt: Prompt, name: str) -> Costs:
         """c of drafter model `name` (none when the sweep drafts with no model) and the
@@ -774,6 +806,14 @@ class SweepResult:
     written: int
     skipped: int
     costs: dict[str, Costs]  # every measurement of c and v(k), by SweepRunner.costs_key
+    pooled: dict[str, tuple[Costs, int]] = field(default_factory=dict)  # SweepRunner.sweep_costs
+
+
+def costs_summary(costs: Costs) -> str:
+    """One line: c, t(1) and v(2..) of a measurement or a pool."""
+    c = f"c = {costs.c:.3f}, " if costs.c is not None else ""
+    curve = " ".join(f"{v:.2f}" for k, v in sorted(costs.verify_cost.items()) if k > 1)
+    return f"{c}target step {costs.target_step_seconds * 1000:.1f} ms, v(2..{max(costs.verify_cost, default=1)}) {curve}"
 
 
 def prepare_out_dir(out_dir: Path, resume: bool) -> list[dict]:
@@ -836,7 +876,8 @@ def carry_over_meta(meta: dict, old_meta: dict) -> None:
 
 def add_costs_meta(meta: dict, key: str, costs: Costs) -> None:
     """Record one measurement of c and v(k) under costs_by_block[key]; the first one also
-    stands for the sweep (meta's costs, c and verify_cost, read by charts and tables)."""
+    stands for the sweep (meta's costs, c and verify_cost, read by charts and tables) until
+    phase 1 pools them all."""
     recorded = costs.as_meta()
     if "costs" not in meta:
         meta.update(costs=recorded, c=costs.c, verify_cost=recorded["verify_cost"])
@@ -970,9 +1011,10 @@ def sweep(
     # 2. the plan; the costs c and v(k) of each prompt's block are measured as it starts
     # (a resume reuses the blocks' recorded costs), and meta.json records every measurement
     has_model = bool(drafters)
-    total = len(plan_runs(config, prompts, has_drafter_model=has_model))
+    everything = plan_runs(config, prompts, has_drafter_model=has_model)
+    total = len(everything)
     profile = profile_plan(config, prompts, has_drafter_model=has_model)
-    todo = pending_runs(profile, done_rows)
+    runner.cost_models = tuple(dict.fromkeys(runner.costs_model(run) for run in everything))
     runner.block_costs = {key: Costs.from_meta(raw) for key, raw in old_meta.get("costs_by_block", {}).items()}
     runner.outputs = read_paths(out_dir)
     carry_over_meta(meta, old_meta)
@@ -984,7 +1026,6 @@ def sweep(
         write_meta(out_dir, meta)
 
     runner.on_costs = record_costs
-    skipped = len(profile) - len(todo)
     if on_start is not None:
         on_start(total, len(done_rows))
 
@@ -1005,8 +1046,22 @@ def sweep(
             on_row=on_row,
         )
 
-    # 3. phase 1: plain runs and predictions; phase 2: the timed runs it points to
+    # 3. phase 1: plain runs (each block's costs measured before it), then predictions
+    # priced with the pooled costs; phase 2: the timed runs they point to
+    paths = [run for run in profile if run.source == PROFILE]
+    todo = pending_runs(paths, done_rows)
+    skipped = len(paths) - len(todo)
     written = run_phase(todo, done_rows)
+    runner.sweep_costs = runner.price_blocks(paths)
+    for name, (costs, count) in runner.sweep_costs.items():
+        status(f"pricing with the median of {count} measurement(s){f' of {name}' if name else ''}: {costs_summary(costs)}")
+        if name == runner.cost_models[0]:
+            meta.update(costs=costs.as_meta(), c=costs.c, verify_cost=costs.as_meta()["verify_cost"])
+    write_meta(out_dir, meta)
+    predictions = [run for run in profile if run.source != PROFILE]
+    todo = pending_runs(predictions, done_rows)
+    skipped += len(predictions) - len(todo)
+    written += run_phase(todo, read_rows(out_dir / RUNS_CSV))
     rows = read_rows(out_dir / RUNS_CSV)
     gammas = chosen_gammas(config, [r for r in rows if r.get("source") == PREDICTED])
     meta["measured_gammas"] = {f"{d}/{p}": list(g) for (d, p), g in gammas.items()}
@@ -1020,4 +1075,4 @@ def sweep(
     meta["summary"] = summary_records(final)
     meta["checks"] = {"prediction": prediction_accuracy(prediction_check(final)), "plain_twice": plain_repeatability(final)}
     write_meta(out_dir, meta)
-    return SweepResult(out_dir, written, skipped, runner.block_costs)
+    return SweepResult(out_dir, written, skipped, runner.block_costs, runner.sweep_costs)

@@ -20,7 +20,8 @@ fitted line put v(4) at 1.4 and v(6) at 1.7 (docs/log.md, "The verify curve has 
 t(1) keeps its own point: one row often runs a different kernel than several; so does the
 drafter's t(2) (a half-precision drafter runs two rows on its half weight,
 kernels.HybridLinear).
-The sweep measures them once per sweep and records them in meta.json; `generate` with the
+A sweep measures them on each prompt's context (or once), records every measurement in
+meta.json and prices with their median over similar contexts (pooled); `generate` with the
 cost policy measures them once per model pair and settings and keeps them in the cache
 folder (costs/*.json), so later runs start at once. Knows nothing about decoding.
 """
@@ -179,6 +180,48 @@ def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k
         context_tokens=len(context),
         verify_measured={k: t / t1 if t1 > 0 else 0.0 for k, t in medians.items()},
         drafter_cost=fit_verify_curve(drafter_medians, exact=2) if drafter_step else None,
+    )
+
+
+POOL_SPAN = 2.0  # pooled() takes the blocks whose context is within this factor of a block's
+
+
+def pooled(blocks: list[Costs], context_tokens: int) -> Costs:
+    """Each cost's median over the measurements (`blocks`) taken on a context within
+    POOL_SPAN of `context_tokens` (at least the nearest one): what a sweep prices with.
+
+    One block's measurement is a few dozen timed forwards on a shared CPU: on one AVX2 CPU
+    its c ranged 0.37 to 0.51 and its v(5) 1.6 to 2.8 over eight prompts of one sweep, with
+    no correlation to context length between 108 and 281 tokens, and one block measured
+    3x slow while something else ran. Priced with its own block, each prompt's predictions
+    carried that block's error (docs/log.md, "Pooled costs"). A median over blocks drops
+    such an outlier; the span keeps prompts of very different lengths apart, where
+    attention makes the costs differ for real. The median of non-decreasing curves is
+    non-decreasing, so the pooled v(k) and u(n) keep the fit's shape."""
+    if not blocks:
+        raise ValueError("no measurements to pool")
+    near = [b for b in blocks if context_tokens / POOL_SPAN <= b.context_tokens <= context_tokens * POOL_SPAN]
+    near = near or [min(blocks, key=lambda b: abs(b.context_tokens - context_tokens))]
+    if len(near) == 1:
+        return near[0]
+
+    def median(values: list) -> float | None:
+        known = [v for v in values if v is not None]
+        return statistics.median(known) if known else None
+
+    def curve(name: str) -> dict[int, float] | None:
+        curves = [getattr(b, name) for b in near if getattr(b, name)]
+        keys = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+        return {k: statistics.median(c[k] for c in curves) for k in keys} or None
+
+    return Costs(
+        c=median([b.c for b in near]),
+        target_step_seconds=median([b.target_step_seconds for b in near]),
+        drafter_step_seconds=median([b.drafter_step_seconds for b in near]),
+        verify_cost=curve("verify_cost") or {},
+        context_tokens=context_tokens,
+        verify_measured=curve("verify_measured"),
+        drafter_cost=curve("drafter_cost"),
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import csv
 import json
+import statistics
 from dataclasses import replace
 
 import pytest
@@ -100,18 +101,22 @@ def test_parse_gammas_rejects_bad_input(text, message):
 
 
 def test_plan_profiles_every_prompt_then_measures():
-    """Phase 1: per prompt and repeat, plain first and then a predicted run of every drafter x
-    policy x gamma and each drafter's oracle; phase 2: the measured runs, each after its
-    prompt's plain run."""
+    """Phase 1: per prompt and repeat a plain run, then per prompt and repeat a predicted run
+    of every drafter x policy x gamma and each drafter's oracle (priced once every block's
+    costs are in); phase 2: the measured runs, each after its prompt's plain run."""
     config = SweepConfig(gammas=(1, 3), drafters=("model", "ngram"), policies=("fixed",), repeats=2, measure="all")
     plan = plan_runs(config, PROMPTS)
     profile = [r for r in plan if r.source in ("predicted", "profile")]
-    per_prompt = 1 + 2 * (2 * 1 + 1)  # plain + drafters x (gammas x policies + the oracle)
-    assert plan[: len(profile)] == profile and len(profile) == 2 * len(PROMPTS) * per_prompt
-    for start in range(0, len(profile), per_prompt):
-        block = profile[start : start + per_prompt]
-        assert (block[0].method, block[0].source) == ("plain", "profile") and all(r.source == "predicted" for r in block[1:])
-        assert {(r.prompt.id, r.repeat) for r in block} == {(block[0].prompt.id, block[0].repeat)}
+    blocks = [(p.id, r) for r in range(2) for p in PROMPTS]
+    assert [(r.method, r.prompt.id, r.repeat) for r in profile[: len(blocks)]] == [("plain", p, r) for p, r in blocks]
+    assert all(r.source == "profile" for r in profile[: len(blocks)])
+    predictions = profile[len(blocks) :]
+    per_prompt = 2 * (2 * 1 + 1)  # drafters x (gammas x policies + the oracle)
+    assert plan[: len(profile)] == profile and len(predictions) == len(blocks) * per_prompt
+    for start in range(0, len(predictions), per_prompt):
+        block = predictions[start : start + per_prompt]
+        assert all(r.source == "predicted" for r in block)
+        assert [(r.prompt.id, r.repeat) for r in block] == [blocks[start // per_prompt]] * per_prompt
         assert [r.gamma for r in block if r.policy == "oracle"] == [3, 3]
     measured = plan[len(profile) :]
     per_measured = 1 + 2 * 2 * 1 + 1  # plain again, gammas x drafters x policies, HF's defaults
@@ -368,8 +373,10 @@ def test_cost_policy_gets_the_measured_costs(close_pair, tokenizer, tmp_path):
 
 def test_costs_are_measured_per_prompt_block(close_pair, tokenizer, tmp_path, monkeypatch):
     """c and v(k) are measured once as each prompt's block starts, on that prompt's context,
-    before any of its rows; each row carries its block's c; meta.json records every
-    measurement; --costs-once measures once for the whole sweep."""
+    just before its plain run of phase 1; every block is measured before any prediction;
+    a plain run of phase 1 carries its block's c, every other row the median of the blocks'
+    (what it was priced with); meta.json records every measurement and the median;
+    --costs-once measures once for the whole sweep."""
     import specbench.bench.sweep as bench_module
 
     calls, order = [], []
@@ -386,14 +393,20 @@ def test_costs_are_measured_per_prompt_block(close_pair, tokenizer, tmp_path, mo
     result = run_sweep(close_pair, tokenizer, tmp_path / "per", config, on_row=lambda run, row: order.append(row["prompt_id"]))
     blocks = [(p.id, r) for r in range(2) for p in PROMPTS]
     assert len(calls) == len(blocks) and set(result.costs) == {f"{p}/{r}" for p, r in blocks}
-    segments = " ".join(order).split("costs")  # a measurement, then its block's plain run and predictions
-    assert segments[0] == "" and [seg.split()[0] for seg in segments[1:]] == [p for p, _ in blocks]
+    segments = " ".join(order).split("costs")  # a measurement, then its block's plain run
+    assert segments[0] == "" and [seg.split() for seg in segments[1:-1]] == [[p] for p, _ in blocks[:-1]]
+    assert segments[-1].split()[0] == blocks[-1][0] and len(segments[-1].split()) > 1  # then every prediction
     rows = read_rows(tmp_path / "per" / "runs.csv")
+    median = statistics.median(costs.c for costs in result.costs.values())
+    assert len({costs.c for costs in result.costs.values()}) == len(blocks) and median == pytest.approx(0.1 * (len(blocks) + 1) / 2)
     for p, r in blocks:
-        block_c = [float(row["c"]) for row in rows if (row["prompt_id"], row["repeat"]) == (p, str(r))]
-        assert block_c and block_c == pytest.approx([result.costs[f"{p}/{r}"].c] * len(block_c))
+        block = [row for row in rows if (row["prompt_id"], row["repeat"]) == (p, str(r))]
+        own = [float(row["c"]) for row in block if row["source"] == "profile"]
+        priced = [float(row["c"]) for row in block if row["source"] != "profile"]
+        assert own == pytest.approx([result.costs[f"{p}/{r}"].c]) and priced and priced == pytest.approx([median] * len(priced))
     meta = json.loads((tmp_path / "per" / "meta.json").read_text())
-    assert set(meta["costs_by_block"]) == set(result.costs) and meta["c"] == result.costs[f"{PROMPTS[0].id}/0"].c
+    assert set(meta["costs_by_block"]) == set(result.costs) and meta["c"] == pytest.approx(median)
+    assert result.pooled[""][0].c == pytest.approx(median) and result.pooled[""][1] == len(blocks)
     lengths = {p.id: len(encode_prompt(tokenizer, p.messages())) for p in PROMPTS}
     assert len(set(lengths.values())) > 1 and len(set(calls)) > 1  # each block's own prompt context
 
@@ -884,7 +897,7 @@ def test_interrupted_sweep_of_two_drafter_models_resumes(tokenizer, tmp_path, mo
 
     def stop(run, row):
         seen.append(row)
-        if len(seen) == 5:  # plain, three predictions with "small", the first with "other"
+        if len(seen) == 1:  # the first plain run, its block measured for both models before it
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):

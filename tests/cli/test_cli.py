@@ -9,6 +9,7 @@ folder is a temp dir, so `clear-cache` here can never touch a real cache.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -348,15 +349,17 @@ def test_clear_cache_removes_specbench_folders_only():
 
 def test_sweep_end_reports_one_or_many_cost_measurements():
     """The sweep's closing lines give c of its one measurement, or the range over its
-    prompts' measurements, and the verify curve of the first."""
+    prompts' measurements and the median the sweep priced with, and the verify curve it
+    priced with."""
     from specbench.speed.costs import Costs
 
     def costs(c, target_ms):
         return Costs(c=c, target_step_seconds=target_ms / 1000, drafter_step_seconds=c * target_ms / 1000, verify_cost={1: 1.0, 2: 1.1}, context_tokens=9)
 
-    one = cli._costs_lines([costs(0.25, 300)])
+    one = cli._costs_lines([costs(0.25, 300)], [costs(0.25, 300)])
     assert one == ["c = 0.250 (drafter step 75.0 ms / target step 300.0 ms)", "verify cost t(k)/t(1): v(1)=1.00, v(2)=1.10"]
-    many = cli._costs_lines([costs(0.25, 300), costs(0.2, 280), costs(0.3, 320)])
-    assert many[0] == "c = 0.200 to 0.300 over 3 measurements, one per prompt (target step 280 to 320 ms)"
-    assert many[1].startswith("verify cost t(k)/t(1) (first prompt): v(1)=1.00")
-    assert cli._costs_lines([]) == []
+    median = replace(costs(0.25, 300), verify_cost={1: 1.0, 2: 1.2})
+    many = cli._costs_lines([costs(0.25, 300), costs(0.2, 280), costs(0.3, 320)], [median])
+    assert many[0] == "c = 0.200 to 0.300 over 3 measurements, one per prompt (target step 280 to 320 ms); priced with their median, c = 0.250"
+    assert many[1] == "verify cost t(k)/t(1) (median): v(1)=1.00, v(2)=1.20"
+    assert cli._costs_lines([], []) == []

@@ -1,8 +1,10 @@
 """costs.py: c and v(k) are measured, and cached per key without half-written files."""
 
+from dataclasses import replace
+
 import pytest
 
-from specbench.speed.costs import Costs, fit_verify_curve, for_drafter, isotonic, load_cached, measure_costs, save_cached
+from specbench.speed.costs import Costs, fit_verify_curve, for_drafter, isotonic, load_cached, measure_costs, pooled, save_cached
 from conftest import tiny_model
 
 
@@ -58,3 +60,27 @@ def test_model_free_drafters_pay_no_drafter_cost():
     costs = Costs(c=0.21, target_step_seconds=0.3, drafter_step_seconds=0.063, verify_cost={1: 1.0, 2: 1.6}, context_tokens=80)
     assert for_drafter(costs, "model") == costs
     assert for_drafter(costs, "ngram").c == 0.0 and for_drafter(costs, "prompt-lookup").verify_cost == costs.verify_cost
+
+
+def _block(c, step, v5, context=150):
+    return Costs(c=c, target_step_seconds=step, drafter_step_seconds=c * step, verify_cost={1: 1.0, 2: 1.2, 5: v5}, context_tokens=context, verify_measured={1: 1.0, 2: 1.3, 5: v5}, drafter_cost={1: 1.0, 2: 1.5})
+
+
+def test_pooled_costs_are_each_costs_median_over_similar_contexts():
+    """A sweep prices with the median of its blocks' measurements: one block measured while
+    something else ran (3x slow, c and v(5) off) moves nothing; blocks on a context more
+    than twice as long or short are left out; the curves stay non-decreasing."""
+    blocks = [_block(0.40, 0.10, 2.0), _block(0.42, 0.11, 2.2), _block(0.38, 0.09, 1.9), _block(0.60, 0.33, 1.2), _block(0.90, 0.50, 4.0, context=900)]
+    got = pooled(blocks, 150)
+    assert got.c == pytest.approx(0.41) and got.target_step_seconds == pytest.approx(0.105)
+    assert got.verify_cost == pytest.approx({1: 1.0, 2: 1.2, 5: 1.95}) and got.verify_measured[5] == pytest.approx(1.95)
+    assert got.drafter_cost == {1: 1.0, 2: 1.5} and got.context_tokens == 150
+    assert got.verify_cost[2] <= got.verify_cost[5]
+    assert pooled(blocks, 800) == blocks[-1]  # alone within twice its context
+    assert pooled(blocks, 5000) == blocks[-1]  # none that near: the nearest
+    assert pooled(blocks[:1], 150) == blocks[0]
+    no_drafter = [replace(b, c=None, drafter_step_seconds=None, drafter_cost=None) for b in blocks[:3]]
+    alone = pooled(no_drafter, 150)
+    assert alone.c is None and alone.drafter_step_seconds is None and alone.drafter_cost is None
+    with pytest.raises(ValueError):
+        pooled([], 150)

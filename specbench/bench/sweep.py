@@ -878,10 +878,15 @@ def add_costs_meta(meta: dict, key: str, costs: Costs) -> None:
     """Record one measurement of c and v(k) under costs_by_block[key]; the first one also
     stands for the sweep (meta's costs, c and verify_cost, read by charts and tables) until
     phase 1 pools them all."""
-    recorded = costs.as_meta()
     if "costs" not in meta:
-        meta.update(costs=recorded, c=costs.c, verify_cost=recorded["verify_cost"])
-    meta.setdefault("costs_by_block", {})[key] = recorded
+        set_sweep_costs(meta, costs)
+    meta.setdefault("costs_by_block", {})[key] = costs.as_meta()
+
+
+def set_sweep_costs(meta: dict, costs: Costs) -> None:
+    """The costs that stand for the whole sweep in meta.json (costs, c and verify_cost)."""
+    recorded = costs.as_meta()
+    meta.update(costs=recorded, c=costs.c, verify_cost=recorded["verify_cost"])
 
 
 def drafters_of(config: SweepConfig, drafter_model, drafter_tokenizer=None) -> dict[str, DrafterModel]:
@@ -1054,9 +1059,10 @@ def sweep(
     written = run_phase(todo, done_rows)
     runner.sweep_costs = runner.price_blocks(paths)
     for name, (costs, count) in runner.sweep_costs.items():
-        status(f"pricing with the median of {count} measurement(s){f' of {name}' if name else ''}: {costs_summary(costs)}")
+        pool = f"the median of {count} measurements" if count > 1 else "its one measurement"
+        status(f"pricing with {pool}{f' of {name}' if name else ''}: {costs_summary(costs)}")
         if name == runner.cost_models[0]:
-            meta.update(costs=costs.as_meta(), c=costs.c, verify_cost=costs.as_meta()["verify_cost"])
+            set_sweep_costs(meta, costs)
     write_meta(out_dir, meta)
     predictions = [run for run in profile if run.source != PROFILE]
     todo = pending_runs(predictions, done_rows)

@@ -190,14 +190,16 @@ def pooled(blocks: list[Costs], context_tokens: int) -> Costs:
     """Each cost's median over the measurements (`blocks`) taken on a context within
     POOL_SPAN of `context_tokens` (at least the nearest one): what a sweep prices with.
 
-    One block's measurement is a few dozen timed forwards on a shared CPU: on one AVX2 CPU
-    its c ranged 0.37 to 0.51 and its v(5) 1.6 to 2.8 over eight prompts of one sweep, with
-    no correlation to context length between 108 and 281 tokens, and one block measured
-    3x slow while something else ran. Priced with its own block, each prompt's predictions
-    carried that block's error (docs/log.md, "Pooled costs"). A median over blocks drops
-    such an outlier; the span keeps prompts of very different lengths apart, where
-    attention makes the costs differ for real. The median of non-decreasing curves is
-    non-decreasing, so the pooled v(k) and u(n) keep the fit's shape."""
+    One block's measurement is a few dozen timed forwards on a shared CPU, and over a sweep
+    the blocks scattered far more than the prompts' contexts could explain (docs/log.md,
+    "Pooled costs"); one measured while something else ran is off by multiples. Priced
+    with its own block, each prompt's predictions carried that block's error. A median over
+    blocks drops such an outlier; the span keeps prompts of very different lengths apart,
+    where attention makes the costs differ for real. c is the median of the blocks' c (each
+    a ratio of interleaved timings, so drift cancels within a block), and the drafter step
+    is c times the median target step, so that c = drafter step / target step still holds.
+    The median of non-decreasing curves is non-decreasing, so the pooled v(k) and u(n) keep
+    the fit's shape."""
     if not blocks:
         raise ValueError("no measurements to pool")
     near = [b for b in blocks if context_tokens / POOL_SPAN <= b.context_tokens <= context_tokens * POOL_SPAN]
@@ -214,10 +216,11 @@ def pooled(blocks: list[Costs], context_tokens: int) -> Costs:
         keys = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
         return {k: statistics.median(c[k] for c in curves) for k in keys} or None
 
+    c, step = median([b.c for b in near]), median([b.target_step_seconds for b in near])
     return Costs(
-        c=median([b.c for b in near]),
-        target_step_seconds=median([b.target_step_seconds for b in near]),
-        drafter_step_seconds=median([b.drafter_step_seconds for b in near]),
+        c=c,
+        target_step_seconds=step,
+        drafter_step_seconds=c * step if c is not None else median([b.drafter_step_seconds for b in near]),
         verify_cost=curve("verify_cost") or {},
         context_tokens=context_tokens,
         verify_measured=curve("verify_measured"),

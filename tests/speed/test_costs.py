@@ -73,6 +73,7 @@ def test_pooled_costs_are_each_costs_median_over_similar_contexts():
     blocks = [_block(0.40, 0.10, 2.0), _block(0.42, 0.11, 2.2), _block(0.38, 0.09, 1.9), _block(0.60, 0.33, 1.2), _block(0.90, 0.50, 4.0, context=900)]
     got = pooled(blocks, 150)
     assert got.c == pytest.approx(0.41) and got.target_step_seconds == pytest.approx(0.105)
+    assert got.drafter_step_seconds == pytest.approx(got.c * got.target_step_seconds)  # c is still the ratio
     assert got.verify_cost == pytest.approx({1: 1.0, 2: 1.2, 5: 1.95}) and got.verify_measured[5] == pytest.approx(1.95)
     assert got.drafter_cost == {1: 1.0, 2: 1.5} and got.context_tokens == 150
     assert got.verify_cost[2] <= got.verify_cost[5]

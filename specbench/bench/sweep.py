@@ -1018,7 +1018,6 @@ def sweep(
     has_model = bool(drafters)
     everything = plan_runs(config, prompts, has_drafter_model=has_model)
     total = len(everything)
-    profile = profile_plan(config, prompts, has_drafter_model=has_model)
     runner.cost_models = tuple(dict.fromkeys(runner.costs_model(run) for run in everything))
     runner.block_costs = {key: Costs.from_meta(raw) for key, raw in old_meta.get("costs_by_block", {}).items()}
     runner.outputs = read_paths(out_dir)
@@ -1053,7 +1052,7 @@ def sweep(
 
     # 3. phase 1: plain runs (each block's costs measured before it), then predictions
     # priced with the pooled costs; phase 2: the timed runs they point to
-    paths = [run for run in profile if run.source == PROFILE]
+    paths = [run for run in everything if run.source == PROFILE]
     todo = pending_runs(paths, done_rows)
     skipped = len(paths) - len(todo)
     written = run_phase(todo, done_rows)
@@ -1064,7 +1063,7 @@ def sweep(
         if name == runner.cost_models[0]:
             set_sweep_costs(meta, costs)
     write_meta(out_dir, meta)
-    predictions = [run for run in profile if run.source != PROFILE]
+    predictions = [run for run in everything if run.source == PREDICTED]
     todo = pending_runs(predictions, done_rows)
     skipped += len(predictions) - len(todo)
     written += run_phase(todo, read_rows(out_dir / RUNS_CSV))

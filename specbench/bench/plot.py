@@ -21,6 +21,7 @@ from specbench.bench.results import (
     BASELINE_METHOD,
     FIXED_POLICY,
     MODEL_DRAFTER,
+    MODEL_SEPARATOR,
     MEASURED,
     ORACLE_POLICY,
     PREDICTED,
@@ -285,12 +286,23 @@ def describe(meta: dict, runs: pd.DataFrame) -> str:
         parts.append(f"drafter {names[1]}")
     parts.append(f"temperature {', '.join(temps)}")
     parts.append(f"{runs['prompt_id'].nunique()} prompts")
-    measured = [m["c"] for m in (meta.get("costs_by_block") or {}).values() if m.get("c") is not None]
-    if len(measured) > 1:
-        parts.append(f"c = {min(measured):.3f} to {max(measured):.3f} (per prompt)")
-    elif meta.get("c") is not None:
-        parts.append(f"c = {meta['c']:.3f}")
-    return " · ".join(parts)
+    parts.append(describe_c(meta))
+    return " · ".join(part for part in parts if part)
+
+
+def describe_c(meta: dict) -> str:
+    """c as the sweep priced with it: the median of its prompts' measurements (costs_pooled,
+    with their range) or its one measurement. A sweep written before pricing was pooled has
+    no costs_pooled and priced each prompt with its own c: the range is what it used."""
+    blocks = meta.get("costs_by_block") or {}
+    first_model = next(iter(blocks), "").partition(MODEL_SEPARATOR)[2]  # meta's c is the first drafter model's
+    cs = [m["c"] for key, m in blocks.items() if key.partition(MODEL_SEPARATOR)[2] == first_model and m.get("c") is not None]
+    spread, c = (f"{min(cs):.3f} to {max(cs):.3f}" if cs else ""), f"c{f' of {first_model}' if first_model else ''}"
+    if meta.get("costs_pooled", 1) > 1 and meta.get("c") is not None and spread:
+        return f"{c} = {meta['c']:.3f} (median of {meta['costs_pooled']} prompts' {spread})"
+    if len(cs) > 1:
+        return f"{c} = {spread} (per prompt)"
+    return f"{c} = {meta['c']:.3f}" if meta.get("c") is not None else ""
 
 
 def plot_results(directory: Path, out_dir: Path | None = None) -> list[Path]:
@@ -442,11 +454,20 @@ def chart_positions_by_category(positions: pd.DataFrame, path: Path, subtitle: s
     return _finish(fig, ax, path)
 
 
+def category_series(table: pd.DataFrame) -> tuple[list[tuple[tuple[str, str], int]], str]:
+    """The configurations the category chart draws, ((drafter, policy), best gamma) fastest
+    first, at most MAX_CATEGORY_SERIES of them, and a title line saying so when there were more."""
+    every = list(best_gammas(table).items())  # fastest first
+    best = every[:MAX_CATEGORY_SERIES]
+    return best, (f"\n(the {len(best)} fastest of {len(every)} configurations)" if len(every) > len(best) else "")
+
+
 def chart_category_predicted(table, runs, path: Path, subtitle: str) -> Path:
     """Per category: the predicted geometric-mean speedup of each drafter x policy at its best
-    predicted gamma (bars), the measured one at that gamma where measured (black dots)."""
-    fig, ax = _figure("Speedup by prompt category, each configuration at its best predicted gamma", subtitle, "", "speedup over plain")
-    best = list(best_gammas(table).items())[:MAX_CATEGORY_SERIES]
+    predicted gamma (bars), the measured one at that gamma where measured (black dots); the
+    fastest MAX_CATEGORY_SERIES configurations, and the title says when others were left out."""
+    best, note = category_series(table)
+    fig, ax = _figure(f"Speedup by prompt category, each configuration at its best predicted gamma{note}", subtitle, "", "speedup over plain")
     categories = list(dict.fromkeys(runs["category"]))
     width = 0.8 / max(1, len(best))
     for i, ((drafter, policy), gamma) in enumerate(best):

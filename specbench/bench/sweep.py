@@ -816,6 +816,13 @@ def costs_summary(costs: Costs) -> str:
     return f"{c}target step {costs.target_step_seconds * 1000:.1f} ms, v(2..{max(costs.verify_cost, default=1)}) {curve}"
 
 
+def pricing_line(name: str | None, costs: Costs, count: int) -> str:
+    """What a sweep prices with, for drafter model `name` ("" or None: the sweep's one):
+    the line the sweep prints when it starts pricing and again when it ends."""
+    pool = f"the median of {count} measurements" if count > 1 else "its one measurement"
+    return f"pricing with {pool}{f' of {name}' if name else ''}: {costs_summary(costs)}"
+
+
 def prepare_out_dir(out_dir: Path, resume: bool) -> list[dict]:
     """Make the directory; the rows already there when resuming. Refuses to mix sweeps."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -867,7 +874,7 @@ def check_resume_meta(meta: dict, fresh: dict) -> None:
 def carry_over_meta(meta: dict, old_meta: dict) -> None:
     """A resumed sweep's meta.json keeps what the interrupted one measured and when it began."""
     meta["finished"] = False
-    for key in ("costs", "c", "verify_cost", "costs_by_block"):
+    for key in ("costs", "c", "verify_cost", "costs_pooled", "costs_by_block"):
         if key in old_meta:
             meta[key] = old_meta[key]
     if old_meta:
@@ -879,14 +886,15 @@ def add_costs_meta(meta: dict, key: str, costs: Costs) -> None:
     stands for the sweep (meta's costs, c and verify_cost, read by charts and tables) until
     phase 1 pools them all."""
     if "costs" not in meta:
-        set_sweep_costs(meta, costs)
+        set_sweep_costs(meta, costs, 1)
     meta.setdefault("costs_by_block", {})[key] = costs.as_meta()
 
 
-def set_sweep_costs(meta: dict, costs: Costs) -> None:
-    """The costs that stand for the whole sweep in meta.json (costs, c and verify_cost)."""
+def set_sweep_costs(meta: dict, costs: Costs, count: int) -> None:
+    """The costs that stand for the whole sweep in meta.json (costs, c and verify_cost) and
+    how many measurements they are the median of (costs_pooled)."""
     recorded = costs.as_meta()
-    meta.update(costs=recorded, c=costs.c, verify_cost=recorded["verify_cost"])
+    meta.update(costs=recorded, c=costs.c, verify_cost=recorded["verify_cost"], costs_pooled=count)
 
 
 def drafters_of(config: SweepConfig, drafter_model, drafter_tokenizer=None) -> dict[str, DrafterModel]:
@@ -1058,10 +1066,9 @@ def sweep(
     written = run_phase(todo, done_rows)
     runner.sweep_costs = runner.price_blocks(paths)
     for name, (costs, count) in runner.sweep_costs.items():
-        pool = f"the median of {count} measurements" if count > 1 else "its one measurement"
-        status(f"pricing with {pool}{f' of {name}' if name else ''}: {costs_summary(costs)}")
+        status(pricing_line(name, costs, count))
         if name == runner.cost_models[0]:
-            set_sweep_costs(meta, costs)
+            set_sweep_costs(meta, costs, count)
     write_meta(out_dir, meta)
     predictions = [run for run in everything if run.source == PREDICTED]
     todo = pending_runs(predictions, done_rows)

@@ -654,7 +654,7 @@ def render_sweep_end(out_dir: Path, result, config) -> None:
                 highlight=False,
                 soft_wrap=True,
             )
-    for line in _costs_lines(list(result.costs.values()), [costs for costs, _ in result.pooled.values()]):
+    for line in _costs_lines(result.costs, result.pooled):
         console.print(line, highlight=False, soft_wrap=True)
     differing = [s.label + (f" γ={s.gamma}" if s.gamma else "") for s in summaries if s.differs]
     if greedy and differing:
@@ -662,21 +662,20 @@ def render_sweep_end(out_dir: Path, result, config) -> None:
     console.print(f"{result.written} row(s) written, {result.skipped} already there: {out_dir}  (charts: specbench plot {out_dir})", highlight=False, soft_wrap=True)
 
 
-def _costs_lines(measured: list, pooled: list) -> list[str]:
-    """c and v(k) of a sweep: the one measurement, or the range over its prompts' blocks and
-    the median it was priced with (the first drafter model's)."""
-    if not measured:
-        return []
-    priced, lines = (pooled or measured)[0], []
-    cs = [m.c for m in measured if m.c is not None]
-    if len(measured) == 1 and cs:
-        lines.append(f"c = {priced.c:.3f} (drafter step {priced.drafter_step_seconds * 1000:.1f} ms / target step {priced.target_step_seconds * 1000:.1f} ms)")
-    elif cs:
-        steps = sorted(m.target_step_seconds * 1000 for m in measured)
-        median = f"; priced with their median, c = {priced.c:.3f}" if priced.c is not None else ""
-        lines.append(f"c = {min(cs):.3f} to {max(cs):.3f} over {len(measured)} measurements, one per prompt (target step {steps[0]:.0f} to {steps[-1]:.0f} ms){median}")
-    curve = ", ".join(f"v({k})={v:.2f}" for k, v in sorted(priced.verify_cost.items()))
-    lines.append(f"verify cost t(k)/t(1){' (median)' if len(measured) > 1 else ''}: {curve}")
+def _costs_lines(measured: dict, pooled: dict) -> list[str]:
+    """What a sweep priced with, per drafter model (sweep.pricing_line, as it printed when
+    pricing began), and the range its measurements spanned when it pooled several."""
+    from specbench.bench.sweep import pricing_line
+
+    lines = []
+    for name, (costs, count) in pooled.items():
+        lines.append(pricing_line(name, costs, count))
+        blocks = [m for key, m in measured.items() if key.partition(sweep_results.MODEL_SEPARATOR)[2] == (name or "")]
+        cs = [m.c for m in blocks if m.c is not None]
+        if len(blocks) > 1:
+            steps = sorted(m.target_step_seconds * 1000 for m in blocks)
+            spread = f"c {min(cs):.3f} to {max(cs):.3f}, " if cs else ""
+            lines.append(f"  its {len(blocks)} measurements, one per prompt: {spread}target step {steps[0]:.0f} to {steps[-1]:.0f} ms")
     return lines
 
 

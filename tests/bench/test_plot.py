@@ -194,14 +194,19 @@ def test_predicted_table_folds_a_long_drafter_model_name():
     assert f"model@{LONG_MODEL}" in _column_text(text)
 
 
-def test_chart_footer_gives_the_range_of_per_prompt_costs():
-    """A sweep that measured c per prompt names the range, not just the first prompt's."""
+def test_chart_footer_gives_the_c_the_sweep_priced_with():
+    """The footer gives the c a sweep priced with: its one measurement, the median of its
+    prompts' measurements with their range (the first drafter model's, as meta's c is), or,
+    for a sweep written before pricing was pooled, the range of the per-prompt c it used."""
     from specbench.bench.plot import describe
 
     rows = as_runs([{"temperature": "0.0", "prompt_id": "a"}, {"temperature": "0.0", "prompt_id": "b"}])
-    one = describe({"c": 0.22}, rows)
-    many = describe({"c": 0.22, "costs_by_block": {"a/0": {"c": 0.22}, "b/0": {"c": 0.26}, "a/1": {"c": 0.19}}}, rows)
-    assert one.endswith("c = 0.220") and many.endswith("c = 0.190 to 0.260 (per prompt)")
+    blocks = {"a/0": {"c": 0.22}, "b/0": {"c": 0.26}, "a/1": {"c": 0.19}}
+    assert describe({"c": 0.22}, rows).endswith("c = 0.220")
+    assert describe({"c": 0.22, "costs_by_block": blocks}, rows).endswith("c = 0.190 to 0.260 (per prompt)")
+    assert describe({"c": 0.22, "costs_pooled": 3, "costs_by_block": blocks}, rows).endswith("c = 0.220 (median of 3 prompts' 0.190 to 0.260)")
+    two_models = {"a/0@small": {"c": 0.2}, "a/0@big": {"c": 0.9}, "b/0@small": {"c": 0.3}, "b/0@big": {"c": 0.8}}
+    assert describe({"c": 0.25, "costs_pooled": 2, "costs_by_block": two_models}, rows).endswith("c of small = 0.250 (median of 2 prompts' 0.200 to 0.300)")
     models = {"target": {"name": "T"}, "drafter": {"name": "A"}, "drafters": {"a": {"name": "A"}, "b": {"name": "B.gguf"}}}
     assert describe({"models": models}, rows).startswith("target T · drafters A, B.gguf · ")  # a sweep of two drafter models
 
@@ -244,6 +249,19 @@ def test_prediction_charts_from_predicted_and_measured_rows(tmp_path):
     assert "speedup_by_category.png" in written and "speedup.png" not in written
     for name in written:
         assert (tmp_path / name).read_bytes()[:8] == PNG_MAGIC and (tmp_path / name).stat().st_size > 10_000
+
+
+def test_category_chart_keeps_the_fastest_configurations_and_says_so(tmp_path, monkeypatch):
+    """Past MAX_CATEGORY_SERIES configurations the category chart draws the fastest ones,
+    and its title says how many it left out; at or under the cap it says nothing."""
+    from specbench.bench import plot
+    from specbench.bench.results import load_runs, summary_frame
+
+    _predicted_sweep(tmp_path)
+    table = summary_frame(load_runs(tmp_path))
+    assert plot.category_series(table) == ([(("model", "fixed"), 2), (("ngram", "fixed"), 2)], "")
+    monkeypatch.setattr(plot, "MAX_CATEGORY_SERIES", 1)
+    assert plot.category_series(table) == ([(("model", "fixed"), 2)], "\n(the 1 fastest of 2 configurations)")
 
 
 def test_prediction_charts_without_positions(tmp_path):

@@ -405,7 +405,7 @@ def test_costs_are_measured_per_prompt_block(close_pair, tokenizer, tmp_path, mo
         priced = [float(row["c"]) for row in block if row["source"] != "profile"]
         assert own == pytest.approx([result.costs[f"{p}/{r}"].c]) and priced and priced == pytest.approx([median] * len(priced))
     meta = json.loads((tmp_path / "per" / "meta.json").read_text())
-    assert set(meta["costs_by_block"]) == set(result.costs) and meta["c"] == pytest.approx(median)
+    assert set(meta["costs_by_block"]) == set(result.costs) and meta["c"] == pytest.approx(median) and meta["costs_pooled"] == len(blocks)
     assert result.pooled[""][0].c == pytest.approx(median) and result.pooled[""][1] == len(blocks)
     lengths = {p.id: len(encode_prompt(tokenizer, p.messages())) for p in PROMPTS}
     assert len(set(lengths.values())) > 1 and len(set(calls)) > 1  # each block's own prompt context

@@ -347,19 +347,24 @@ def test_clear_cache_removes_specbench_folders_only():
     assert (defaults.cache_root() / "mine.txt").exists()
 
 
-def test_sweep_end_reports_one_or_many_cost_measurements():
-    """The sweep's closing lines give c of its one measurement, or the range over its
-    prompts' measurements and the median the sweep priced with, and the verify curve it
-    priced with."""
+def test_sweep_end_reports_what_each_drafter_model_was_priced_with():
+    """The sweep's closing lines repeat, per drafter model, the pricing line it printed when
+    pricing began (its one measurement, or the median of several), and the range that
+    model's own measurements spanned: another model's blocks never enter its range."""
     from specbench.speed.costs import Costs
 
-    def costs(c, target_ms):
-        return Costs(c=c, target_step_seconds=target_ms / 1000, drafter_step_seconds=c * target_ms / 1000, verify_cost={1: 1.0, 2: 1.1}, context_tokens=9)
+    def costs(c, target_ms, verify=1.1):
+        return Costs(c=c, target_step_seconds=target_ms / 1000, drafter_step_seconds=c * target_ms / 1000, verify_cost={1: 1.0, 2: verify}, context_tokens=9)
 
-    one = cli._costs_lines([costs(0.25, 300)], [costs(0.25, 300)])
-    assert one == ["c = 0.250 (drafter step 75.0 ms / target step 300.0 ms)", "verify cost t(k)/t(1): v(1)=1.00, v(2)=1.10"]
-    median = replace(costs(0.25, 300), verify_cost={1: 1.0, 2: 1.2})
-    many = cli._costs_lines([costs(0.25, 300), costs(0.2, 280), costs(0.3, 320)], [median])
-    assert many[0] == "c = 0.200 to 0.300 over 3 measurements, one per prompt (target step 280 to 320 ms); priced with their median, c = 0.250"
-    assert many[1] == "verify cost t(k)/t(1) (median): v(1)=1.00, v(2)=1.20"
-    assert cli._costs_lines([], []) == []
+    one = cli._costs_lines({"sweep": costs(0.25, 300)}, {"": (costs(0.25, 300), 1)})
+    assert one == ["pricing with its one measurement: c = 0.250, target step 300.0 ms, v(2..2) 1.10"]
+    measured = {"a/0@small": costs(0.25, 300), "b/0@small": costs(0.2, 280), "c/0@small": costs(0.3, 320), "a/0@big": costs(0.9, 500), "b/0@big": costs(0.8, 510)}
+    pooled = {"small": (costs(0.25, 300, verify=1.2), 3), "big": (costs(0.85, 505), 2)}
+    many = cli._costs_lines(measured, pooled)
+    assert many == [
+        "pricing with the median of 3 measurements of small: c = 0.250, target step 300.0 ms, v(2..2) 1.20",
+        "  its 3 measurements, one per prompt: c 0.200 to 0.300, target step 280 to 320 ms",
+        "pricing with the median of 2 measurements of big: c = 0.850, target step 505.0 ms, v(2..2) 1.10",
+        "  its 2 measurements, one per prompt: c 0.800 to 0.900, target step 500 to 510 ms",
+    ]
+    assert cli._costs_lines({}, {}) == []

@@ -96,3 +96,32 @@ def test_minus_inf_logits_alone_keep_the_fast_path_and_mean_probability_zero():
 def test_entropy_of_uniform_is_log_v():
     assert math.isclose(float(entropy(torch.full((8,), 1 / 8))), math.log(8), rel_tol=1e-5)
     assert float(entropy(torch.tensor([1.0, 0.0]))) == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("top_p", [0.5, 0.9, 0.999999])
+def test_top_p_over_a_large_vocabulary_ranks_candidates_as_a_full_sort_would(top_p):
+    """Past TOP_P_CANDIDATES ids, _top_p looks for the nucleus among the most likely ids
+    first and sorts the whole row only where their mass falls short: the kept ids and their
+    probabilities are those of the whole row sorted, for peaked rows (the nucleus among the
+    candidates) and flat ones (it is not), one row at a time or several together."""
+    from specbench.core import sampling
+
+    def by_full_sort(probs):
+        ranked, order = torch.sort(probs, dim=-1, descending=True)
+        mass_before = torch.cumsum(ranked, dim=-1) - ranked
+        kept = torch.zeros_like(probs).scatter_(-1, order, ranked.masked_fill(mass_before >= top_p, 0.0))
+        return kept / kept.sum(dim=-1, keepdim=True)
+
+    vocab = 4 * sampling.TOP_P_CANDIDATES
+    generator = torch.Generator().manual_seed(0)
+    peaked = torch.softmax(torch.randn(3, vocab, generator=generator) * 4, dim=-1)
+    flat = torch.softmax(torch.randn(3, vocab, generator=generator) * 0.1, dim=-1)
+    candidates_mass = lambda rows: torch.topk(rows, sampling.TOP_P_CANDIDATES, dim=-1).values.sum(dim=-1)  # noqa: E731
+    assert bool((candidates_mass(flat) < top_p).all())  # flat rows take the full sort
+    if top_p == 0.5:
+        assert bool((candidates_mass(peaked) >= top_p).all())  # peaked ones the candidates
+    for rows in (peaked, flat, torch.cat([peaked, flat])):
+        fast = sampling._top_p(rows, top_p)
+        assert torch.equal(fast > 0, by_full_sort(rows) > 0)
+        assert torch.allclose(fast, by_full_sort(rows), rtol=1e-5, atol=0)
+        assert torch.equal(sampling._top_p(rows[:1], top_p), fast[:1])

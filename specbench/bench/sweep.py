@@ -758,7 +758,8 @@ class SweepRunner:
         context = timing_context(self.prompt_ids(prompt), self.config.max_new_tokens, limit)
         vocab = self.config.draft_vocab if drafts_with_model(self.config) and name not in self.config.translated else 0
         context = timing_ids(context, self.target, drafter)  # a drafter with another tokenizer reads fewer ids
-        return measure_costs(self.target, drafter, context, self.config.timing_repeats, draft_vocab=vocab)
+        sampling = generation_config(self.config, self.eos_ids).sampling  # the runs' own
+        return measure_costs(self.target, drafter, context, self.config.timing_repeats, draft_vocab=vocab, sampling=sampling)
 
 
 def run_plan(

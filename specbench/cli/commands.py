@@ -237,7 +237,7 @@ def _generate_policy(pair, pair_config, kernels: str, prompt_ids: list[int], con
 
     if pair.drafter_name == models.NONE:
         return None
-    costs = _pair_costs(pair, pair_config, kernels, prompt_ids, config.max_new_tokens) if name == "cost" else None
+    costs = _pair_costs(pair, pair_config, kernels, prompt_ids, config.max_new_tokens, config.sampling) if name == "cost" else None
     return models.gamma_policy(name, gamma, costs=costs, **knobs)
 
 
@@ -263,8 +263,9 @@ def _run_traced(pair, prompt: str, prompt_ids: list[int], config, policy, on_tok
     return result, tracer
 
 
-def _pair_costs(pair, pair_config, kernels: str, prompt_ids: list[int], max_new_tokens: int):
-    """c and v(k) for the cost policy: from the cache folder, or measured once (seconds)."""
+def _pair_costs(pair, pair_config, kernels: str, prompt_ids: list[int], max_new_tokens: int, sampling):
+    """c and v(k) for the cost policy, with the run's sampling settings (speed/costs.py times
+    the work on the logits too): from the cache folder, or measured once (seconds)."""
     import torch
 
     from specbench import models
@@ -272,10 +273,10 @@ def _pair_costs(pair, pair_config, kernels: str, prompt_ids: list[int], max_new_
     from specbench.speed.kernels import VERSION
 
     drafter_model = pair.drafting_model
-    key = f"{pair.target.name}|{pair_config.dtype}|{_drafter_label(pair)}|{pair_config.draft_dtype}|vocab={pair.draft_vocab}|{pair_config.device}|{kernels}.v{VERSION}|threads={torch.get_num_threads()}|costs.v{METHOD}"
+    key = f"{pair.target.name}|{pair_config.dtype}|{_drafter_label(pair)}|{pair_config.draft_dtype}|vocab={pair.draft_vocab}|{pair_config.device}|{kernels}.v{VERSION}|threads={torch.get_num_threads()}|t={sampling.temperature:g},k={sampling.top_k},p={sampling.top_p:g}|costs.v{METHOD}"
     context = models.timing_ids(timing_context(prompt_ids, max_new_tokens, pair.context_limit), pair.target.model, drafter_model)
     with err_console.status("measuring the drafter and verify costs for the cost policy (once per model pair)"):
-        costs, cached = costs_for(pair.target.model, drafter_model, key, context, defaults.costs_dir(), draft_vocab=pair.draft_vocab)
+        costs, cached = costs_for(pair.target.model, drafter_model, key, context, defaults.costs_dir(), draft_vocab=pair.draft_vocab, sampling=sampling)
     if pair.drafter_model is not None or drafter_model is None:  # early exit keeps its measured c
         costs = for_drafter(costs, pair.drafter_name)
     err_console.print(f"[dim]costs{' (cached)' if cached else ''}: c = {costs.c:.3f}, v(k) = " + " ".join(f"{v:.2f}" for v in costs.verify_cost.values()) + "[/]", highlight=False, soft_wrap=True)

@@ -10,6 +10,12 @@ drafter's catch-up curve u(n).
 
 Measured with the models as loaded (dtypes, kernels, device), by medians of timed forwards;
 a drafter forward is its draft step (drafters/step.py), the one the model drafter runs.
+Each timed forward includes the work the decoding loop does on its logits, with the run's
+sampling settings: a draft step or a plain step picks its token (sampling.choose), a verify
+pass processes its k rows (logits_to_probs, and the argmax under greedy). Over a large
+vocabulary that is a few percent of a step, more at a temperature or with top-p, and
+predictions priced by the forwards alone left it out (docs/log.md, "The work on a row of
+logits").
 The forwards are interleaved (each round times k = 1..max_k and a drafter step once), so a
 machine that slows down mid-measurement slows every point alike. v(k) for k >= 2 is the
 non-decreasing curve closest to the medians (isotonic regression): a longer forward never
@@ -41,10 +47,11 @@ import torch
 
 from specbench.core.cache import cache_arg, crop_cache, new_cache
 from specbench.core.generate import model_device, sync
+from specbench.core.sampling import SamplingConfig, choose, greedy_tokens, logits_to_probs
 from specbench.drafters import DraftStep, draft_step, uses_model
 
 MAX_VERIFY_K = 9  # v(k) is measured for k = 1..MAX_VERIFY_K
-METHOD = 5  # how costs are measured; part of the on-disk cache key (1: one k at a time, no fit; 2: no u(n); 3: draft steps through HF's decoder and bf16 head rows; 4: PyTorch's int8 kernel in the draft step)
+METHOD = 6  # how costs are measured; part of the on-disk cache key (1: one k at a time, no fit; 2: no u(n); 3: draft steps through HF's decoder and bf16 head rows; 4: PyTorch's int8 kernel in the draft step; 5: forwards without the work on their logits)
 
 
 @dataclass(frozen=True)
@@ -83,16 +90,21 @@ def _curve(raw: dict | None) -> dict[int, float] | None:
 
 
 class ForwardTimer:
-    """Times forwards over k new tokens on a cache that holds `context`, cropped back after each.
+    """Times forwards over k new tokens on a cache that holds `context`, cropped back after each,
+    with the work the decoding loop does on their logits under `sampling`.
 
-    Without a step a forward is the target's as verification runs it: the logits of every
-    new row. With a draft step (drafters/step.py) it is that step, as the model drafter runs
-    it: the last row's logits (through a restricted head for draft_vocab.RestrictedStep).
+    Without a step a forward is the target's: over one token a plain decoding step (its
+    logits, then choose), over k verification's (the logits of every new row, processed by
+    logits_to_probs, and their argmax under greedy). With a draft step (drafters/step.py) it
+    is that step as the model drafter runs it: the last row's logits (through a restricted
+    head for draft_vocab.RestrictedStep), then choose.
     """
 
-    def __init__(self, model, context: list[int], step: DraftStep | None = None):
+    def __init__(self, model, context: list[int], step: DraftStep | None = None, sampling: SamplingConfig | None = None):
         self.model, self.context, self.step = model, context, step
+        self.sampling = sampling if sampling is not None else SamplingConfig()
         self.device = model_device(model)
+        self.generator = torch.Generator(self.device).manual_seed(0)
         self.cache = new_cache(model)
         prompt = torch.tensor([context], device=self.device)  # [1, n]
         if step is not None:
@@ -103,10 +115,16 @@ class ForwardTimer:
         """One forward over k new tokens."""
         new = torch.tensor([(self.context * k)[:k]], device=self.device)  # [1, k] ordinary token ids
         start = time.perf_counter()
-        if self.step is None:
-            self.model(input_ids=new, **cache_arg(self.model, self.cache), use_cache=True, logits_to_keep=k)
+        if self.step is not None:
+            choose(self.step(self.model, new, self.cache), self.sampling, self.generator)
         else:
-            self.step(self.model, new, self.cache)
+            logits = self.model(input_ids=new, **cache_arg(self.model, self.cache), use_cache=True, logits_to_keep=k).logits[0, -k:]
+            if k == 1:
+                choose(logits[0], self.sampling, self.generator)
+            else:
+                logits_to_probs(logits, self.sampling)
+                if self.sampling.greedy:
+                    greedy_tokens(logits)
         sync(self.device)
         elapsed = time.perf_counter() - start
         crop_cache(self.cache, len(self.context))
@@ -149,14 +167,15 @@ def timing_context(prompt_ids: list[int], max_new_tokens: int, limit: int) -> li
 
 
 @torch.inference_mode()
-def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k: int = MAX_VERIFY_K, draft_vocab: int = 0) -> Costs:
+def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k: int = MAX_VERIFY_K, draft_vocab: int = 0, sampling: SamplingConfig | None = None) -> Costs:
     """c from single-token forwards of both models (the drafter's over draft_vocab ids when
     > 0, as the model drafter runs it); v(k) for k = 1..max_k from the target; u(n) for
-    n = 1..max_k from the drafter (last row's logits only, as a catch-up runs).
+    n = 1..max_k from the drafter (last row's logits only, as a catch-up runs). Each with
+    the work on its logits under `sampling` (ForwardTimer; default greedy).
 
     repeats + 1 interleaved rounds; the first is a warm-up and is not counted."""
-    target_timer = ForwardTimer(target, context)
-    drafter_timer = ForwardTimer(drafter_model, context, draft_step(drafter_model, draft_vocab)) if drafter_model is not None else None
+    target_timer = ForwardTimer(target, context, sampling=sampling)
+    drafter_timer = ForwardTimer(drafter_model, context, draft_step(drafter_model, draft_vocab), sampling) if drafter_model is not None else None
     target_times: dict[int, list[float]] = {k: [] for k in range(1, max_k + 1)}
     drafter_times: dict[int, list[float]] = {n: [] for n in range(1, max_k + 1)} if drafter_timer else {}
     for round_ in range(repeats + 1):
@@ -265,12 +284,12 @@ def _slug(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def costs_for(target, drafter_model, key: str, context: list[int], folder: Path, max_k: int = MAX_VERIFY_K, repeats: int = 3, draft_vocab: int = 0) -> tuple[Costs, bool]:
-    """Cached costs for `key` (which must name draft_vocab), else measured now and cached;
-    returns (costs, were they cached)."""
+def costs_for(target, drafter_model, key: str, context: list[int], folder: Path, max_k: int = MAX_VERIFY_K, repeats: int = 3, draft_vocab: int = 0, sampling: SamplingConfig | None = None) -> tuple[Costs, bool]:
+    """Cached costs for `key` (which must name draft_vocab and the sampling settings), else
+    measured now and cached; returns (costs, were they cached)."""
     cached = load_cached(folder, key)
     if cached is not None and max(cached.verify_cost, default=0) >= max_k:
         return cached, True
-    costs = measure_costs(target, drafter_model, context, repeats, max_k, draft_vocab)
+    costs = measure_costs(target, drafter_model, context, repeats, max_k, draft_vocab, sampling)
     save_cached(folder, key, costs)
     return costs, False

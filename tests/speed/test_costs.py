@@ -22,6 +22,34 @@ def test_measure_costs_on_tiny_models():
     assert alone.c is None and alone.drafter_cost is None
 
 
+def test_timed_forwards_include_the_loops_work_on_their_logits(monkeypatch):
+    """As the decoding loop does: a plain step and a draft step pick their token (choose),
+    a verify pass of k rows processes all k (logits_to_probs, then the argmax under greedy),
+    with the run's sampling settings; forwards are timed with that work, not without it."""
+    from specbench.core.sampling import SamplingConfig
+    from specbench.speed import costs as costs_module
+
+    calls = []
+    real_choose, real_probs, real_greedy = costs_module.choose, costs_module.logits_to_probs, costs_module.greedy_tokens
+    monkeypatch.setattr(costs_module, "choose", lambda logits, sampling, gen: calls.append(("choose", tuple(logits.shape), sampling.temperature)) or real_choose(logits, sampling, gen))
+    monkeypatch.setattr(costs_module, "logits_to_probs", lambda logits, sampling: calls.append(("probs", tuple(logits.shape), sampling.temperature)) or real_probs(logits, sampling))
+    monkeypatch.setattr(costs_module, "greedy_tokens", lambda logits: calls.append(("argmax", tuple(logits.shape), None)) or real_greedy(logits))
+    target, drafter = tiny_model(0, layers=2, hidden=32), tiny_model(1, layers=1, hidden=16)
+    vocab = target.config.vocab_size
+    for sampling, verify in ((SamplingConfig(), [("probs", (3, vocab), 0.0), ("argmax", (3, vocab), None)]), (SamplingConfig(temperature=0.7), [("probs", (3, vocab), 0.7)])):
+        calls.clear()
+        target_timer = costs_module.ForwardTimer(target, list(range(1, 9)), sampling=sampling)
+        drafter_timer = costs_module.ForwardTimer(drafter, list(range(1, 9)), costs_module.draft_step(drafter, 0), sampling)
+        target_timer.seconds(1)
+        assert calls == [("choose", (vocab,), sampling.temperature)]  # a plain step
+        calls.clear()
+        target_timer.seconds(3)
+        assert calls == verify  # a verify pass of 3 rows
+        calls.clear()
+        drafter_timer.seconds(2)
+        assert calls == [("choose", (drafter.config.vocab_size,), sampling.temperature)]  # a catch-up's last row
+
+
 def test_verify_curve_keeps_steps_and_pools_points_that_fall():
     """t(1) keeps its own point (one row may run another kernel); past it the curve is the
     closest non-decreasing one: steps stay (the int8 kernel's tiles of four rows), a point

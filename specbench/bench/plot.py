@@ -141,9 +141,12 @@ def _gamma_axis(ax, gammas: list[int]) -> None:
         ax.set_xticks(gammas)
 
 
-def _finish(fig, ax, path: Path) -> Path:
+def _finish(fig, ax, path: Path, beside: bool = False) -> Path:
+    """Legend, layout, PNG. The legend goes beside the axes (on a wider figure) when it has
+    more than LEGEND_INSIDE entries or `beside` says so (bars fill the axes: any place
+    inside hides some)."""
     handles, _ = ax.get_legend_handles_labels()
-    if len(handles) > LEGEND_INSIDE:  # beside the axes, on a wider figure: it would hide lines
+    if handles and (beside or len(handles) > LEGEND_INSIDE):
         width, height = fig.get_size_inches()
         fig.set_size_inches(width + 3.6, height)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), framealpha=0.85)
@@ -239,7 +242,7 @@ def chart_category_speedup(table, runs, meta, path: Path, subtitle: str) -> Path
     ax.set_ylim(0, tallest * 1.3)  # room for the legend above the bars
     ax.set_xticks(range(len(categories)))
     ax.set_xticklabels(categories, rotation=20, ha="right")
-    return _finish(fig, ax, path)
+    return _finish(fig, ax, path, beside=True)
 
 
 def model_points(runs: pd.DataFrame) -> dict[str, list[tuple[float, float]]]:
@@ -484,4 +487,4 @@ def chart_category_predicted(table, runs, path: Path, subtitle: str) -> Path:
     ax.axhline(1.0, color="0.3", linewidth=1)
     ax.set_xticks(range(len(categories)))
     ax.set_xticklabels(categories, rotation=20, ha="right", fontsize=8)
-    return _finish(fig, ax, path)
+    return _finish(fig, ax, path, beside=True)

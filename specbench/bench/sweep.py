@@ -87,7 +87,7 @@ from specbench.models.text import check_prompt_fits, encode_prompt
 from specbench.policies import POLICIES, make_policy
 from specbench.speed import native
 from specbench.speed.gguf_blocks import Q4KLinear
-from specbench.speed.costs import Costs, for_drafter, measure_costs, pooled, timing_context
+from specbench.speed.costs import METHOD as COSTS_METHOD, Costs, for_drafter, measure_costs, pooled, timing_context
 from specbench.speed.kernels import stock_kernels
 from specbench.bench.results import (
     BASELINE_METHOD,
@@ -861,12 +861,20 @@ def read_paths(out_dir: Path) -> dict[tuple[str, int], list[int]]:
     return outputs
 
 
+COSTS_METHOD_BEFORE_RECORDED = 5  # costs.METHOD of the sweeps written before meta.json recorded it
+
+
 def check_resume_meta(meta: dict, fresh: dict) -> None:
     """A resumed sweep must measure what the interrupted one measured. (A key an older
-    sweep did not record is not checked, except draft_vocab: before it, drafters scored all.)"""
+    sweep did not record is not checked, except draft_vocab: before it, drafters scored all;
+    and costs_method: before it, costs were measured by method 5 or earlier.) Costs measured
+    another way are not pooled with this version's: such a sweep starts again."""
     old = dict(meta.get("sweep", {}))
     if old:
         old.setdefault("draft_vocab", 0)
+        method = old.get("costs_method", COSTS_METHOD_BEFORE_RECORDED)
+        if meta.get("costs_by_block") and method != fresh["sweep"].get("costs_method"):
+            raise SweepError(f"cannot resume: that sweep measured its costs by method {method}, this version by {fresh['sweep'].get('costs_method')} (speed/costs.py METHOD); start it again with another --out")
     for key in ("target", "drafter_model", "drafter_models", "temperature", "max_new_tokens", "seed", "kernels", "draft_vocab", "measure", "measure_per_category"):
         if key in old and old[key] != fresh["sweep"].get(key):
             raise SweepError(f"cannot resume: {key} was {old[key]!r} in that sweep, now {fresh['sweep'].get(key)!r}")
@@ -972,6 +980,7 @@ def build_meta(target, drafters: dict[str, DrafterModel], config: SweepConfig, p
             "prompts": prompts_source,
             "prompt_ids": [p.id for p in prompts],
             "categories": list(dict.fromkeys(p.category for p in prompts)),
+            "costs_method": COSTS_METHOD,  # how c, v(k) and u(n) were measured (speed/costs.py)
         },
     }
 

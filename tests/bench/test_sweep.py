@@ -944,3 +944,18 @@ def test_sweep_command_compares_two_drafter_models(tmp_path):
     again = CliRunner().invoke(cli.app, [*args[:7], "--drafter-model", str(twin), *args[7:-1], str(tmp_path / "dup")])
     assert again.exit_code == 2 and "share a name" in again.output and len(again.output.strip().splitlines()) == 1
 
+
+
+def test_a_sweep_whose_costs_were_measured_another_way_does_not_resume():
+    """Costs measured by another costs.METHOD (a sweep that recorded none measured by 5 or
+    earlier) are not pooled with this version's: resuming says so in one line; a sweep that
+    measured no costs yet, or measured them this way, resumes."""
+    from specbench.bench.sweep import check_resume_meta
+    from specbench.speed.costs import METHOD
+
+    fresh = {"sweep": {"costs_method": METHOD, "draft_vocab": 0}}
+    blocks = {"a/0": {"c": 0.4}}
+    with pytest.raises(SweepError, match="cannot resume: that sweep measured its costs by method 5"):
+        check_resume_meta({"sweep": {"draft_vocab": 0}, "costs_by_block": blocks}, fresh)
+    check_resume_meta({"sweep": {"draft_vocab": 0}}, fresh)  # nothing measured yet
+    check_resume_meta({"sweep": {"costs_method": METHOD, "draft_vocab": 0}, "costs_by_block": blocks}, fresh)

@@ -21,7 +21,6 @@ from specbench.bench.results import (
     BASELINE_METHOD,
     FIXED_POLICY,
     MODEL_DRAFTER,
-    MODEL_SEPARATOR,
     MEASURED,
     ORACLE_POLICY,
     PREDICTED,
@@ -298,8 +297,8 @@ def describe_c(meta: dict) -> str:
     with their range) or its one measurement. A sweep written before pricing was pooled has
     no costs_pooled and priced each prompt with its own c: the range is what it used."""
     blocks = meta.get("costs_by_block") or {}
-    first_model = next(iter(blocks), "").partition(MODEL_SEPARATOR)[2]  # meta's c is the first drafter model's
-    cs = [m["c"] for key, m in blocks.items() if key.partition(MODEL_SEPARATOR)[2] == first_model and m.get("c") is not None]
+    first_model = label_parts(next(iter(blocks), ""))[1]  # a block's key names its model as a label does; meta's c is the first's
+    cs = [m["c"] for key, m in blocks.items() if label_parts(key)[1] == first_model and m.get("c") is not None]
     spread, c = (f"{min(cs):.3f} to {max(cs):.3f}" if cs else ""), f"c{f' of {first_model}' if first_model else ''}"
     if meta.get("costs_pooled", 1) > 1 and meta.get("c") is not None and spread:
         return f"{c} = {meta['c']:.3f} (median of {meta['costs_pooled']} prompts' {spread})"

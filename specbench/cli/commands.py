@@ -671,7 +671,7 @@ def _costs_lines(measured: dict, pooled: dict) -> list[str]:
     lines = []
     for name, (costs, count) in pooled.items():
         lines.append(pricing_line(name, costs, count))
-        blocks = [m for key, m in measured.items() if key.partition(sweep_results.MODEL_SEPARATOR)[2] == (name or "")]
+        blocks = [m for key, m in measured.items() if sweep_results.label_parts(key)[1] == (name or "")]
         cs = [m.c for m in blocks if m.c is not None]
         if len(blocks) > 1:
             steps = sorted(m.target_step_seconds * 1000 for m in blocks)

@@ -1,0 +1,105 @@
+"""specbench's native kernels at the default pair's shapes, with random weights: no model needed.
+
+Why: the real pair is 2.6 GB of packages that a borrowed machine (a CPU of another kind, an
+accelerator host with no registry) may not have. Random weights of the same shapes stream the
+same bytes through the same kernels, so this compares CPUs and instruction sets (AVX2 against
+AVX-512 VNNI) where `bench/target_step.py` and `bench/drafter_step.py` cannot run. It times
+the kernels alone: no attention, norms or head processing, so a whole step costs more.
+
+Median of --repeats, each over every layer (their weights all distinct, so they stream from
+memory as in a real step):
+  - the target's 28 decoder layers (Qwen2.5-1.5B: q, k, v, o, gate, up, down) as Q4_K blocks
+    through q4k_linear.c, and its int8 output head through int8_linear.c, for each of --rows;
+  - the drafter's 24 layers (Qwen2.5-0.5B) as int8 rows (bf16 in, bf16 scales) through
+    int8_gemv.c (AVX512-VNNI, where built), int8_linear.c (AVX2) and PyTorch's int8 kernel,
+    and as Q4_K blocks, for 1, 2 and 4 rows.
+All on one core set by the caller: `taskset -c 0,1 env OMP_NUM_THREADS=2 python ...`.
+
+    python bench/kernel_shapes.py [--repeats 5] [--rows 1,2,3,4,5,8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from common import machine_line
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from gguf_tiny import random_q4k  # noqa: E402  (valid random Q4_K bytes, shared with the tests)
+
+from specbench.speed import quantize  # noqa: E402
+from specbench.speed.gguf_blocks import QK, Q4KLinear, repack  # noqa: E402
+
+# (hidden, intermediate, key/value width, layers, vocabulary) of the default pair
+TARGET = (1536, 8960, 256, 28, 151936)
+DRAFTER = (896, 4864, 128, 24, 151936)
+
+
+def layer_shapes(hidden: int, intermediate: int, kv: int) -> list[tuple[int, int]]:
+    """(out, in) of one decoder layer's seven Linears: q, k, v, o, gate, up, down."""
+    return [(hidden, hidden), (kv, hidden), (kv, hidden), (hidden, hidden), (intermediate, hidden), (intermediate, hidden), (hidden, intermediate)]
+
+
+def q4k_layers(model: tuple, seed: int) -> list[Q4KLinear]:
+    hidden, intermediate, kv, layers, _ = model
+    shapes = layer_shapes(hidden, intermediate, kv)
+    return [Q4KLinear(repack(random_q4k(out, -(-cols // QK) * QK, seed=seed + n)), None, in_features=cols) for n, (out, cols) in enumerate(shapes * layers)]
+
+
+def median_ms(call, repeats: int) -> float:
+    call()  # warm: builds the kernels, touches the weights
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def target(repeats: int, rows: list[int]) -> None:
+    hidden = TARGET[0]
+    layers = q4k_layers(TARGET, seed=0)
+    head = torch.randint(-127, 128, (TARGET[4], hidden), dtype=torch.int8)
+    scales = torch.rand(TARGET[4]) * 0.01
+    for n in rows:
+        x = {width: torch.randn(n, width) for width in {layer.in_features for layer in layers}}
+        body = median_ms(lambda: [layer(x[layer.in_features]) for layer in layers], repeats)
+        top = median_ms(lambda: quantize.exact_int8_linear(x[hidden], head, scales, None), repeats)
+        print(f"target, {n} row(s): Q4_K layers {body:7.2f} ms   int8 head {top:6.2f} ms", flush=True)
+
+
+def drafter(repeats: int) -> None:
+    hidden, intermediate, kv, count, _ = DRAFTER
+    weights = [(torch.randint(-127, 128, shape, dtype=torch.int8), (torch.rand(shape[0]) * 0.01).bfloat16()) for shape in layer_shapes(hidden, intermediate, kv) * count]
+    blocks = q4k_layers(DRAFTER, seed=10_000)
+    ways = {
+        "int8 (int8_gemv where built)": quantize.fast_int8_linear,
+        "int8 (int8_linear)": quantize.native_int8_linear,
+        "int8 (PyTorch)": quantize.int8_linear,
+    }
+    for n in (1, 2, 4):
+        x = {width: torch.randn(n, width).bfloat16() for width in (hidden, intermediate)}
+        cells = [f"{name} {median_ms(lambda: [way(x[q.shape[1]], q, s, None) for q, s in weights], repeats):6.2f}" for name, way in ways.items()]
+        xf = {width: t.float() for width, t in x.items()}
+        cells.append(f"Q4_K {median_ms(lambda: [layer(xf[layer.in_features]) for layer in blocks], repeats):6.2f}")
+        print(f"drafter, {n} row(s), ms: " + "   ".join(cells), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rows", default="1,2,3,4,5,8")
+    args = parser.parse_args()
+    print(machine_line(), flush=True)
+    target(args.repeats, [int(n) for n in args.rows.split(",")])
+    drafter(args.repeats)
+
+
+if __name__ == "__main__":
+    main()

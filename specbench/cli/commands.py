@@ -481,7 +481,7 @@ def sweep_command(
     gamma_policy: Annotated[list[str] | None, typer.Option("--gamma-policy", help="Gamma policy to compare (repeat for several); default: fixed.", show_default=False)] = None,
     target: Annotated[str, typer.Option("--target", help="Target model: default, a local folder, a .gguf file or a cached hub id.")] = "default",
     drafter_model: Annotated[list[str] | None, typer.Option("--drafter-model", help="Drafter model for the model drafter and hf-assisted (a model spec, any tokenizer, or none); repeat to compare several in one sweep (labels model@NAME).", show_default=False)] = None,
-    prompts: Annotated[str, typer.Option("--prompts", help="Prompt set: a JSONL file (ours or Spec-Bench's question.jsonl) or a name: default, quick.")] = "default",
+    prompts: Annotated[str, typer.Option("--prompts", help="Prompt set: a name (default, quick) or a file: .jsonl (ours, Spec-Bench's, chat messages, {\"prompt\": ...}), a .json array of those, or .txt (a prompt a line).")] = "default",
     category: Annotated[list[str] | None, typer.Option("--category", help="Only prompts of this category (repeat for several).", show_default=False)] = None,
     temperature: Annotated[float, typer.Option("--temperature", help="0 is greedy (outputs are checked against plain decoding).")] = 0.0,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Tokens per generation.")] = 128,

@@ -7,6 +7,8 @@ It knows nothing of models beyond their tokenizer.
 
 from __future__ import annotations
 
+from jinja2 import TemplateError  # what a chat template raises (transformers renders them with jinja2)
+
 from specbench.core.generate import check_prompt
 from specbench.errors import PromptError, reraise_as
 
@@ -25,7 +27,10 @@ def encode_prompt(tokenizer, prompt: str | list[Message], *, raw: bool = False) 
     if not any(m["content"].strip() for m in messages):
         raise PromptError("the prompt is empty")
     if not raw and getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        try:
+            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        except TemplateError as exc:  # e.g. a template without a system role
+            raise PromptError(f"the tokenizer's chat template refused the prompt: {exc} (--raw sends the text without it)") from None
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
     if len(messages) == 1:
         text = messages[0]["content"]

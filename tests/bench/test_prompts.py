@@ -101,3 +101,61 @@ def test_file_level_errors(tmp_path):
         load_prompts(str(dup))
     with pytest.raises(PromptError, match="no category 'poetry'.*it has: code-writing"):
         load_prompts("default", ["poetry"])
+
+
+def test_plain_text_files_give_one_prompt_a_line(tmp_path):
+    path = tmp_path / "prompts.txt"
+    path.write_text("\ufeffWrite a haiku.\n\n  Explain recursion.  \n", encoding="utf-8")  # a byte-order mark, a blank line
+    prompts = load_prompts(str(path))
+    assert [(p.id, p.category, p.turns) for p in prompts] == [("1", "uncategorized", ("Write a haiku.",)), ("3", "uncategorized", ("Explain recursion.",))]
+
+
+def test_json_arrays_and_the_common_record_forms(tmp_path):
+    """Chat messages (system, replies, a trailing reference answer), HumanEval's task_id,
+    Alpaca's instruction + input, and a bare question, in one JSON array."""
+    records = [
+        {"id": "chat", "messages": [
+            {"role": "system", "content": "Be brief."}, {"role": "user", "content": "u1"},
+            {"role": "assistant", "content": "a1"}, {"role": "user", "content": "u2"}, {"role": "assistant", "content": "the reference"},
+        ]},
+        {"task_id": "HumanEval/0", "prompt": "def f():\n"},
+        {"instruction": "Translate to French.", "input": "Good morning", "output": "Bonjour"},
+        {"question": "Why is the sky blue?", "category": "qa"},
+    ]  # fmt: skip
+    path = tmp_path / "set.json"
+    path.write_text(json.dumps(records))
+    chat, code, alpaca, question = load_prompts(str(path))
+    assert chat.messages() == [
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "u1"},
+        {"role": "assistant", "content": "a1"}, {"role": "user", "content": "u2"},
+    ]  # fmt: skip
+    assert (code.id, code.turns) == ("HumanEval/0", ("def f():\n",))
+    assert (alpaca.id, alpaca.turns) == ("3", ("Translate to French.\n\nGood morning",))
+    assert (question.id, question.category, question.turns) == ("4", "qa", ("Why is the sky blue?",))
+
+
+@pytest.mark.parametrize(
+    ("messages", "message"),
+    [
+        ("hello", "'messages' must be a list"),
+        ([{"role": "user"}], "'messages' must be a list"),
+        ([{"role": "assistant", "content": "a"}], "must alternate"),
+        ([{"role": "user", "content": "u"}, {"role": "user", "content": "u"}], "must alternate"),
+        ([{"role": "system", "content": "s"}], "must alternate"),
+    ],
+)
+def test_malformed_chat_messages_name_the_record(tmp_path, messages, message):
+    path = write_lines(tmp_path / "chat.jsonl", [{"messages": messages}])
+    with pytest.raises(PromptError, match=message) as info:
+        load_prompts(str(path))
+    assert "chat.jsonl:1" in str(info.value)
+
+
+def test_a_broken_json_file_names_the_file(tmp_path):
+    path = tmp_path / "broken.json"
+    path.write_text('[{"prompt": "a"},')
+    with pytest.raises(PromptError, match="broken.json: not valid JSON"):
+        load_prompts(str(path))
+    (tmp_path / "records.json").write_text('[{"prompt": "a"}, {"prompt": 3}]')
+    with pytest.raises(PromptError, match="records.json: record 2: needs 'turns'"):
+        load_prompts(str(tmp_path / "records.json"))

@@ -300,6 +300,15 @@ def test_encode_prompt_chat_template_raw_and_empty():
         models.encode_prompt(tokenizer, "  \n")
 
 
+def test_a_chat_template_that_refuses_the_messages_is_one_prompt_error():
+    """A template without a system role (Gemma's, Mistral's) raises inside jinja2."""
+    no_system = "{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{{ m['content'] }}{% endfor %}"
+    tokenizer = char_tokenizer(chat_template=no_system)
+    with pytest.raises(models.PromptError, match="refused the prompt: System role not supported"):
+        models.encode_prompt(tokenizer, [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}])
+    assert models.encode_prompt(tokenizer, "hi") == [char_vocab()["h"], char_vocab()["i"]]
+
+
 def test_encode_prompt_one_rule_for_strings_and_messages():
     """One encode_prompt for `generate` and the sweep (they once differed without a chat
     template): a string is one user turn; with a template, messages go through it; without

@@ -945,7 +945,6 @@ def test_sweep_command_compares_two_drafter_models(tmp_path):
     assert again.exit_code == 2 and "share a name" in again.output and len(again.output.strip().splitlines()) == 1
 
 
-
 def test_a_sweep_whose_costs_were_measured_another_way_does_not_resume():
     """Costs measured by another costs.METHOD (a sweep that recorded none measured by 5 or
     earlier) are not pooled with this version's: resuming says so in one line; a sweep that

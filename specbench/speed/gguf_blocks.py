@@ -128,20 +128,24 @@ class Q4KLinear(torch.nn.Module):
 
 
 def q4k_linear(x: torch.Tensor, layer: Q4KLinear) -> torch.Tensor:
-    """x [..., in] times the layer's Q4_K weight, plus its bias, through q4k_linear.c."""
+    """x [..., in] times the layer's Q4_K weight, plus its bias, through q4k_linear.c.
+
+    A target step makes some 170 of these calls, so the wrapper does no more than it must:
+    no copy of a float32 contiguous x, and no conversion of a float32 result."""
     lib = native.q4k_kernel()
     if lib is None:
         raise RuntimeError(f"the Q4_K linear kernel is not available: {native.q4k_why_not()}")
-    rows, width = x.numel() // x.shape[-1], x.shape[-1]
+    width = x.shape[-1]
     if width != layer.in_features:
         raise ValueError(f"a Q4_K layer of {layer.in_features} inputs got {width}")
-    x2 = x.reshape(rows, width).float().contiguous()
-    out = torch.empty(rows, layer.out_features, dtype=torch.float32)
+    x2 = x if x.dtype == torch.float32 and x.is_contiguous() else x.float().contiguous()
+    rows = x2.numel() // width
+    out = torch.empty(*x.shape[:-1], layer.out_features, dtype=torch.float32)
     bias = None if layer.bias is None else layer.bias.data_ptr()
     args = (x2.data_ptr(), rows, width, layer.qs.data_ptr(), layer.sm.data_ptr(), layer.d.data_ptr(), layer.dmin.data_ptr(), bias, layer.out_features, out.data_ptr())
     if rows and lib.specbench_q4k_linear(*args) != 0:
         raise RuntimeError(f"q4k_linear refused a call of {rows} x {width}")
-    return out.reshape(*x.shape[:-1], layer.out_features).to(x.dtype)
+    return out if x.dtype == torch.float32 else out.to(x.dtype)
 
 
 # ---------------------------------------------------------------------------- a model

@@ -9,7 +9,8 @@ with the restricted head (--draft-vocab, default 65536), through
   - the same through specbench's own kernels (native.py: int8_gemv.c on AVX512-VNNI, else
     int8_linear.c on AVX2): the step the model drafter runs (draft_vocab.RestrictedStep);
   - that step for the drafter in each of --also's dtypes (default q4k: its decoder layers as
-    Q4_K blocks through q4k_linear.c).
+    Q4_K blocks through q4k_linear.c), through the lean forward's PyTorch operations and,
+    where they apply, as fused_step.py's native layer calls (what a q4k drafter runs).
 Prints milliseconds and whether the argmax agrees with the first way's.
 
     python bench/drafter_step.py [--context 144] [--repeats 21] [--also q4k]
@@ -26,10 +27,22 @@ import torch
 from common import load_default_pair, machine_line, prompt_ids
 from specbench import models
 from specbench.bench.prompts import load_prompts
-from specbench.core.cache import crop_cache, new_cache
+from specbench.core.cache import cache_arg, crop_cache, new_cache
 from specbench.speed import native
 from specbench.speed.draft_vocab import RestrictedHead, output_head, restricted_head, restricted_logits
+from specbench.speed.lean_step import lean_decoder
 from specbench.speed.quantize import dense_twin
+
+
+def unfused(model, forward):
+    """forward() with the model's layers through the lean forward's PyTorch operations, not
+    fused_step.py's native calls."""
+    decoder = lean_decoder(model)
+    fused, decoder.fused = decoder.fused, None
+    try:
+        return forward()
+    finally:
+        decoder.fused = fused
 
 
 def pytorch_kernel(forward):
@@ -70,11 +83,14 @@ def main() -> None:
     }
     for dtype, other in others.items():  # the same cache serves: the same layout, other weights
         other_head = restricted_head(other, args.draft_vocab, context)
-        ways[f"lean forward, {dtype} rows, specbench's kernel"] = lambda ids, cache, m=other, h=other_head: restricted_logits(m, h, ids, cache)
+        fused = lean_decoder(other).fused
+        ways[f"lean forward, {dtype} rows, specbench's kernel"] = lambda ids, cache, m=other, h=other_head: unfused(m, lambda: restricted_logits(m, h, ids, cache))
+        if fused is not None:
+            ways[f"{dtype} layers as native calls (fused_step.py): the draft step"] = lambda ids, cache, m=other, h=other_head: restricted_logits(m, h, ids, cache)
     print(machine_line())
     cache = new_cache(drafter)
     with torch.inference_mode():
-        drafter(input_ids=torch.tensor([context]), past_key_values=cache, use_cache=True, logits_to_keep=1)
+        drafter(input_ids=torch.tensor([context]), **cache_arg(drafter, cache), use_cache=True, logits_to_keep=1)
         print(f"{pair.drafter_model.name}, int8, {args.context} cached tokens, {torch.get_num_threads()} threads, median of {args.repeats}")
         print("| forward | 1 token | 2 tokens | argmax as the first way |")
         print("|---|---|---|---|")

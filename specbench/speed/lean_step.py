@@ -15,6 +15,10 @@ ones, so no memory is added and HF's forward reads the very same numbers.
 `python bench/drafter_step.py` times it against HF's forward on this machine; the
 measurements so far are in docs/log.md.
 
+A q4k drafter (`--draft-dtype q4k`, the CPU default) runs its layers as fused_step.py's
+native calls instead, in float32, a third faster a step; this forward stays for every other
+drafter and for the target.
+
 Rows fed over a cache attend one at a time, as core/attention.py does for the target, and
 the int8 kernels work row by row: a row's hidden state comes out the same whether it was fed
 alone or with others, so the sweep's profile (one token a step) sees what real rounds see.
@@ -46,6 +50,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from specbench.core.attention import ROWS
 from specbench.core.generate import model_device
+from specbench.speed.fused_step import fused_layers
 from specbench.speed.gguf_blocks import Q4K_BUFFERS, Q4KLinear
 from specbench.speed.quantize import MAX_INT8_ROWS, Int8Linear, fast_int8_linear, runs_int8
 
@@ -165,11 +170,15 @@ class LeanDecoder:
         self.gate_up = [group(layer.mlp, ("gate_proj", "up_proj")) for layer in self.decoder.layers]
         self.o = [group(layer.self_attn, ("o_proj",)) for layer in self.decoder.layers]
         self.down = [group(layer.mlp, ("down_proj",)) for layer in self.decoder.layers]
+        # a q4k drafter's layers as native calls (fused_step.py); never a target's (stack=False)
+        self.fused = fused_layers(self) if stack else None
 
     def __call__(self, input_ids: torch.Tensor, cache) -> torch.Tensor:
         n = input_ids.shape[1]
         if self.max_rows is not None and n > self.max_rows:
             raise ValueError(f"the lean forward takes at most {self.max_rows} tokens, got {n}")
+        if self.fused is not None:
+            return self.fused(input_ids, cache)
         past = cache.get_seq_length()
         hidden = self.decoder.embed_tokens(input_ids)
         positions = torch.arange(past, past + n, device=input_ids.device).unsqueeze(0)

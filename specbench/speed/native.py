@@ -1,6 +1,6 @@
 """Builds and loads specbench's own int8 and 4-bit kernels (C files beside this module).
 
-Three libraries, each compiled once per machine with the system C compiler (`cc`, or $CC) for
+Four libraries, each compiled once per machine with the system C compiler (`cc`, or $CC) for
 this CPU (-march=native) into the cache (defaults.native_dir(), keyed by the
 source, the flags and the CPU's model and flags), and loaded with ctypes. All use OpenMP
 through the runtime PyTorch has already loaded, so they share one thread pool.
@@ -14,10 +14,13 @@ through the runtime PyTorch has already loaded, so they share one thread pool.
   q4k_linear.c   (q4k_kernel())     any number of fp32 rows over a GGUF file's own Q4_K
                                     blocks, batch-invariant like int8_linear.c: the q4k
                                     target (gguf_blocks.Q4KLinear); needs AVX2.
+  q4k_layer.c    (layer_kernel())   a q4k drafter's decoder layer in two calls, around the
+                                    cache (fused_step.py); includes q4k_linear.c; needs AVX2.
 
 No compiler, a failed build, or a CPU without the instructions: the getter returns None,
-callers keep PyTorch's kernels (or refuse an int8 or q4k target) and `why_not()`,
-`linear_why_not()` and `q4k_why_not()` say why. SPECBENCH_NATIVE=0 turns all three off.
+callers keep PyTorch's kernels (or refuse an int8 or q4k target, or run a q4k drafter's
+layers through the lean forward) and `why_not()`, `linear_why_not()`, `q4k_why_not()` and
+`layer_why_not()` say why. SPECBENCH_NATIVE=0 turns all four off.
 """
 
 from __future__ import annotations
@@ -50,10 +53,16 @@ class Library:
     ready: str  # symbol: int f(void), 1 when the CPU has what the code needs
     needs: str  # those instructions, for the reason it is not used
     entries: tuple  # (symbol, ctypes argtypes) of each function; each returns int: 0, or -1 for a call it refuses
+    includes: tuple = ()  # the other C files it #includes (in its build key)
 
     @property
     def path(self) -> Path:
         return Path(__file__).with_name(self.source)
+
+    def sources(self) -> bytes:
+        """What its build depends on besides the flags and the CPU: its C text and what it includes."""
+        files = [self.path, *(Path(__file__).with_name(name) for name in self.includes), HEADER]
+        return b"".join(file.read_bytes() for file in files)
 
 
 GEMV = Library("int8_gemv.c", "specbench_int8_ready", "AVX512BW or AVX512-VNNI", (("specbench_int8_gemv", (_P, _I, _I, _P, _P, _P, _I, _P)),))
@@ -66,6 +75,14 @@ LINEAR = Library(
 
 
 Q4K = Library("q4k_linear.c", "specbench_q4k_ready", "AVX2", (("specbench_q4k_linear", (_P, _I, _I, _P, _P, _P, _P, _P, _I, _P)),))
+_L = ctypes.c_long
+LAYER = Library(
+    "q4k_layer.c",
+    "specbench_layer_ready",
+    "AVX2",
+    (("specbench_layer_in", (_P, _P, _I, _P, _P, _P)), ("specbench_layer_out", (_P, _P, _I, _P, _P, _P, _I, _L, _L, _I))),
+    includes=("q4k_linear.c",),
+)
 
 
 def kernel() -> ctypes.CDLL | None:
@@ -98,6 +115,16 @@ def q4k_why_not() -> str | None:
     return _load(Q4K)[1]
 
 
+def layer_kernel() -> ctypes.CDLL | None:
+    """The q4k drafter's decoder-layer library (fused_step.py), or None where it cannot be had."""
+    return _load(LAYER)[0]
+
+
+def layer_why_not() -> str | None:
+    """None when the decoder-layer library is in use, else one line on why not."""
+    return _load(LAYER)[1]
+
+
 def name() -> str:
     """What runs a drafter's few-row int8 layers here: for results' metadata."""
     if kernel() is not None:
@@ -119,7 +146,7 @@ def _load(library: Library) -> tuple[ctypes.CDLL | None, str | None]:
     if compiler is None:
         return None, "no C compiler (cc or gcc) on PATH"
     stem = library.path.stem
-    path = defaults.native_dir() / f"{stem}-{_key(compiler, library.path)}.so"
+    path = defaults.native_dir() / f"{stem}-{_key(compiler, library)}.so"
     if not path.exists():
         error = _build(compiler, library.path, path)
         if error:
@@ -143,9 +170,9 @@ def _compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
 
 
-def _key(compiler: str, source: Path) -> str:
-    """A short hash of what the built library depends on: source, compiler, flags, CPU."""
-    digest = hashlib.sha256(source.read_bytes() + HEADER.read_bytes())
+def _key(compiler: str, library: Library) -> str:
+    """A short hash of what the built library depends on: sources, compiler, flags, CPU."""
+    digest = hashlib.sha256(library.sources())
     digest.update(" ".join([compiler, *FLAGS]).encode())
     digest.update(_cpu_signature().encode())
     return digest.hexdigest()[:16]

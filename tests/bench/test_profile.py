@@ -15,6 +15,8 @@ from specbench.drafters import DRAFTERS, make_drafter
 from specbench.core.attention import use_row_invariant_attention
 from specbench.policies import make_policy
 from specbench.speed import native
+from specbench.speed.gguf_blocks import quantize_to_q4k
+from specbench.speed.lean_step import lean_decoder
 from specbench.speed.quantize import int8_available, quantize_linears, quantize_target
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -133,17 +135,24 @@ def test_sampled_prediction_tracks_real_runs(pair):
 
 
 @pytest.mark.skipif(native.linear_kernel() is None or not int8_available(), reason="needs the int8 target kernel and PyTorch's int8 weight-only kernel")
+@pytest.mark.parametrize("dtype", ["int8", "q4k"])
 @pytest.mark.parametrize("drafter", ["model", "model+lookup"])
-def test_an_int8_drafter_with_a_restricted_head_is_predicted_exactly(drafter):
+def test_a_quantized_drafter_with_a_restricted_head_is_predicted_exactly(drafter, dtype):
     """The default pair's arrangement in small: an int8 target with row-invariant attention,
-    a bf16 int8 drafter drafting over part of the vocabulary through the lean forward, head
-    dim 32 (where fused attention rounds a block of rows unlike single rows). Every row the
-    drafter feeds (one-row steps, two-row catch-ups, longer catch-ups after copied drafts) is
-    computed as a one-row step, so the profile's path_logits predict every round."""
+    a bf16 int8 or q4k drafter drafting over part of the vocabulary through the lean forward
+    (q4k: its layers as fused_step.py's native calls), head dim 32 (where fused attention
+    rounds a block of rows unlike single rows). Every row the drafter feeds (one-row steps,
+    two-row catch-ups, longer catch-ups after copied drafts) is computed as a one-row step,
+    so the profile's path_logits predict every round."""
+    if dtype == "q4k" and native.layer_kernel() is None:
+        pytest.skip(f"q4k_layer is not built here: {native.layer_why_not()}")
     target = tiny_model(0, hidden=128, max_positions=512)
     quantize_target(target)
     use_row_invariant_attention(target)
     drafter_model = noisy_copy(tiny_model(0, hidden=128, max_positions=512), 0.3, seed=1).to(torch.bfloat16)
+    if dtype == "q4k":
+        quantize_to_q4k(drafter_model)
+        assert lean_decoder(drafter_model).fused is not None
     quantize_linears(drafter_model)
     gen = GenerationConfig(max_new_tokens=60)
     accepted = 0

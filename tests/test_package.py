@@ -1,8 +1,8 @@
 """What a user gets from `pip install specbench` (not editable) and from `import specbench`.
 
-Guards against the prompt sets or the native kernel's C source being left out of the wheel:
-a non-editable install would then have no `default` or `quick` prompt set and no int8 kernel
-to build, while every test run from the source tree still passed.
+Guards against the prompt sets or the native kernels' C source being left out of the wheel:
+a non-editable install would then have no `default` or `quick` prompt set and no kernel to
+build, while every test run from the source tree still passed.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ def test_the_wheel_ships_the_prompt_sets_and_the_kernel_source(tmp_path):
     shipped_sets = {Path(n).stem for n in names if n.startswith("specbench/bench/prompt_sets/") and n.endswith(".jsonl")}
     assert shipped_sets == set(prompts.available_sets())
     assert {"default", "quick"} <= shipped_sets
-    assert {"specbench/speed/int8_gemv.c", "specbench/speed/int8_linear.c", "specbench/speed/bf16.h"} <= set(names)
+    kernels = {f"specbench/speed/{name}" for name in ("int8_gemv.c", "int8_linear.c", "q4k_linear.c", "q4k_layer.c", "bf16.h")}
+    assert kernels <= set(names)
     assert "specbench/core/generate.py" in names and "specbench/cli/commands.py" in names
 
 

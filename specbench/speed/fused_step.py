@@ -48,8 +48,8 @@ def fused_layers(lean) -> FusedLayers | None:
     lib = native.layer_kernel()
     if lib is None or lean.head_dim % 8 != 0:
         return None
-    linears = [lean.qkv[i].q4k for i in range(len(lean.qkv))] + [lean.gate_up[i].q4k for i in range(len(lean.gate_up))]
-    linears += [lean.o[i].linears[0] for i in range(len(lean.o))] + [lean.down[i].linears[0] for i in range(len(lean.down))]
+    # q|k|v and gate|up are stacked (Stacked.q4k) only when each part is a Q4KLinear
+    linears = [linear for i in range(len(lean.qkv)) for linear in (lean.qkv[i].q4k, lean.gate_up[i].q4k, lean.o[i].linears[0], lean.down[i].linears[0])]
     if not all(isinstance(linear, Q4KLinear) and linear.qs.device.type == "cpu" for linear in linears):
         return None
     norms = [norm for layer in lean.decoder.layers for norm in (layer.input_layernorm, layer.post_attention_layernorm)]
@@ -65,9 +65,9 @@ def _q4k_args(linear: Q4KLinear) -> Q4KArgs:
 
 class FusedLayers:
     """hidden = FusedLayers(lean, lib)(input_ids [1, n], cache): the decoder's final hidden
-    states [1, n, hidden] (in the model's dtype, computed in float32) after what the cache holds, which it extends, as
-    LeanDecoder's call does. Holds float32 copies of the norms' weights (a few KB) and the
-    layers' block addresses; the blocks themselves are the model's."""
+    states [1, n, hidden] (computed in float32, returned in the model's dtype) after what the
+    cache holds, which it extends, as LeanDecoder's call does. Holds float32 copies of the
+    norms' weights (a few KB) and the layers' block addresses; the blocks are the model's."""
 
     def __init__(self, lean, lib):
         self.lean, self.lib = lean, lib

@@ -134,6 +134,8 @@ class ForwardTimer:
 def fit_verify_curve(seconds: dict[int, float], exact: int = 1) -> dict[int, float]:
     """v(k) = t(k) / t(1): t(k <= exact) as measured, t(k > exact) the isotonic (least-squares
     non-decreasing) fit to those points: a point below the one before it is pooled with it.
+    No fitted point falls below t(1): a forward over more tokens does all a one-token step
+    does, so a lower median is noise (another process on the CPU while the costs were timed).
 
     fit_verify_curve({1: 1.0, 2: 1.5, 3: 1.4, 4: 1.9}) == {1: 1.0, 2: 1.45, 3: 1.45, 4: 1.9}
     fit_verify_curve({1: 1.0, 2: 1.5, 3: 1.4, 4: 1.9}, exact=2) == {1: 1.0, 2: 1.5, 3: 1.4, 4: 1.9}
@@ -141,7 +143,7 @@ def fit_verify_curve(seconds: dict[int, float], exact: int = 1) -> dict[int, flo
     t1 = seconds[1]
     own = {k: t / t1 for k, t in sorted(seconds.items()) if k <= exact}
     points = [(k, t) for k, t in sorted(seconds.items()) if k > exact]
-    fitted = isotonic([t for _, t in points])
+    fitted = [max(t, t1) for t in isotonic([t for _, t in points])]  # clipped: still the bounded least-squares fit
     return {**own, **{k: t / t1 for (k, _), t in zip(points, fitted)}}
 
 
@@ -257,7 +259,7 @@ def for_drafter(costs: Costs, drafter: str) -> Costs:
 # ---------------------------------------------------------------------------- the on-disk cache
 
 
-CACHE_FORMAT = 2  # 2: v(k) and u(n) fitted isotonic; files of another format are measured anew
+CACHE_FORMAT = 3  # 2: v(k) and u(n) fitted isotonic; 3: never below 1; files of another format are measured anew
 
 
 def load_cached(folder: Path, key: str) -> Costs | None:

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from specbench.speed.costs import Costs, fit_verify_curve, for_drafter, isotonic, load_cached, measure_costs, pooled, save_cached
+from specbench.speed.costs import CACHE_FORMAT, Costs, fit_verify_curve, for_drafter, isotonic, load_cached, measure_costs, pooled, save_cached
 from conftest import tiny_model
 
 
@@ -73,6 +73,13 @@ def test_verify_curve_never_falls():
     assert fitted[2] == fitted[3] == fitted[4] == pytest.approx(1.8)
 
 
+def test_no_verify_costs_less_than_one_step():
+    """Medians timed while another process shared the CPU (a `generate` run beside the test
+    suite measured v(2) = 0.64): a forward over k tokens cannot cost less than over one."""
+    fitted = fit_verify_curve({1: 0.10, 2: 0.064, 3: 0.105, 4: 0.128})
+    assert fitted == pytest.approx({1: 1.0, 2: 1.0, 3: 1.05, 4: 1.28})
+
+
 def test_cached_costs_round_trip_and_key_mismatch(tmp_path):
     costs = Costs(c=0.21, target_step_seconds=0.3, drafter_step_seconds=0.063, verify_cost={1: 1.0, 2: 1.6}, context_tokens=80, verify_measured={1: 1.0, 2: 1.7})
     save_cached(tmp_path, "pair A float32", costs)
@@ -80,7 +87,9 @@ def test_cached_costs_round_trip_and_key_mismatch(tmp_path):
     assert load_cached(tmp_path, "pair B float32") is None
     assert not list(tmp_path.glob("*.tmp"))
     (saved,) = tmp_path.glob("*.json")
-    saved.write_text(saved.read_text().replace('"format": 2', '"format": 1'))  # fitted by an older version
+    older = saved.read_text().replace(f'"format": {CACHE_FORMAT}', f'"format": {CACHE_FORMAT - 1}')  # fitted by an older version
+    assert older != saved.read_text()
+    saved.write_text(older)
     assert load_cached(tmp_path, "pair A float32") is None
 
 

@@ -15,7 +15,8 @@
  * lanes then a fixed horizontal sum, -ffp-contract=off), and row r of a call attends the
  * keys before it and itself, so a row comes out the same bits whether it is fed alone or
  * with others: the property the sweep's profile relies on (lean_step.py). exp is a Cephes
- * polynomial in 8 lanes (relative error about 1e-7), not libm's: a drafter's numbers need
+ * polynomial in 8 lanes (relative error about 1e-7; libm's expf only for the SiLU of the
+ * last few columns of a width that is not a multiple of 8): a drafter's numbers need
  * not match any other forward's, only be deterministic; verification keeps decoding lossless.
  */
 #include "q4k_linear.c"

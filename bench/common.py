@@ -1,5 +1,6 @@
 """What the maintainer scripts in bench/ share: the default pair on the CPU fast paths, a
-prompt's ids, and one line saying which machine the numbers come from.
+prompt's ids, one line saying which machine the numbers come from, and a forward with
+fused_step.py's native layers turned off.
 
 Each script runs from the repository root (`python bench/NAME.py --help`) and imports this
 module by its plain name: Python puts the script's own folder first on the path.
@@ -33,3 +34,13 @@ def machine_line() -> str:
     cpu = native.cpu_description()
     flags = ", ".join(cpu["flags"]) or "none of " + ", ".join(native.SPEED_FLAGS)
     return f"{cpu['model']} [{flags}], {torch.get_num_threads()} torch threads, torch {torch.__version__}; int8 draft kernel: {native.name()}"
+
+
+def unfused(decoder, forward):
+    """forward() with a LeanDecoder's layers through the lean forward's PyTorch operations,
+    not fused_step.py's native calls."""
+    fused, decoder.fused = decoder.fused, None
+    try:
+        return forward()
+    finally:
+        decoder.fused = fused

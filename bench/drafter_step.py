@@ -34,17 +34,6 @@ from specbench.speed.lean_step import lean_decoder
 from specbench.speed.quantize import dense_twin
 
 
-def unfused(model, forward):
-    """forward() with the model's layers through the lean forward's PyTorch operations, not
-    fused_step.py's native calls."""
-    decoder = lean_decoder(model)
-    fused, decoder.fused = decoder.fused, None
-    try:
-        return forward()
-    finally:
-        decoder.fused = fused
-
-
 def pytorch_kernel(forward):
     """forward() with specbench's int8 kernels turned off (quantize falls back to PyTorch's)."""
     kernel, linear = native.kernel, native.linear_kernel
@@ -84,7 +73,7 @@ def main() -> None:
     for dtype, other in others.items():  # the same cache serves: the same layout, other weights
         other_head = restricted_head(other, args.draft_vocab, context)
         fused = lean_decoder(other).fused
-        ways[f"lean forward, {dtype} rows, specbench's kernel"] = lambda ids, cache, m=other, h=other_head: unfused(m, lambda: restricted_logits(m, h, ids, cache))
+        ways[f"lean forward, {dtype} rows, specbench's kernel"] = lambda ids, cache, m=other, h=other_head: unfused(lean_decoder(m), lambda: restricted_logits(m, h, ids, cache))
         if fused is not None:
             ways[f"{dtype} layers as native calls (fused_step.py): the draft step"] = lambda ids, cache, m=other, h=other_head: restricted_logits(m, h, ids, cache)
     print(machine_line())

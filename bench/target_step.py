@@ -1,10 +1,12 @@
-"""The default target's forward over a cache, its own (HF's) against the lean one, side by side.
+"""The default target's forward over a cache: its own (HF's), the lean one in PyTorch, and the
+lean one's native layers (fused_step.py: what `specbench` runs for a q4k or int8 target).
 
 On a cache of --context prompt tokens (the first quick prompt, repeated), interleaved, median
 of --repeats: one forward over k new tokens for each k of --rows (a decoding step is k = 1, a
-verify pass of gamma drafts k = gamma + 1), through the model's own forward and through
-speed/lean_step.py's (what `specbench` runs). Prints milliseconds and whether the logits are
-the same bits (they must be: greedy parity does not depend on which forward ran).
+verify pass of gamma drafts k = gamma + 1), each way. Prints milliseconds; whether the lean
+forward's logits are the own forward's bits (they must be); and how far the native layers'
+are from them (another order of float32 sums: not the same bits, but every decoding mode
+runs them, so greedy parity holds), with whether each row's argmax agrees.
 
     python bench/target_step.py [--context 144] [--repeats 15] [--rows 1,2,4,8]
 """
@@ -17,7 +19,7 @@ import time
 
 import torch
 
-from common import load_default_pair, machine_line, prompt_ids
+from common import load_default_pair, machine_line, prompt_ids, unfused
 from specbench.bench.prompts import load_prompts
 from specbench.core.cache import cache_arg, crop_cache, new_cache
 
@@ -35,11 +37,14 @@ def main() -> None:
         raise SystemExit("the target does not run the lean forward here (not a float32 CPU target of a Qwen2/Llama layout)")
     prompt = prompt_ids(pair, load_prompts("quick")[0])
     context = (prompt * (args.context // len(prompt) + 1))[: args.context]
-    ways = {"own (HF's)": lean.own, "lean": lean}
+    ways = {"own (HF's)": lean.own, "lean": lambda **kw: unfused(lean.decoder, lambda: lean(**kw))}
+    if lean.decoder.fused is not None:
+        ways["native layers"] = lean
     print(machine_line())
     print(f"{pair.target.name}, {args.context} cached tokens, {torch.get_num_threads()} threads, median of {args.repeats}")
-    print("| new tokens | own (HF's) ms | lean ms | lean / own | same bits |")
-    print("|---|---|---|---|---|")
+    native = "native layers" in ways
+    print("| new tokens | own (HF's) ms | lean ms | lean / own | same bits |" + (" native ms | native / own | max abs logit diff | same argmax |" if native else ""))
+    print("|---|---|---|---|---|" + ("---|---|---|---|" if native else ""))
     cache = new_cache(target)
     with torch.inference_mode():
         target(input_ids=torch.tensor([context]), **cache_arg(target, cache), use_cache=True, logits_to_keep=1)
@@ -53,9 +58,14 @@ def main() -> None:
                     logits[name] = forward(input_ids=ids, **cache_arg(target, cache), use_cache=True, logits_to_keep=k).logits
                     times[name].append(time.perf_counter() - start)
                     crop_cache(cache, len(context))
-            own, mine = (statistics.median(times[name][1:]) * 1000 for name in ways)
-            same = torch.equal(*logits.values())
-            print(f"| {k} | {own:.1f} | {mine:.1f} | {mine / own:.2f} | {'yes' if same else 'NO'} |")
+            own, mine, *fused = (statistics.median(times[name][1:]) * 1000 for name in ways)
+            same = torch.equal(logits["own (HF's)"], logits["lean"])
+            row = f"| {k} | {own:.1f} | {mine:.1f} | {mine / own:.2f} | {'yes' if same else 'NO'} |"
+            if native:
+                theirs, got = logits["own (HF's)"], logits["native layers"]
+                agree = int((theirs.argmax(-1) == got.argmax(-1)).sum())
+                row += f" {fused[0]:.1f} | {fused[0] / own:.2f} | {(theirs - got).abs().max():.2e} | {agree}/{k} |"
+            print(row)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
 A sweep runs plain decoding on every prompt anyway (the baseline). `record_path` adds the
 drafter teacher-forced along that output (its row for every position: the prompt in one
 forward, then one token a forward over its cache, through the draft step real runs use)
-and, under sampling, one target forward over the whole path for the processed p rows. From
+and, under sampling, the target's processed p rows along it (the prompt in one forward, then
+the output in one forward over its cache: the forwards real runs make, whose rows equal
+one-token steps'). From
 that, `predict` replays any drafter x policy x gamma (replay.py) and returns what a run
 would have counted: rounds, drafts, accepted drafts, target forwards and the StepRecords
 the walltime model prices. No run is timed here: the sweep turns the rounds into a
@@ -52,12 +54,22 @@ def record_path(target, drafter_model, prompt_ids: list[int], output: list[int],
         draft_logits = path_logits(drafter_model, prompt_ids, output) if draft_vocab > 0 else teacher_forced_logits(drafter_model, prompt_ids, output)
     target_probs = None
     if not gen.sampling.greedy:
-        n = len(output)
-        device = next(target.parameters()).device
-        sequence = torch.tensor([list(prompt_ids) + list(output[:-1])], device=device)
-        logits = target(input_ids=sequence, logits_to_keep=n).logits[0, -n:]  # row t scores output[t]
-        target_probs = logits_to_probs(logits.float().cpu(), gen.sampling)
+        target_probs = logits_to_probs(target_path_logits(target, prompt_ids, output).float().cpu(), gen.sampling)
     return RecordedPath(list(prompt_ids), list(output), gen.sampling, draft_logits, target_probs)
+
+
+def target_path_logits(target, prompt_ids: list[int], output: list[int]) -> torch.Tensor:
+    """The target's logits for output[t] given prompt + output[:t] ([n, vocab]): the prompt's
+    last row from its first forward, the rest from one forward over its cache, as decoding
+    computes them (a target's rows over a cache are the bits of one-token steps; its
+    forward over the whole path at once could round otherwise: fused_step.py)."""
+    device = next(target.parameters()).device
+    cache = new_cache(target)
+    forward = lambda ids, keep: target(input_ids=torch.tensor([ids], device=device), **cache_arg(target, cache), use_cache=True, logits_to_keep=keep).logits[0]
+    rows = [forward(list(prompt_ids), 1)]
+    if len(output) > 1:
+        rows.append(forward(list(output[:-1]), len(output) - 1))
+    return torch.cat(rows)
 
 
 def teacher_forced_logits(model, prompt_ids: list[int], output: list[int]) -> torch.Tensor:

@@ -1,22 +1,38 @@
-"""A q4k drafter's decoder layers as two native calls each (q4k_layer.c): its draft steps.
+"""The decoder layers of a model whose Linears are specbench's own kernels, as two native
+calls each (q4k_layer.c): a q4k drafter's draft steps, and a q4k or int8 target's forwards
+over its cache.
 
 Why: on a 2-core CPU a q4k drafter's draft step spent about a third of its time around its
 kernels, in PyTorch's small operations (lean_step.py's forward makes some 90 a layer: the
-norms, rotary, bf16 <-> float32 conversions, attention, the gated MLP). FusedLayers runs a
-layer as `layer_in` (norm, q|k|v, rotary), the cache's own update (HF's DynamicCache, as
-every forward uses it), and `layer_out` (attention, o, residual, norm, MLP, residual), in
-float32 throughout. `python bench/drafter_step.py` times it beside the other ways.
+norms, rotary, bf16 <-> float32 conversions, attention, the gated MLP), and the default
+target's step about a fifth. FusedLayers runs a layer as `layer_in` (norm, q|k|v, rotary),
+the cache's own update (HF's DynamicCache, as every forward uses it), and `layer_out`
+(attention, o, residual, norm, MLP, residual), in float32 throughout.
+`python bench/drafter_step.py` and `python bench/target_step.py` time it beside the other ways.
 
-It computes other bits than the lean forward (float32 activations instead of bf16, its own
-exp): a drafter only has to be deterministic, verification keeps decoding lossless. What it
-keeps is row independence: a row's numbers do not depend on which other rows share the call
-(q4k_layer.c says why), so a round's two-row catch-up gives what one-row steps give, and the
-sweep's profile, which feeds one token a step, sees what real rounds see.
+It computes other bits than the lean forward and the model's own (float32 activations
+instead of bf16, its own order of sums, its own exp). What it keeps is row independence: a
+row's numbers do not depend on which other rows share the call (q4k_layer.c says why).
+- A drafter only has to be deterministic (verification keeps decoding lossless); row
+  independence makes a round's two-row catch-up give what one-row steps give, so the sweep's
+  profile, which feeds one token a step, sees what real rounds see.
+- A target's logits decide the text. Every forward over a cache runs here, in every mode
+  (plain decoding, specbench's rounds, HF's assisted generation), so a k-row verify pass
+  gives each row the bits of a one-token step, and greedy speculative decoding equals plain
+  decoding token for token (tests/speed/test_fused_step.py, test_q4k_target.py,
+  test_int8_target.py, the real pair's tests). The prompt's first forward stays the model's
+  own, in every mode alike. The price: the model's own forward, HF's, over the same cache
+  gives logits a rounding away (a few tenths of a logit on the default target, where a
+  float32 sum in another order moves an activation across a step of the kernels' int8
+  activations), so HF's forward alone would not reproduce specbench's text of a q4k or int8
+  target token for token at a near tie.
 
-Where it applies: a drafter LeanDecoder stacks (lean_step.py) whose q, k, v, o, gate, up and
-down are all Q4KLinear (`--draft-dtype q4k`, the CPU default), on the CPU, with a head
-dimension that is a multiple of 8 and the q4k_layer library built. Anywhere else
-`fused_layers` returns None and the lean forward runs as before.
+Where it applies: on the CPU, a decoder LeanDecoder runs (lean_step.py) whose every q, k,
+v, o, gate, up and down is a Q4KLinear or an Int8TargetLinear (int8 rows with float32
+scales: a target's; int8_linear.c built where there is one), with a head dimension that is
+a multiple of 8 and the q4k_layer library built: `--draft-dtype q4k` (the CPU default
+drafter), `--dtype q4k` (the default target: its Q4_K layers and its Q6_K ones as int8
+rows) and `--dtype int8`. Anywhere else `fused_layers` returns None and the lean forward runs as before.
 """
 
 from __future__ import annotations
@@ -27,10 +43,13 @@ import torch
 
 from specbench.speed import native
 from specbench.speed.gguf_blocks import Q4KLinear
+from specbench.speed.quantize import Int8TargetLinear
+
+Q4K_BLOCKS, INT8_ROWS = 0, 1  # q4k_layer.c's kinds of Linear
 
 
-class Q4KArgs(ctypes.Structure):
-    _fields_ = [("qs", ctypes.c_void_p), ("sm", ctypes.c_void_p), ("d", ctypes.c_void_p), ("dmin", ctypes.c_void_p), ("bias", ctypes.c_void_p), ("N", ctypes.c_int), ("K", ctypes.c_int)]
+class LinearArgs(ctypes.Structure):
+    _fields_ = [("w", ctypes.c_void_p), ("sm", ctypes.c_void_p), ("d", ctypes.c_void_p), ("dmin", ctypes.c_void_p), ("bias", ctypes.c_void_p), ("N", ctypes.c_int), ("K", ctypes.c_int), ("kind", ctypes.c_int)]
 
 
 class LayerArgs(ctypes.Structure):
@@ -39,69 +58,112 @@ class LayerArgs(ctypes.Structure):
         *((name, ctypes.c_float) for name in ("eps1", "eps2", "scaling")),
         ("norm1", ctypes.c_void_p),
         ("norm2", ctypes.c_void_p),
-        *((name, Q4KArgs) for name in ("qkv", "o", "gate_up", "down")),
+        ("n_in", ctypes.c_int),
+        ("n_mlp", ctypes.c_int),
+        ("inputs", LinearArgs * 3),
+        ("o", LinearArgs),
+        ("mlp", LinearArgs * 2),
+        ("down", LinearArgs),
+        ("int8", ctypes.c_void_p),
     ]
 
 
 def fused_layers(lean) -> FusedLayers | None:
-    """FusedLayers over a stacking LeanDecoder's layers, or None where they do not apply."""
+    """FusedLayers over a LeanDecoder's layers, or None where they do not apply."""
     lib = native.layer_kernel()
     if lib is None or lean.head_dim % 8 != 0:
         return None
-    # q|k|v and gate|up are stacked (Stacked.q4k) only when each part is a Q4KLinear
-    linears = [linear for i in range(len(lean.qkv)) for linear in (lean.qkv[i].q4k, lean.gate_up[i].q4k, lean.o[i].linears[0], lean.down[i].linears[0])]
-    if not all(isinstance(linear, Q4KLinear) and linear.qs.device.type == "cpu" for linear in linears):
+    parts = [part for i in range(len(lean.qkv)) for group in (lean.qkv[i], lean.gate_up[i], lean.o[i], lean.down[i]) for part in group.parts()]
+    if not all(_native(linear) for linear in parts):
         return None
+    int8 = None
+    if any(isinstance(linear, Int8TargetLinear) for linear in parts):
+        if (int8_lib := native.linear_kernel()) is None:
+            return None
+        int8 = ctypes.cast(int8_lib.specbench_int8_linear, ctypes.c_void_p).value
     norms = [norm for layer in lean.decoder.layers for norm in (layer.input_layernorm, layer.post_attention_layernorm)]
     if not all(isinstance(getattr(norm, "variance_epsilon", None), float) and getattr(norm, "weight", None) is not None for norm in norms):
         return None
-    return FusedLayers(lean, lib)
+    return FusedLayers(lean, int8)
 
 
-def _q4k_args(linear: Q4KLinear) -> Q4KArgs:
+def _native(linear) -> bool:
+    """Whether q4k_layer.c runs this Linear: Q4_K blocks, or a target's int8 rows, on the CPU."""
+    if isinstance(linear, Q4KLinear):
+        return linear.qs.device.type == "cpu"
+    if isinstance(linear, Int8TargetLinear):
+        return linear.qweight.device.type == "cpu" and linear.scales.dtype == torch.float32 and linear.qweight.is_contiguous()
+    return False
+
+
+def _linear_args(linear) -> LinearArgs:
     bias = None if linear.bias is None else linear.bias.data_ptr()
-    return Q4KArgs(linear.qs.data_ptr(), linear.sm.data_ptr(), linear.d.data_ptr(), linear.dmin.data_ptr(), bias, linear.out_features, linear.in_features)
+    if isinstance(linear, Q4KLinear):
+        return LinearArgs(linear.qs.data_ptr(), linear.sm.data_ptr(), linear.d.data_ptr(), linear.dmin.data_ptr(), bias, linear.out_features, linear.in_features, Q4K_BLOCKS)
+    return LinearArgs(linear.qweight.data_ptr(), None, linear.scales.data_ptr(), None, bias, linear.out_features, linear.in_features, INT8_ROWS)
+
+
+def _group_args(linears: list, size: int):
+    array = (LinearArgs * size)()
+    for j, linear in enumerate(linears):
+        array[j] = _linear_args(linear)
+    return array
 
 
 class FusedLayers:
-    """hidden = FusedLayers(lean, lib)(input_ids [1, n], cache): the decoder's final hidden
+    """hidden = FusedLayers(lean, int8)(input_ids [1, n], cache): the decoder's final hidden
     states [1, n, hidden] (computed in float32, returned in the model's dtype) after what the
-    cache holds, which it extends, as LeanDecoder's call does. Holds float32 copies of the
-    norms' weights (a few KB) and the layers' block addresses; the blocks are the model's."""
+    cache holds, which it extends, as LeanDecoder's call does. int8: the address of
+    int8_linear.c's entry, for Int8TargetLinear layers. Holds float32 copies of the norms'
+    weights (a few KB) and the layers' weight addresses, taken at the first call (so a copy
+    of the model, which copies this too, takes its own); the weights are the model's."""
 
-    def __init__(self, lean, lib):
-        self.lean, self.lib = lean, lib
+    def __init__(self, lean, int8: int | None):
+        self.lean, self.int8 = lean, int8
         decoder = lean.decoder
         self.embed, self.rotary, self.norm = decoder.embed_tokens, decoder.rotary_emb, decoder.norm
         self.dtype = decoder.embed_tokens.weight.dtype  # the model's: what HF's forward stores and returns
-        self.keep = []  # the float32 norm weights the layer descriptions point to
-        self.args = [self._layer_args(i, layer) for i, layer in enumerate(decoder.layers)]
         self.q_width = lean.heads * lean.head_dim
         self.kv_width = lean.kv_heads * lean.head_dim
+        self.lib = self.args = self.keep = None  # taken at the first call
+
+    def __getstate__(self) -> dict:
+        """What a copy keeps: not the addresses (ctypes refuses to copy them; they would be the original's)."""
+        return {**self.__dict__, "lib": None, "args": None, "keep": None}
+
+    def _take_addresses(self) -> None:
+        self.lib = native.layer_kernel()
+        self.keep = []  # the float32 norm weights the layer descriptions point to
+        self.args = [self._layer_args(i, layer) for i, layer in enumerate(self.lean.decoder.layers)]
 
     def _layer_args(self, i: int, layer) -> LayerArgs:
         lean = self.lean
         norms = [norm.weight.detach().float().contiguous() for norm in (layer.input_layernorm, layer.post_attention_layernorm)]
         self.keep += norms
-        gate_up = lean.gate_up[i].q4k
+        qkv, gate_up = lean.qkv[i].parts(), lean.gate_up[i].parts()
         return LayerArgs(
             layer.post_attention_layernorm.weight.shape[0],
             lean.heads,
             lean.kv_heads,
             lean.head_dim,
-            gate_up.out_features // 2,
+            sum(linear.out_features for linear in gate_up) // 2,
             layer.input_layernorm.variance_epsilon,
             layer.post_attention_layernorm.variance_epsilon,
             layer.self_attn.scaling,
             norms[0].data_ptr(),
             norms[1].data_ptr(),
-            _q4k_args(lean.qkv[i].q4k),
-            _q4k_args(lean.o[i].linears[0]),
-            _q4k_args(gate_up),
-            _q4k_args(lean.down[i].linears[0]),
+            len(qkv),
+            len(gate_up),
+            _group_args(qkv, 3),
+            _linear_args(lean.o[i].parts()[0]),
+            _group_args(gate_up, 2),
+            _linear_args(lean.down[i].parts()[0]),
+            self.int8,
         )
 
     def __call__(self, input_ids: torch.Tensor, cache) -> torch.Tensor:
+        if self.args is None:
+            self._take_addresses()
         n = input_ids.shape[1]
         past = cache.get_seq_length()
         hidden = self.embed(input_ids).float().reshape(n, -1).contiguous()

@@ -15,9 +15,10 @@ ones, so no memory is added and HF's forward reads the very same numbers.
 `python bench/drafter_step.py` times it against HF's forward on this machine; the
 measurements so far are in docs/log.md.
 
-A q4k drafter (`--draft-dtype q4k`, the CPU default) runs its layers as fused_step.py's
-native calls instead, in float32, a third faster a step; this forward stays for every other
-drafter and for the target.
+A model whose Linears are all specbench's own kernels (a q4k drafter, `--draft-dtype q4k`,
+the CPU default; a q4k or int8 target) runs its layers as fused_step.py's native calls
+instead, in float32: a third faster a draft step, a fifth a target step; this forward stays
+for every other model.
 
 Rows fed over a cache attend one at a time, as core/attention.py does for the target, and
 the int8 kernels work row by row: a row's hidden state comes out the same whether it was fed
@@ -31,12 +32,15 @@ computed, and verification checks every draft against the target.
 
 The target (use_lean_forward, called by models/loading.py): the same decoder, unstacked and
 for any number of rows, runs a float32 CPU target's forwards over a cache (every decoding
-step and every verify pass, specbench's and HF's generate alike). There the bar is higher:
-a target's logits decide the text, so the lean forward must give the bits the model's own
-forward gives, and it does: the same modules, the same ops in the same order, attention row
+step and every verify pass, specbench's and HF's generate alike). A target's logits decide
+the text, so every mode must get the same bits for a row, whether it is fed alone or in a
+verify pass. For a target of PyTorch Linears the lean forward gives the very bits the
+model's own forward gives: the same modules, the same ops in the same order, attention row
 by row exactly as core/attention.py's; tests/speed/test_lean_step.py compares them bit for
-bit. Any call it does not reproduce (the prompt's first forward, a batch, padding, outputs
-asked for) runs the model's own forward. `python bench/target_step.py` times the two.
+bit. A q4k or int8 target's layers run fused_step.py's native calls, row-invariant too, a
+rounding away from its own forward. Any call it does not reproduce (the prompt's first
+forward, a batch, padding, outputs asked for) runs the model's own forward, in every mode
+alike. `python bench/target_step.py` times the ways.
 """
 
 from __future__ import annotations
@@ -95,6 +99,10 @@ class Stacked:
         self.packed = _stack_int8(linears) if all(isinstance(linear, Int8Linear) for linear in linears) else None
         self.q4k = _stack_q4k(linears) if len(linears) > 1 and all(isinstance(linear, Q4KLinear) for linear in linears) else None
 
+    def parts(self) -> list[torch.nn.Module]:
+        """The Linears a call runs, their outputs side by side: the stacked Q4KLinear, or each."""
+        return [self.q4k] if self.q4k is not None else self.linears
+
     def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
         if self.packed is not None and runs_int8(x):
             return list(fast_int8_linear(x, *self.packed).split(self.sizes, dim=-1))
@@ -113,6 +121,10 @@ class Unstacked:
 
     def __init__(self, parent: torch.nn.Module, names: tuple[str, ...]):
         self.parent, self.names = parent, names
+
+    def parts(self) -> list[torch.nn.Module]:
+        """The Linears a call runs now, their outputs side by side."""
+        return [getattr(self.parent, name) for name in self.names]
 
     def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
         return [getattr(self.parent, name)(x) for name in self.names]
@@ -170,8 +182,8 @@ class LeanDecoder:
         self.gate_up = [group(layer.mlp, ("gate_proj", "up_proj")) for layer in self.decoder.layers]
         self.o = [group(layer.self_attn, ("o_proj",)) for layer in self.decoder.layers]
         self.down = [group(layer.mlp, ("down_proj",)) for layer in self.decoder.layers]
-        # a q4k drafter's layers as native calls (fused_step.py); never a target's (stack=False)
-        self.fused = fused_layers(self) if stack else None
+        # layers of specbench's own kernels as native calls (fused_step.py): a q4k drafter's, a q4k or int8 target's
+        self.fused = fused_layers(self)
 
     def __call__(self, input_ids: torch.Tensor, cache) -> torch.Tensor:
         n = input_ids.shape[1]
@@ -240,10 +252,11 @@ def _rotate(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tens
 
 
 def use_lean_forward(model) -> bool:
-    """Route a CPU target's forwards over a cache through LeanForward, where the lean
-    forward gives the bits its own forward gives: a float32 model of a layout LeanDecoder
+    """Route a CPU target's forwards over a cache through LeanForward, where its rows come
+    out the same bits alone or in a verify pass: a float32 model of a layout LeanDecoder
     reproduces, with core/attention.py's row-invariant attention (whose rows the lean forward
-    attends one at a time just as that does). False, and the model left as it is, elsewhere."""
+    attends one at a time just as that does; fused_step.py's native layers do the same).
+    False, and the model left as it is, elsewhere."""
     if isinstance(model.__dict__.get("forward"), LeanForward):
         return True
     config = getattr(model, "config", None)
@@ -259,8 +272,9 @@ class LeanForward:
     """A target's forward: a call over a cache (one sequence, every key attended, positions
     that follow the cache) runs the LeanDecoder and the model's head; any other call (a
     prompt's first forward, a batch, a padding mask, attentions asked for) runs the model's
-    own forward. Both give a row the same bits, so it does not matter to decoding which
-    runs; the lean one skips HF's mask building and per-layer keyword handling."""
+    own forward. Which runs depends only on the call, so every decoding mode gets the same
+    bits for a row; the lean one skips HF's mask building and per-layer keyword handling
+    (and, for a q4k or int8 target, runs the native layers)."""
 
     def __init__(self, model, own):
         self.model, self.own = model, own

@@ -14,8 +14,9 @@ through the runtime PyTorch has already loaded, so they share one thread pool.
   q4k_linear.c   (q4k_kernel())     any number of fp32 rows over a GGUF file's own Q4_K
                                     blocks, batch-invariant like int8_linear.c: the q4k
                                     target (gguf_blocks.Q4KLinear); needs AVX2.
-  q4k_layer.c    (layer_kernel())   a q4k drafter's decoder layer in two calls, around the
-                                    cache (fused_step.py); includes q4k_linear.c; needs AVX2.
+  q4k_layer.c    (layer_kernel())   a decoder layer of a q4k drafter or a q4k or int8 target
+                                    in two calls, around the cache (fused_step.py); includes
+                                    q4k_linear.c, calls int8_linear.c's entry; needs AVX2.
 
 No compiler, a failed build, or a CPU without the instructions: the getter returns None,
 callers keep PyTorch's kernels (or refuse an int8 or q4k target, or run a q4k drafter's
@@ -116,7 +117,7 @@ def q4k_why_not() -> str | None:
 
 
 def layer_kernel() -> ctypes.CDLL | None:
-    """The q4k drafter's decoder-layer library (fused_step.py), or None where it cannot be had."""
+    """The decoder-layer library (fused_step.py), or None where it cannot be had."""
     return _load(LAYER)[0]
 
 

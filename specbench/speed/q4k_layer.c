@@ -1,45 +1,93 @@
-/* One decoder layer of a q4k drafter (Qwen2 and Llama layouts) in two calls, for AVX2 CPUs
- * (speed/fused_step.py builds the layer descriptions and makes the calls).
+/* One decoder layer (Qwen2 and Llama layouts) of a model whose Linears are specbench's own,
+ * in two calls, for AVX2 CPUs: a q4k drafter's, and a q4k or int8 target's (speed/fused_step.py
+ * builds the layer descriptions and makes the calls).
  *
  * Why: a q4k drafter's draft step spent a third of its time outside its kernels, in some 90
  * PyTorch operations a layer (norms, rotary, dtype conversions, attention, the gated MLP),
- * each a few microseconds on a 2-core CPU. Here a layer is two calls around the KV cache,
- * which stays HF's DynamicCache (Python appends to it between the calls):
+ * each a few microseconds on a 2-core CPU; a target's step spent a fifth. Here a layer is two
+ * calls around the KV cache, which stays HF's DynamicCache (Python appends to it between the
+ * calls):
  *
  *   layer_in:  x = RMSNorm(h); q|k|v = x Wqkv^T + b; rotary on q and k
  *   layer_out: a = attention(q, K, V); h += a Wo^T; x = RMSNorm(h);
  *              h += (silu(x Wg^T) * (x Wu^T)) Wd^T
  *
- * Every activation is float32 and every Linear is q4k_linear.c's (included below), whose
- * rows do not depend on each other. The rest works row by row in a fixed order (sums in 8
+ * Every activation is float32. Every Linear is q4k_linear.c's (included below) or, for a
+ * target's layers that are not Q4_K (a GGUF's Q6_K ones, any layer of an int8 target),
+ * int8_linear.c's, called through the address fused_step.py passes; q|k|v and gate|up are one
+ * stacked Linear each (a drafter) or 3 and 2 whose outputs are put side by side (a target,
+ * whose mapped weights are not copied to be stacked). Both kernels give a row the same bits
+ * whatever other rows share the call. The rest works row by row in a fixed order (sums in 8
  * lanes then a fixed horizontal sum, -ffp-contract=off), and row r of a call attends the
  * keys before it and itself, so a row comes out the same bits whether it is fed alone or
- * with others: the property the sweep's profile relies on (lean_step.py). exp is a Cephes
+ * with others: what a target's verify pass needs for greedy parity with its one-token steps,
+ * and what the sweep's profile relies on for a drafter (lean_step.py). exp is a Cephes
  * polynomial in 8 lanes (relative error about 1e-7; libm's expf only for the SiLU of the
- * last few columns of a width that is not a multiple of 8): a drafter's numbers need
- * not match any other forward's, only be deterministic; verification keeps decoding lossless.
+ * last few columns of a width that is not a multiple of 8). These are not the bits of HF's
+ * forward of the same model: a drafter only has to be deterministic, and a target only has
+ * to give every decoding mode the same bits, which it does, since all of them run it.
  */
 #include "q4k_linear.c"
 
 #if defined(__AVX2__)
 
-typedef struct { /* a Q4KLinear: its four block arrays, bias (or NULL), out and in features */
-    const uint8_t *qs, *sm;
-    const float *d, *dmin, *bias;
-    int N, K;
-} q4k_t;
+/* int8_linear.c's specbench_int8_linear (another library; fused_step.py passes its address) */
+typedef int (*int8_linear_t)(const void *x, int x_bf16, int M, int K, const int8_t *w, const void *wscale, const void *bias,
+                             int p_bf16, int N, void *y);
+
+enum { Q4K_BLOCKS = 0, INT8_ROWS = 1 };
+
+typedef struct { /* a Linear: a Q4KLinear's four block arrays, or an Int8TargetLinear's rows and scales */
+    const void *w; /* Q4K_BLOCKS: qs; INT8_ROWS: int8 rows [N, K] */
+    const uint8_t *sm; /* Q4K_BLOCKS: scales and mins; INT8_ROWS: unused */
+    const float *d, *dmin, *bias; /* Q4K_BLOCKS: d, dmin; INT8_ROWS: d = float32 row scales; bias or NULL */
+    int N, K, kind;
+} linear_t;
 
 typedef struct {
     int H, Hq, KV, D, I; /* hidden, query heads, key/value heads, head dim, intermediate */
     float eps1, eps2, scaling;
     const float *norm1, *norm2; /* [H] float32: the two RMSNorm weights */
-    q4k_t qkv, o, gate_up, down; /* q|k|v and gate|up stacked row-wise */
+    int n_in, n_mlp; /* the Linears whose outputs, side by side, make q|k|v (1 stacked, or 3) and gate|up (1 or 2) */
+    linear_t in[3], o, mlp[2], down;
+    int8_linear_t int8; /* for INT8_ROWS Linears (NULL when there are none) */
 } layer_t;
 
 int specbench_layer_ready(void) { return 1; }
 
-static int linear(const q4k_t *w, const float *x, int M, float *y) {
-    return specbench_q4k_linear(x, M, w->K, w->qs, w->sm, w->d, w->dmin, w->bias, w->N, y);
+/* y [M, N] = x [M, K] W^T + b; each row's result independent of the others (both kernels) */
+static int linear(const layer_t *L, const linear_t *w, const float *x, int M, float *y) {
+    if (w->kind == Q4K_BLOCKS) return specbench_q4k_linear(x, M, w->K, (const uint8_t *)w->w, w->sm, w->d, w->dmin, w->bias, w->N, y);
+    if (w->kind == INT8_ROWS && L->int8) return L->int8(x, 0, M, w->K, (const int8_t *)w->w, w->d, w->bias, 0, w->N, y);
+    return -1;
+}
+
+/* y [M, sum of N] = the count Linears' outputs side by side (as their stacked rows would give) */
+static int linears(const layer_t *L, const linear_t *w, int count, const float *x, int M, float *y) {
+    if (count == 1) return linear(L, w, x, M, y);
+    int total = 0, widest = 0;
+    for (int j = 0; j < count; j++) {
+        total += w[j].N;
+        if (w[j].N > widest) widest = w[j].N;
+    }
+    float *part = (float *)malloc((size_t)M * widest * sizeof(float));
+    int status = part ? 0 : -1;
+    for (int j = 0, at = 0; status == 0 && j < count; at += w[j].N, j++) {
+        status = linear(L, &w[j], x, M, part);
+        for (int r = 0; status == 0 && r < M; r++) memcpy(y + (size_t)r * total + at, part + (size_t)r * w[j].N, (size_t)w[j].N * sizeof(float));
+    }
+    free(part);
+    return status;
+}
+
+/* the widths of count Linears side by side, or -1 unless every one reads K columns */
+static int width(const linear_t *w, int count, int K) {
+    int total = 0;
+    for (int j = 0; j < count; j++) {
+        if (w[j].K != K) return -1;
+        total += w[j].N;
+    }
+    return count >= 1 ? total : -1;
 }
 
 /* exp(x) in 8 lanes (Cephes expf: x = n ln2 + r, a degree-5 polynomial in r, times 2^n) */
@@ -93,11 +141,11 @@ static void rotate(float *x, const float *cos, const float *sin, int D) {
 /* hidden [n, H] -> qkv [n, (Hq + 2 KV) * D], q and k rotated; cos, sin [n, D] */
 int specbench_layer_in(const layer_t *L, const float *hidden, int n, const float *cos, const float *sin, float *qkv) {
     const int H = L->H, D = L->D, NQKV = (L->Hq + 2 * L->KV) * L->D;
-    if (n < 1 || NQKV != L->qkv.N || L->qkv.K != H) return -1;
+    if (n < 1 || L->n_in < 1 || L->n_in > 3 || width(L->in, L->n_in, H) != NQKV) return -1;
     float *x = (float *)malloc((size_t)n * H * sizeof(float));
     if (!x) return -1;
     for (int r = 0; r < n; r++) rmsnorm(hidden + (size_t)r * H, L->norm1, L->eps1, H, x + (size_t)r * H);
-    int status = linear(&L->qkv, x, n, qkv);
+    int status = linears(L, L->in, L->n_in, x, n, qkv);
     free(x);
     if (status != 0) return status;
     for (int r = 0; r < n; r++)
@@ -144,8 +192,8 @@ static void attend(const float *q, const void *K, const void *V, int bf16, long 
 int specbench_layer_out(const layer_t *L, float *hidden, int n, const float *qkv, const void *K, const void *V, int bf16, long hs,
                         long ts, int T) {
     const int H = L->H, D = L->D, Hq = L->Hq, I = L->I, NQKV = (Hq + 2 * L->KV) * D, group = Hq / L->KV;
-    if (n < 1 || T < n || D % 8 != 0 || Hq % L->KV != 0 || L->o.K != Hq * D || L->o.N != H || L->gate_up.N != 2 * I ||
-        L->gate_up.K != H || L->down.K != I || L->down.N != H)
+    if (n < 1 || T < n || D % 8 != 0 || Hq % L->KV != 0 || width(&L->o, 1, Hq * D) != H || L->n_mlp < 1 || L->n_mlp > 2 ||
+        width(L->mlp, L->n_mlp, H) != 2 * I || width(&L->down, 1, I) != H)
         return -1;
     float *a = (float *)malloc((size_t)n * Hq * D * sizeof(float));
     float *y = (float *)malloc((size_t)n * (2 * I > H ? 2 * I : H) * sizeof(float));
@@ -169,11 +217,11 @@ int specbench_layer_out(const layer_t *L, float *hidden, int n, const float *qkv
         }
         if (failed) status = -1;
     }
-    if (status == 0) status = linear(&L->o, a, n, y);
+    if (status == 0) status = linear(L, &L->o, a, n, y);
     if (status == 0) {
         for (size_t i = 0; i < (size_t)n * H; i++) hidden[i] = hidden[i] + y[i];
         for (int r = 0; r < n; r++) rmsnorm(hidden + (size_t)r * H, L->norm2, L->eps2, H, x + (size_t)r * H);
-        status = linear(&L->gate_up, x, n, y);
+        status = linears(L, L->mlp, L->n_mlp, x, n, y);
     }
     if (status == 0) {
         for (int r = 0; r < n; r++) { /* silu(gate) * up = gate / (1 + exp(-gate)) * up */
@@ -188,7 +236,7 @@ int specbench_layer_out(const layer_t *L, float *hidden, int n, const float *qkv
             }
             for (; i < I; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
         }
-        status = linear(&L->down, x, n, y);
+        status = linear(L, &L->down, x, n, y);
     }
     if (status == 0)
         for (size_t i = 0; i < (size_t)n * H; i++) hidden[i] = hidden[i] + y[i];

@@ -1,14 +1,14 @@
 """The lean draft-step forward (lean_step.py) computes what HF's decoder computes: the same
 hidden states and the same cache, for 1..MAX_LEAN_ROWS new tokens, on tiny Qwen2 and Llama
 models, in fp32 and with int8 or q4k layers (whose q/k/v and gate/up rows it stacks; there it attends
-in float32 where HF attends in bf16, so the two agree to bf16 rounding)."""
+in float32 where HF attends in bf16, so the two agree to bf16 rounding); and a float32
+target's forward over a cache runs it and gives the model's own forward's bits."""
 
 import inspect
 
 import pytest
 import torch
 from conftest import accepted_with_greedy_parity, as_cpu_target, noisy_copy, tiny_model
-from gguf_tiny import q4k_target
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from specbench.core.attention import use_row_invariant_attention
@@ -124,15 +124,14 @@ def test_rows_fed_together_over_a_cache_get_the_bits_of_one_row_steps():
 # ---------------------------------------------------------------------------- the target's forward
 
 
-TARGETS = {"qwen2": lambda tmp_path: tiny_model(5), "llama": lambda tmp_path: tiny_llama(6)}
-if native.q4k_kernel() is not None:
-    TARGETS["qwen2 q4k"] = lambda tmp_path: q4k_target(tmp_path, 7)
+# float32 targets; a q4k or int8 target's layers run fused_step.py's native calls (test_fused_step.py)
+TARGETS = {"qwen2": lambda: tiny_model(5), "llama": lambda: tiny_llama(6)}
 
 
 @pytest.mark.parametrize("name", sorted(TARGETS))
 @torch.inference_mode()
-def test_a_target_forward_over_a_cache_runs_lean_and_gives_the_models_own_bits(name, tmp_path, monkeypatch):
-    model = as_cpu_target(TARGETS[name](tmp_path))
+def test_a_target_forward_over_a_cache_runs_lean_and_gives_the_models_own_bits(name, monkeypatch):
+    model = as_cpu_target(TARGETS[name]())
     own = model.forward.own
     lean_calls = []
     decoder_call = LeanDecoder.__call__

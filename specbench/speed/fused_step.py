@@ -32,7 +32,8 @@ v, o, gate, up and down is a Q4KLinear or an Int8TargetLinear (int8 rows with fl
 scales: a target's; int8_linear.c built where there is one), with a head dimension that is
 a multiple of 8 and the q4k_layer library built: `--draft-dtype q4k` (the CPU default
 drafter), `--dtype q4k` (the default target: its Q4_K layers and its Q6_K ones as int8
-rows) and `--dtype int8`. Anywhere else `fused_layers` returns None and the lean forward runs as before.
+rows) and `--dtype int8`. Anywhere else `fused_layers` returns None and the lean forward
+runs as before.
 """
 
 from __future__ import annotations
@@ -92,7 +93,8 @@ def _native(linear) -> bool:
     if isinstance(linear, Q4KLinear):
         return linear.qs.device.type == "cpu"
     if isinstance(linear, Int8TargetLinear):
-        return linear.qweight.device.type == "cpu" and linear.scales.dtype == torch.float32 and linear.qweight.is_contiguous()
+        tensors = [linear.qweight, linear.scales] + ([] if linear.bias is None else [linear.bias])
+        return linear.scales.dtype == torch.float32 and all(t.device.type == "cpu" and t.is_contiguous() for t in tensors)
     return False
 
 

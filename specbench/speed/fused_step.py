@@ -19,8 +19,8 @@ row's numbers do not depend on which other rows share the call (q4k_layer.c says
 - A target's logits decide the text. Every forward over a cache runs here, in every mode
   (plain decoding, specbench's rounds, HF's assisted generation), so a k-row verify pass
   gives each row the bits of a one-token step, and greedy speculative decoding equals plain
-  decoding token for token (tests/speed/test_fused_step.py, test_q4k_target.py,
-  test_int8_target.py, the real pair's tests). The prompt's first forward stays the model's
+  decoding token for token (tests/speed/test_fused_step.py, test_q4k_target.py, the real
+  pair's tests). The prompt's first forward stays the model's
   own, in every mode alike. The price: the model's own forward, HF's, over the same cache
   gives logits a rounding away (a few tenths of a logit on the default target, where a
   float32 sum in another order moves an activation across a step of the kernels' int8

@@ -70,12 +70,12 @@ class LayerArgs(ctypes.Structure):
 
 
 def fused_layers(lean) -> FusedLayers | None:
-    """FusedLayers over a LeanDecoder's layers, or None where they do not apply."""
-    lib = native.layer_kernel()
-    if lib is None or lean.head_dim % 8 != 0:
-        return None
+    """FusedLayers over a LeanDecoder's layers, or None where they do not apply. The layers
+    are checked first: a model of PyTorch Linears never builds or loads the library."""
     parts = [part for i in range(len(lean.qkv)) for group in (lean.qkv[i], lean.gate_up[i], lean.o[i], lean.down[i]) for part in group.parts()]
-    if not all(_native(linear) for linear in parts):
+    if lean.head_dim % 8 != 0 or not all(_native(linear) for linear in parts):
+        return None
+    if native.layer_kernel() is None:
         return None
     int8 = None
     if any(isinstance(linear, Int8TargetLinear) for linear in parts):

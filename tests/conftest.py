@@ -45,6 +45,16 @@ def tiny_model(seed: int, layers: int = 2, hidden: int = 32, vocab: int = VOCAB,
     return Qwen2ForCausalLM(config).eval()
 
 
+def int8_target(seed: int = 0):
+    """tiny_model(seed) as an int8 target (`--dtype int8`): every Linear of its 2 layers and
+    its head an Int8TargetLinear."""
+    from specbench.speed.quantize import quantize_target
+
+    model = tiny_model(seed)
+    assert quantize_target(model) == 2 * 7 + 1
+    return model
+
+
 @torch.inference_mode()
 def block_and_steps(model, prompt: torch.Tensor, tail: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The logits of tail ([1, k]) after prompt ([1, n]) fed as one block and as k one-token

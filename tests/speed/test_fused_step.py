@@ -14,7 +14,7 @@ import copy
 
 import pytest
 import torch
-from conftest import accepted_with_greedy_parity, as_cpu_target, block_and_steps, noisy_copy, tiny_model
+from conftest import accepted_with_greedy_parity, as_cpu_target, block_and_steps, int8_target, noisy_copy, tiny_model
 from gguf_tiny import q4k_model_and_file, q4k_target
 from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -67,18 +67,12 @@ def mixed_target(tmp_path, seed: int = 7):
     return model
 
 
-def int8_target(tmp_path, seed: int = 8):
-    model = tiny_model(seed)
-    quantize_target(model)
-    return model
-
-
 def _folder(tmp_path, name: str):
     (tmp_path / name).mkdir()
     return tmp_path / name
 
 
-TARGETS = {"q4k": lambda tmp_path: q4k_target(tmp_path, 7), "q4k and int8": mixed_target, "int8": int8_target}
+TARGETS = {"q4k": lambda tmp_path: q4k_target(tmp_path, 7), "q4k and int8": mixed_target, "int8": lambda tmp_path: int8_target(8)}
 
 
 def test_they_run_for_layers_of_specbenchs_own_kernels_only(monkeypatch, tmp_path):

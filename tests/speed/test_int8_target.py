@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import accepted_with_greedy_parity, block_and_steps, noisy_copy, tiny_model
+from conftest import accepted_with_greedy_parity, block_and_steps, int8_target, noisy_copy, tiny_model
 from chi_square import speculative_pvalues
 from specbench.core.attention import ROWS
 from specbench.core.sampling import SamplingConfig
@@ -85,12 +85,6 @@ def test_the_c_quantizer_equals_pytorchs(monkeypatch, weight_dtype, scale_dtype)
     monkeypatch.setattr(native, "linear_kernel", lambda: None)
     slow = quantize_rows(weight, scale_dtype)
     assert torch.equal(fast[0], slow[0]) and torch.equal(fast[1], slow[1])
-
-
-def int8_target(seed: int = 0):
-    model = tiny_model(seed)
-    assert quantize_target(model) == 2 * 7 + 1  # every Linear of 2 layers and the head
-    return model
 
 
 @needs_kernel

@@ -8,8 +8,10 @@ the kernels alone: no attention, norms or head processing, so a whole step costs
 
 Median of --repeats, each over every layer (their weights all distinct, so they stream from
 memory as in a real step):
-  - the target's 28 decoder layers (Qwen2.5-1.5B: q, k, v, o, gate, up, down) as Q4_K blocks
-    through q4k_linear.c, and its int8 output head through int8_linear.c, for each of --rows;
+  - the target's 28 decoder layers (Qwen2.5-1.5B: q, k, v, o, gate, up, down) as its Q4_K_M
+    file holds them (Q4_K blocks through q4k_linear.c; v and down of 14 layers, chosen by
+    llama.cpp's rule, as Q6_K blocks through q6k_linear.c), and its Q6_K output head, for
+    each of --rows;
   - the drafter's 24 layers (Qwen2.5-0.5B) as int8 rows (bf16 in, bf16 scales) through
     int8_gemv.c (AVX512-VNNI, where built), int8_linear.c (AVX2) and PyTorch's int8 kernel,
     and as Q4_K blocks, for 1, 2 and 4 rows.
@@ -31,10 +33,10 @@ import torch
 from common import machine_line
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from gguf_tiny import random_q4k  # noqa: E402  (valid random Q4_K bytes, shared with the tests)
+from gguf_tiny import random_q4k, random_q6k  # noqa: E402  (valid random block bytes, shared with the tests)
 
 from specbench.speed import quantize  # noqa: E402
-from specbench.speed.gguf_blocks import QK, Q4KLinear, repack  # noqa: E402
+from specbench.speed.gguf_blocks import QK, Q4KLinear, Q6KLinear, repack, repack_q6k  # noqa: E402
 
 # (hidden, intermediate, key/value width, layers, vocabulary) of the default pair
 TARGET = (1536, 8960, 256, 28, 151936)
@@ -52,6 +54,23 @@ def q4k_layers(model: tuple, seed: int) -> list[Q4KLinear]:
     return [Q4KLinear(repack(random_q4k(out, -(-cols // QK) * QK, seed=seed + n)), None, in_features=cols) for n, (out, cols) in enumerate(shapes * layers)]
 
 
+def more_bits(i: int, n: int) -> bool:
+    """llama.cpp's use_more_bits: the layers whose attn_v and ffn_down a Q4_K_M file keeps in Q6_K."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def q4_k_m_layers(model: tuple, seed: int) -> list:
+    """The decoder's Linears as a Q4_K_M file holds them: v and down of more_bits layers Q6_K."""
+    hidden, intermediate, kv, layers, _ = model
+    out = []
+    for i in range(layers):
+        for j, (rows, cols) in enumerate(layer_shapes(hidden, intermediate, kv)):
+            n = seed + i * 7 + j
+            six = j in (2, 6) and more_bits(i, layers)
+            out.append(Q6KLinear(repack_q6k(random_q6k(rows, cols, seed=n)), None) if six else Q4KLinear(repack(random_q4k(rows, cols, seed=n)), None))
+    return out
+
+
 def median_ms(call, repeats: int) -> float:
     call()  # warm: builds the kernels, touches the weights
     times = []
@@ -64,14 +83,13 @@ def median_ms(call, repeats: int) -> float:
 
 def target(repeats: int, rows: list[int]) -> None:
     hidden = TARGET[0]
-    layers = q4k_layers(TARGET, seed=0)
-    head = torch.randint(-127, 128, (TARGET[4], hidden), dtype=torch.int8)
-    scales = torch.rand(TARGET[4]) * 0.01
+    layers = q4_k_m_layers(TARGET, seed=0)
+    head = Q6KLinear(repack_q6k(random_q6k(TARGET[4], hidden, seed=99_999)), None)
     for n in rows:
         x = {width: torch.randn(n, width) for width in {layer.in_features for layer in layers}}
         body = median_ms(lambda: [layer(x[layer.in_features]) for layer in layers], repeats)
-        top = median_ms(lambda: quantize.exact_int8_linear(x[hidden], head, scales, None), repeats)
-        print(f"target, {n} row(s): Q4_K layers {body:7.2f} ms   int8 head {top:6.2f} ms", flush=True)
+        top = median_ms(lambda: head(x[hidden]), repeats)
+        print(f"target, {n} row(s): Q4_K_M layers {body:7.2f} ms   Q6_K head {top:6.2f} ms", flush=True)
 
 
 def drafter(repeats: int) -> None:

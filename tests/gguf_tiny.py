@@ -1,5 +1,5 @@
-"""Tiny Q4_K blocks and GGUF files, and a reference of the Q4_K kernel, for tests of q4k
-layers (gguf_blocks.py, prepared.py)."""
+"""Tiny Q4_K and Q6_K blocks and GGUF files, and references of the Q4_K and Q6_K kernels,
+for tests of q4k layers (gguf_blocks.py, prepared.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from conftest import tiny_model
-from specbench.speed.gguf_blocks import BLOCK_BYTES, QK, Q4KLinear, dequantize, repack, use_gguf_blocks
+from specbench.speed.gguf_blocks import BLOCK_BYTES, Q6K_BLOCK_BYTES, QK, Q4KLinear, Q6KLinear, dequantize, dequantize_q6k, q6k_values, repack, repack_q6k, use_gguf_blocks
 
 HIDDEN = 256  # Q4_K needs widths that are multiples of 256
 
@@ -22,17 +22,61 @@ def random_q4k(rows: int, cols: int, seed: int, scale: float = 0.002) -> np.ndar
     return blocks.reshape(rows, -1)
 
 
+def random_q6k(rows: int, cols: int, seed: int, scale: float = 0.0005) -> np.ndarray:
+    """Valid Q6_K bytes [rows, cols / 256 * 210]: any low and high bits and int8 scales, a
+    small positive float16 d."""
+    rng = np.random.default_rng(seed)
+    blocks = rng.integers(0, 256, size=(rows, cols // QK, Q6K_BLOCK_BYTES), dtype=np.uint8)
+    d = (rng.uniform(0.2, 1.0, size=(rows, cols // QK, 1)) * scale).astype(np.float16)
+    blocks[..., 208:210] = d.view(np.uint8).reshape(rows, cols // QK, 2)
+    return blocks.reshape(rows, -1)
+
+
+def _int8_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q4k_linear.c's quantize_row: int8 [M, nsb, 256] (as int64) and scales [M, nsb]."""
+    rows, width = x.shape
+    xb = x.reshape(rows, width // QK, QK)
+    amax = xb.abs().amax(dim=-1)
+    scale = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
+    inv = torch.where(amax > 0, 127.0 / amax, torch.zeros_like(amax))
+    return torch.round(xb * inv[..., None]).clamp(-127, 127).long(), scale
+
+
+def _hsum(acc: torch.Tensor) -> torch.Tensor:
+    """The kernels' fixed horizontal sum of 8 lanes: (l0 + l4) + (l2 + l6) + ((l1 + l5) + (l3 + l7))."""
+    s4 = acc[..., :4] + acc[..., 4:]
+    return (s4[..., 0] + s4[..., 2]) + (s4[..., 1] + s4[..., 3])
+
+
+def q6k_reference(x: torch.Tensor, layer: Q6KLinear) -> torch.Tensor:
+    """q6k_linear.c's contract in PyTorch, operation for operation: int8 activations per 256
+    columns; each super-block's integer sums in the kernel's 8 lanes (lane l: columns 4l to
+    4l + 3 of every 32, times their sub-block's scale, less 32 times sub-blocks 2l and 2l + 1's
+    activation sums times their scales); then float32 accumulation and the fixed horizontal sum."""
+    rows, width = x.shape
+    nsb = width // QK
+    xq, scale = _int8_activations(x)
+    q = q6k_values(layer.ql, layer.qh).long()  # [N, nsb, 256]
+    sc = layer.sc.long()  # [N, nsb, 16]
+    acc = torch.zeros(rows, layer.out_features, 8)
+    for s in range(nsb):
+        per_column = (q[:, s] * sc[:, s].repeat_interleave(16, dim=-1)).reshape(-1, 8, 8, 4)  # [N, chunk, lane, 4]
+        lanes = torch.einsum("mklc,nklc->mnl", xq[:, s].reshape(rows, 8, 8, 4), per_column)  # exact int64
+        bsum16 = xq[:, s].reshape(rows, 16, 16).sum(-1)  # [M, sub-block]
+        offset = (sc[None, :, s] * bsum16[:, None, :]).reshape(rows, -1, 8, 2).sum(-1)  # [M, N, 8]
+        ds = layer.d[None, :, s] * scale[:, s, None]  # float32 products, as in the kernel
+        acc = acc + (lanes - 32 * offset).float() * ds[..., None]
+    total = _hsum(acc)
+    return total if layer.bias is None else total + layer.bias
+
+
 def q4k_reference(x: torch.Tensor, layer: Q4KLinear) -> torch.Tensor:
     """q4k_linear.c's contract in PyTorch, operation for operation: int8 activations per 256
     columns, each super-block's integer sums in the kernel's 8 (and 4) lanes, then float32
     accumulation over super-blocks and the kernel's fixed horizontal sums."""
     rows, width = x.shape
     nsb = width // QK
-    xb = x.reshape(rows, nsb, QK)
-    amax = xb.abs().amax(dim=-1)
-    scale = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
-    inv = torch.where(amax > 0, 127.0 / amax, torch.zeros_like(amax))
-    xq = torch.round(xb * inv[..., None]).clamp(-127, 127).long()  # [M, nsb, 256]
+    xq, scale = _int8_activations(x)  # [M, nsb, 256]
     shifts = torch.tensor([0, 4], dtype=torch.uint8).reshape(1, 1, 1, 2, 1)
     q = ((layer.qs.reshape(-1, nsb, 4, 1, 32) >> shifts) & 0x0F).reshape(-1, nsb, 8, 32).long()  # [N, nsb, sub, 32]
     sc, mins = layer.sm[..., :8].long(), layer.sm[..., 8:].long()
@@ -48,9 +92,7 @@ def q4k_reference(x: torch.Tensor, layer: Q4KLinear) -> torch.Tensor:
         dm = layer.dmin[None, :, s] * scale[:, s, None]
         acc = acc + lanes.float() * ds[..., None]
         accm = accm + mlanes.float() * dm[..., None]
-    s4 = acc[..., :4] + acc[..., 4:]
-    total = (s4[..., 0] + s4[..., 2]) + (s4[..., 1] + s4[..., 3])
-    total = total - ((accm[..., 0] + accm[..., 2]) + (accm[..., 1] + accm[..., 3]))
+    total = _hsum(acc) - ((accm[..., 0] + accm[..., 2]) + (accm[..., 1] + accm[..., 3]))
     return total if layer.bias is None else total + layer.bias
 
 
@@ -65,36 +107,40 @@ GGUF_NAMES = {  # Qwen2's Linear layers and their GGUF tensor names
 }
 
 
-def q4k_weights(model, seed: int) -> dict[str, tuple[torch.nn.Linear, np.ndarray]]:
-    """Give every Linear of a tiny Qwen2 (hidden 256) random Q4_K blocks, dequantized, as its
-    weight; returns GGUF tensor name ("blk.0.attn_q.weight", "output.weight") -> (the
-    layer, its blocks)."""
+Q4_K_M_LIKE = ("blk.0.ffn_down", "blk.1.attn_v", "output")  # written as Q6_K, as a Q4_K_M file keeps some layers
+
+
+def q4k_weights(model, seed: int, q6k: tuple[str, ...] = ()) -> dict[str, tuple[torch.nn.Linear, np.ndarray, bool]]:
+    """Give every Linear of a tiny Qwen2 (hidden 256) random Q4_K blocks (Q6_K for the GGUF
+    names in q6k), dequantized, as its weight; returns GGUF tensor name
+    ("blk.0.attn_q.weight", "output.weight") -> (the layer, its blocks, whether Q6_K)."""
     named = {"output": model.lm_head}
     for i, layer in enumerate(model.model.layers):
         for hf, gguf_name in GGUF_NAMES.items():
             named[f"blk.{i}.{gguf_name}"] = layer.get_submodule(hf)
     found = {}
     for k, (name, linear) in enumerate(named.items()):
-        raw = random_q4k(linear.out_features, linear.in_features, seed=100 * seed + k, scale=0.02)
+        six = name in q6k
+        raw = (random_q6k if six else random_q4k)(linear.out_features, linear.in_features, seed=100 * seed + k, scale=0.005 if six else 0.02)
         with torch.no_grad():
-            linear.weight.copy_(dequantize(**repack(raw)))
-        found[name + ".weight"] = (linear, raw)
+            linear.weight.copy_(dequantize_q6k(**repack_q6k(raw)) if six else dequantize(**repack(raw)))
+        found[name + ".weight"] = (linear, raw, six)
     return found
 
 
-def q4k_model_and_file(tmp_path, seed: int = 0, skip: str | None = None):
-    """A tiny Qwen2 (hidden 256) whose every Linear weight is random Q4_K blocks dequantized,
-    and a GGUF file holding only those blocks (under the names llama.cpp gives them); `skip`:
-    one GGUF name written as float32 instead."""
+def q4k_model_and_file(tmp_path, seed: int = 0, skip: str | None = None, q6k: tuple[str, ...] = ()):
+    """A tiny Qwen2 (hidden 256) whose every Linear weight is random Q4_K blocks (Q6_K for the
+    GGUF names in q6k) dequantized, and a GGUF file holding only those blocks (under the names
+    llama.cpp gives them); `skip`: one GGUF name written as float32 instead."""
     from gguf import GGMLQuantizationType, GGUFWriter
 
     model = tiny_model(seed, hidden=HIDDEN)
     writer = GGUFWriter(str(tmp_path / "tiny.gguf"), "qwen2")
-    for name, (linear, raw) in q4k_weights(model, seed).items():
+    for name, (linear, raw, six) in q4k_weights(model, seed, q6k).items():
         if name == f"{skip}.weight":
             writer.add_tensor(name, linear.weight.detach().numpy())
         else:
-            writer.add_tensor(name, raw, raw_dtype=GGMLQuantizationType.Q4_K)
+            writer.add_tensor(name, raw, raw_dtype=GGMLQuantizationType.Q6_K if six else GGMLQuantizationType.Q4_K)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -102,20 +148,23 @@ def q4k_model_and_file(tmp_path, seed: int = 0, skip: str | None = None):
     return model, tmp_path / "tiny.gguf"
 
 
-def q4k_target(tmp_path, seed: int = 0):
-    """A tiny q4k target: q4k_model_and_file's model with the file's Q4_K blocks swapped in
-    for every Linear, as a q4k target is made."""
-    model, path = q4k_model_and_file(tmp_path, seed)
+def q4k_target(tmp_path, seed: int = 0, q6k: tuple[str, ...] = ()):
+    """A tiny q4k target: q4k_model_and_file's model with the file's Q4_K (and Q6_K) blocks
+    swapped in for every Linear, as a q4k target is made."""
+    model, path = q4k_model_and_file(tmp_path, seed, q6k=q6k)
     assert use_gguf_blocks(model, str(path)) == (2 * 7 + 1, 0)
+    assert sum(isinstance(m, Q6KLinear) for m in model.modules()) == len(q6k)
     return model
 
 
 def q4k_gguf_with_tokenizer(path, seed: int = 0):
-    """A tiny Qwen2 (hidden 256) with Q4_K weights, written as a complete GGUF (the
-    character tokenizer, norms and embedding in float32, every Linear as Q4_K): what the
-    default target's file is, in small. Returns (the model, the path)."""
+    """A tiny Qwen2 (hidden 256) with Q4_K and Q6_K weights (Q4_K_M_LIKE), written as a
+    complete GGUF (the character tokenizer, norms and embedding in float32, every Linear
+    as blocks): what the default target's file is, in small. Returns (the model, the path)."""
+    from gguf import GGMLQuantizationType
     from tiny_hf import write_tiny_gguf
 
     model = tiny_model(seed, hidden=HIDDEN)
-    blocks = {name: raw for name, (_, raw) in q4k_weights(model, seed).items()}
+    types = {False: GGMLQuantizationType.Q4_K, True: GGMLQuantizationType.Q6_K}
+    blocks = {name: (types[six], raw) for name, (_, raw, six) in q4k_weights(model, seed, Q4_K_M_LIKE).items()}
     return model, write_tiny_gguf(path, model, raw=blocks)

@@ -110,7 +110,7 @@ def load_tiny(folder: Path):
 
 def write_tiny_gguf(path: Path, model=None, vocab: dict[str, int] | None = None, raw: dict | None = None) -> Path:
     """Write `model` (default: tiny_model(0)) and the character vocabulary as a float32 GGUF;
-    `raw`: GGUF tensor name -> Q4_K bytes written for that tensor instead.
+    `raw`: GGUF tensor name -> (its ggml type, Q4_K or Q6_K, and its bytes) written for that tensor instead.
 
     The same layout llama.cpp gives Qwen2 (architecture "qwen2", a byte-level "gpt2"
     tokenizer), so transformers loads it through the very path the embedded pair takes.
@@ -149,7 +149,8 @@ def write_tiny_gguf(path: Path, model=None, vocab: dict[str, int] | None = None,
         base, suffix = name.rsplit(".", 1)
         gguf_name = f"{names.get_name(base)}.{suffix}"
         if raw is not None and gguf_name in raw:
-            writer.add_tensor(gguf_name, raw[gguf_name], raw_dtype=gguf.GGMLQuantizationType.Q4_K)
+            kind, data = raw[gguf_name]
+            writer.add_tensor(gguf_name, data, raw_dtype=kind)
         else:
             writer.add_tensor(gguf_name, tensor.float().numpy())
     writer.write_header_to_file()

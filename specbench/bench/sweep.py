@@ -933,7 +933,7 @@ def _model_meta(model, name: str | None) -> dict | None:
         return None
     first = next(model.parameters())
     int8 = any(buffer.dtype == torch.int8 for buffer in model.buffers())  # quantize.Int8Linear
-    q4k = any(isinstance(module, Q4KLinear) for module in model.modules())  # its other layers int8
+    q4k = any(isinstance(module, Q4KLinear) for module in model.modules())  # its other layers Q6_K or int8
     return {
         "name": name,
         "class": type(model).__name__,

@@ -85,7 +85,8 @@ def has_q4k_layers(target: str) -> bool:
 
 def parse_target_dtype(name: str, device: str) -> torch.dtype:
     """The dtype a target loads in; int8 (quantize.Int8TargetLinear) and q4k (a GGUF's own
-    Q4_K blocks, gguf_blocks.Q4KLinear, int8 for its other layers), both batch-invariant,
+    Q4_K and Q6_K blocks, gguf_blocks.Q4KLinear and Q6KLinear, int8 for any other layers),
+    all batch-invariant,
     load float32 first and need specbench's AVX2 kernels on a CPU."""
     if name.lower() not in (INT8, Q4K):
         return parse_dtype(name)
@@ -215,7 +216,7 @@ def _prepare_default(folder: str, role: str, name: str, progress: Progress):
     """A default model in q4k, built from its GGUF (dequantized in memory, never written as
     float32), saved as the prepared file, then mapped back as every later run maps it. The
     GGUF is deleted after: the prepared file replaces it, and the parts rebuild it.
-    The target keeps the file's Q4_K blocks (int8 for its other layers); the drafter's
+    The target keeps the file's Q4_K and Q6_K blocks (int8 for any other layers); the drafter's
     layers are quantized to Q4_K (its head int8)."""
     gguf = defaults.ensure_gguf(defaults.TARGET if role == "target" else defaults.DRAFTER, progress)
     kwargs = {"gguf_file": gguf.name}

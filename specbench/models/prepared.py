@@ -1,13 +1,13 @@
 """A prepared model, cached: a default model's every tensor in its q4k dtype, ready to run, in one file.
 
 Why: preparing a q4k model takes the longest part of a warm start: for the target, loading
-its weights, repacking the GGUF's Q4_K blocks and quantizing the other layers to int8; for
-the drafter, quantizing every layer to Q4_K (gguf_blocks.quantize_q4k). The result is
-deterministic, so the first run saves it (`q4k.safetensors` in the model's cache folder:
-2.0 GB for the default target, 0.9 GB of it the float32 embedding) and later runs map that
-file: the model is built on the meta device, its Linear layers become empty Q4KLinear,
-Int8TargetLinear or Int8Linear shells, and the file's tensors are assigned to them without a
-copy (safetensors memory-maps; the embedding's unused rows are never read in).
+its weights and repacking the GGUF's Q4_K and Q6_K blocks; for the drafter, quantizing
+every layer to Q4_K (gguf_blocks.quantize_q4k). The result is deterministic, so the first
+run saves it (`q4k.safetensors` in the model's cache folder; most of the default target's
+is its blocks and its float32 embedding) and later runs map that file: the model is built
+on the meta device, its Linear layers become empty Q4KLinear, Q6KLinear, Int8TargetLinear
+or Int8Linear shells, and the file's tensors are assigned to them without a copy
+(safetensors memory-maps; the embedding's unused rows are never read in).
 
 Knows nothing about which dtype is asked for; loading.py decides when to use it. A file
 from another layout (PREPARED_FORMAT) or with missing tensors is not used, and rebuilt.
@@ -22,11 +22,11 @@ from pathlib import Path
 import torch
 
 from specbench.speed import native
-from specbench.speed.gguf_blocks import Q4KLinear
+from specbench.speed.gguf_blocks import Q4KLinear, Q6KLinear
 from specbench.speed.quantize import Int8Linear, Int8TargetLinear, dense_twin
 
-PREPARED_FORMAT = 2  # bump when a layer's buffers change (2: drafters; Q4_K widths short of 256 columns)
-_LAYERS = {"q4k": Q4KLinear, "int8": Int8TargetLinear, "int8-draft": Int8Linear}
+PREPARED_FORMAT = 3  # bump when a layer's buffers change (2: drafters; Q4_K widths short of 256 columns; 3: Q6_K layers)
+_LAYERS = {"q4k": Q4KLinear, "q6k": Q6KLinear, "int8": Int8TargetLinear, "int8-draft": Int8Linear}
 
 
 def prepared_path(folder: Path, dtype: str) -> Path:
@@ -105,7 +105,7 @@ def _shell(cls, name: str, in_features: int, state: dict[str, torch.Tensor]) -> 
             module.register_buffer(key[len(prefix) :], torch.empty_like(tensor, device="meta"))
     if "bias" not in module._buffers:
         module.register_buffer("bias", None)
-    module.out_features = (module.d if cls is Q4KLinear else module.qweight).shape[0]
+    module.out_features = (module.d if cls in (Q4KLinear, Q6KLinear) else module.qweight).shape[0]
     module.in_features = in_features
     return module
 

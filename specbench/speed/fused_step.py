@@ -28,11 +28,11 @@ row's numbers do not depend on which other rows share the call (q4k_layer.c says
   target token for token at a near tie.
 
 Where it applies: on the CPU, a decoder LeanDecoder runs (lean_step.py) whose every q, k,
-v, o, gate, up and down is a Q4KLinear or an Int8TargetLinear (int8 rows with float32
-scales: a target's; int8_linear.c built where there is one), with a head dimension that is
-a multiple of 8 and the q4k_layer library built: `--draft-dtype q4k` (the CPU default
-drafter), `--dtype q4k` (the default target: its Q4_K layers and its Q6_K ones as int8
-rows) and `--dtype int8`. Anywhere else `fused_layers` returns None and the lean forward
+v, o, gate, up and down is a Q4KLinear, a Q6KLinear or an Int8TargetLinear (int8 rows with
+float32 scales: a target's; int8_linear.c built where there is one), with a head dimension
+that is a multiple of 8 and the q4k_layer library built: `--draft-dtype q4k` (the CPU
+default drafter), `--dtype q4k` (the default target: its file's Q4_K and Q6_K blocks) and
+`--dtype int8`. Anywhere else `fused_layers` returns None and the lean forward
 runs as before.
 """
 
@@ -43,14 +43,14 @@ import ctypes
 import torch
 
 from specbench.speed import native
-from specbench.speed.gguf_blocks import Q4KLinear
+from specbench.speed.gguf_blocks import Q4KLinear, Q6KLinear
 from specbench.speed.quantize import Int8TargetLinear
 
-Q4K_BLOCKS, INT8_ROWS = 0, 1  # q4k_layer.c's kinds of Linear
+Q4K_BLOCKS, INT8_ROWS, Q6K_BLOCKS = 0, 1, 2  # q4k_layer.c's kinds of Linear
 
 
 class LinearArgs(ctypes.Structure):
-    _fields_ = [("w", ctypes.c_void_p), ("sm", ctypes.c_void_p), ("d", ctypes.c_void_p), ("dmin", ctypes.c_void_p), ("bias", ctypes.c_void_p), ("N", ctypes.c_int), ("K", ctypes.c_int), ("kind", ctypes.c_int)]
+    _fields_ = [("w", ctypes.c_void_p), ("sm", ctypes.c_void_p), ("sc", ctypes.c_void_p), ("d", ctypes.c_void_p), ("dmin", ctypes.c_void_p), ("bias", ctypes.c_void_p), ("N", ctypes.c_int), ("K", ctypes.c_int), ("kind", ctypes.c_int)]
 
 
 class LayerArgs(ctypes.Structure):
@@ -89,9 +89,9 @@ def fused_layers(lean) -> FusedLayers | None:
 
 
 def _native(linear) -> bool:
-    """Whether q4k_layer.c runs this Linear: Q4_K blocks, or a target's int8 rows, on the CPU."""
-    if isinstance(linear, Q4KLinear):
-        return linear.qs.device.type == "cpu"
+    """Whether q4k_layer.c runs this Linear: Q4_K or Q6_K blocks, or a target's int8 rows, on the CPU."""
+    if isinstance(linear, (Q4KLinear, Q6KLinear)):
+        return linear.d.device.type == "cpu"
     if isinstance(linear, Int8TargetLinear):
         tensors = [linear.qweight, linear.scales] + ([] if linear.bias is None else [linear.bias])
         return linear.scales.dtype == torch.float32 and all(t.device.type == "cpu" and t.is_contiguous() for t in tensors)
@@ -101,8 +101,10 @@ def _native(linear) -> bool:
 def _linear_args(linear) -> LinearArgs:
     bias = None if linear.bias is None else linear.bias.data_ptr()
     if isinstance(linear, Q4KLinear):
-        return LinearArgs(linear.qs.data_ptr(), linear.sm.data_ptr(), linear.d.data_ptr(), linear.dmin.data_ptr(), bias, linear.out_features, linear.in_features, Q4K_BLOCKS)
-    return LinearArgs(linear.qweight.data_ptr(), None, linear.scales.data_ptr(), None, bias, linear.out_features, linear.in_features, INT8_ROWS)
+        return LinearArgs(linear.qs.data_ptr(), linear.sm.data_ptr(), None, linear.d.data_ptr(), linear.dmin.data_ptr(), bias, linear.out_features, linear.in_features, Q4K_BLOCKS)
+    if isinstance(linear, Q6KLinear):
+        return LinearArgs(linear.ql.data_ptr(), linear.qh.data_ptr(), linear.sc.data_ptr(), linear.d.data_ptr(), None, bias, linear.out_features, linear.in_features, Q6K_BLOCKS)
+    return LinearArgs(linear.qweight.data_ptr(), None, None, linear.scales.data_ptr(), None, bias, linear.out_features, linear.in_features, INT8_ROWS)
 
 
 def _group_args(linears: list, size: int):

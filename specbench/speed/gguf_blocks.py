@@ -1,4 +1,4 @@
-"""A target's Linear layers over its GGUF file's own Q4_K blocks (`--dtype q4k`).
+"""A target's Linear layers over its GGUF file's own Q4_K and Q6_K blocks (`--dtype q4k`).
 
 Why: a CPU decoding step is bound by reading weights. The int8 target (quantize.py) reads
 8 bits a weight and rounds the file's 4-bit weights a second time; the Q4_K blocks the
@@ -10,10 +10,14 @@ decoding token for token. Activations are rounded to int8 per 256 columns (llama
 Q8_K rule): that, not the weights, is where a q4k target's logits differ from the float32
 target's.
 
-Which layers: every Linear whose GGUF tensor is Q4_K and whose blocks, dequantized,
+A Q4_K_M file (the default target's) keeps its head and half its attn_v and ffn_down in
+Q6_K (6.56 bits a weight): Q6KLinear runs those through q6k_linear.c the same way, so the
+whole target multiplies by the file's own weights, as llama.cpp does.
+
+Which layers: every Linear whose GGUF tensor is Q4_K or Q6_K and whose blocks, dequantized,
 reproduce the loaded float32 weight bit for bit on sampled rows (so a name map or a row
 permutation that transformers applied on loading cannot pair a layer with the wrong
-blocks). The rest (Q6_K and other types, unmatched names) stay for quantize_target's int8.
+blocks). The rest (other types, unmatched names) stay for quantize_target's int8.
 
 Knows nothing about decoding; models/loading.py calls use_gguf_blocks before quantize_target.
 """
@@ -29,6 +33,8 @@ Q4K = "q4k"  # the dtype name that asks for this
 QK = 256  # columns per Q4_K super-block
 BLOCK_BYTES = 144  # d (f16), dmin (f16), 12 bytes of 6-bit scales and mins, 128 bytes of nibbles
 Q4K_BUFFERS = ("qs", "sm", "d", "dmin")  # a Q4KLinear's block arrays (repack's layout)
+Q6K_BLOCK_BYTES = 210  # 128 bytes of low 4 bits, 64 of high 2 bits, 16 int8 scales, d (f16)
+Q6K_BUFFERS = ("ql", "qh", "sc", "d")  # a Q6KLinear's block arrays (repack_q6k's layout)
 
 
 def q4k_why_not() -> str | None:
@@ -70,6 +76,40 @@ def dequantize(qs: torch.Tensor, sm: torch.Tensor, d: torch.Tensor, dmin: torch.
     low = (qs.reshape(rows, nsb, 4, 1, 32) >> torch.tensor([0, 4], dtype=torch.uint8).reshape(1, 1, 1, 2, 1)) & 0x0F
     q = low.reshape(rows, nsb, 8, 32).float()
     return (scale * q - (dmin[..., None] * m)[..., None]).reshape(rows, nsb * QK)
+
+
+def repack_q6k(raw: np.ndarray) -> dict[str, torch.Tensor]:
+    """A Q6_K tensor's bytes [N, K / 256 * 210] -> the kernel's arrays, no value changed:
+    ql [N, K/256, 128] and qh [N, K/256, 64] as stored, sc [N, K/256, 16] int8, d [N, K/256]
+    float32 (an exact widening of the file's float16)."""
+    rows = raw.shape[0]
+    blocks = np.ascontiguousarray(raw, dtype=np.uint8).reshape(rows, -1, Q6K_BLOCK_BYTES)
+    d = blocks[..., 208:210].copy().view(np.float16)[..., 0].astype(np.float32)
+    return {
+        "ql": torch.from_numpy(np.ascontiguousarray(blocks[..., :128])),
+        "qh": torch.from_numpy(np.ascontiguousarray(blocks[..., 128:192])),
+        "sc": torch.from_numpy(np.ascontiguousarray(blocks[..., 192:208]).view(np.int8)),
+        "d": torch.from_numpy(np.ascontiguousarray(d)),
+    }
+
+
+def q6k_values(ql: torch.Tensor, qh: torch.Tensor) -> torch.Tensor:
+    """The 6-bit values q (0..63) [N, nsb, 256] in column order, from repack_q6k's ql and qh:
+    each half of 128 columns takes ql's 64 bytes' low then high nibbles, and qh's 32 bytes'
+    bit pairs 0-1, 2-3, 4-5, 6-7 as the top two bits of each 32 columns."""
+    rows, nsb = ql.shape[:2]
+    low = (ql.reshape(rows, nsb, 2, 1, 64) >> torch.tensor([0, 4], dtype=torch.uint8).reshape(1, 1, 1, 2, 1)) & 0x0F
+    high = (qh.reshape(rows, nsb, 2, 1, 32) >> torch.tensor([0, 2, 4, 6], dtype=torch.uint8).reshape(1, 1, 1, 4, 1)) & 0x03
+    return low.reshape(rows, nsb, QK) | (high.reshape(rows, nsb, QK) << 4)
+
+
+def dequantize_q6k(ql: torch.Tensor, qh: torch.Tensor, sc: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """The float32 weight [N, K] the Q6_K blocks stand for, rounded as gguf-py rounds it:
+    (d * sc) * (q - 32)."""
+    rows, nsb = d.shape
+    scale = (d[..., None] * sc.float())[..., None]  # [N, nsb, 16, 1]
+    q = (q6k_values(ql, qh).to(torch.int16) - 32).float().reshape(rows, nsb, 16, 16)
+    return (scale * q).reshape(rows, nsb * QK)
 
 
 def quantize_q4k(weight: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -127,45 +167,75 @@ class Q4KLinear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, Q4_K blocks"
 
 
+class Q6KLinear(torch.nn.Module):
+    """y = x W^T + b with W as a GGUF file's own Q6_K blocks; every row of x (float32)
+    through q6k_linear.c (batch-invariant like q4k_linear.c). No dense copy is kept."""
+
+    def __init__(self, blocks: dict[str, torch.Tensor], bias: torch.Tensor | None):
+        super().__init__()
+        self.out_features, nsb = blocks["d"].shape
+        self.in_features = nsb * QK
+        for name in Q6K_BUFFERS:
+            self.register_buffer(name, blocks[name].contiguous())
+        self.register_buffer("bias", None if bias is None else bias.detach().float().clone().contiguous())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return q6k_linear(x, self)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, Q6_K blocks"
+
+
 def q4k_linear(x: torch.Tensor, layer: Q4KLinear) -> torch.Tensor:
     """x [..., in] times the layer's Q4_K weight, plus its bias, through q4k_linear.c.
 
     A target step makes some 170 of these calls, so the wrapper does no more than it must:
     no copy of a float32 contiguous x, and no conversion of a float32 result."""
-    lib = native.q4k_kernel()
+    blocks = (layer.qs, layer.sm, layer.d, layer.dmin)
+    return _block_linear(x, layer, native.q4k_kernel(), "specbench_q4k_linear", blocks, native.q4k_why_not)
+
+
+def q6k_linear(x: torch.Tensor, layer: Q6KLinear) -> torch.Tensor:
+    """x [..., in] times the layer's Q6_K weight, plus its bias, through q6k_linear.c."""
+    return _block_linear(x, layer, native.q6k_kernel(), "specbench_q6k_linear", (layer.ql, layer.qh, layer.sc, layer.d), native.q6k_why_not)
+
+
+def _block_linear(x: torch.Tensor, layer, lib, entry: str, blocks: tuple, why_not) -> torch.Tensor:
+    """One call of a block kernel: x, its rows and width, the block arrays, the bias, out."""
     if lib is None:
-        raise RuntimeError(f"the Q4_K linear kernel is not available: {native.q4k_why_not()}")
+        raise RuntimeError(f"the {entry.removeprefix('specbench_')} kernel is not available: {why_not()}")
     width = x.shape[-1]
     if width != layer.in_features:
-        raise ValueError(f"a Q4_K layer of {layer.in_features} inputs got {width}")
+        raise ValueError(f"a layer of {layer.in_features} inputs got {width}")
     x2 = x if x.dtype == torch.float32 and x.is_contiguous() else x.float().contiguous()
     rows = x2.numel() // width
     out = torch.empty(*x.shape[:-1], layer.out_features, dtype=torch.float32)
     bias = None if layer.bias is None else layer.bias.data_ptr()
-    args = (x2.data_ptr(), rows, width, layer.qs.data_ptr(), layer.sm.data_ptr(), layer.d.data_ptr(), layer.dmin.data_ptr(), bias, layer.out_features, out.data_ptr())
-    if rows and lib.specbench_q4k_linear(*args) != 0:
-        raise RuntimeError(f"q4k_linear refused a call of {rows} x {width}")
+    args = (x2.data_ptr(), rows, width, *(b.data_ptr() for b in blocks), bias, layer.out_features, out.data_ptr())
+    if rows and getattr(lib, entry)(*args) != 0:
+        raise RuntimeError(f"{entry.removeprefix('specbench_')} refused a call of {rows} x {width}")
     return out if x.dtype == torch.float32 else out.to(x.dtype)
 
 
 # ---------------------------------------------------------------------------- a model
 
 
-def q4k_tensors(gguf_path: str) -> tuple[str, dict[str, np.ndarray]]:
-    """(the file's general.architecture, GGUF tensor name -> its bytes [rows, row bytes] for
-    the file's Q4_K tensors, memory-mapped). gguf_file.read_tensor_index, not gguf-py's
-    GGUFReader: that one parses every metadata value (a 151k-token vocabulary: seconds)."""
-    from specbench.speed.gguf_file import Q4_K, read_tensor_index
+def block_tensors(gguf_path: str) -> tuple[str, dict[str, tuple[int, np.ndarray]]]:
+    """(the file's general.architecture, GGUF tensor name -> (its ggml type, its bytes [rows,
+    row bytes]) for the file's Q4_K and Q6_K tensors, memory-mapped). gguf_file's index, not
+    gguf-py's GGUFReader: that one parses every metadata value (a 151k-token vocabulary: seconds)."""
+    from specbench.speed.gguf_file import Q4_K, Q6_K, read_tensor_index
 
+    block_bytes = {Q4_K: BLOCK_BYTES, Q6_K: Q6K_BLOCK_BYTES}
     index = read_tensor_index(gguf_path)
     data = np.memmap(gguf_path, dtype=np.uint8, mode="r")
     found = {}
     for tensor in index.tensors:
-        if tensor.type == Q4_K and len(tensor.shape) == 2:
+        if tensor.type in block_bytes and len(tensor.shape) == 2:
             cols, rows = tensor.shape  # GGUF lists the fastest-varying dimension first
-            row_bytes = cols // QK * BLOCK_BYTES
+            row_bytes = cols // QK * block_bytes[tensor.type]
             start = index.data_offset + tensor.offset
-            found[tensor.name] = data[start : start + rows * row_bytes].reshape(rows, row_bytes)
+            found[tensor.name] = (tensor.type, data[start : start + rows * row_bytes].reshape(rows, row_bytes))
     return index.architecture, found
 
 
@@ -191,23 +261,32 @@ def gguf_to_hf_names(model, architecture: str) -> dict[str, str]:
 
 
 def use_gguf_blocks(model: torch.nn.Module, gguf_path: str) -> tuple[int, int]:
-    """Swap every float32 nn.Linear whose weight is a Q4_K tensor of the GGUF file (checked
-    on sampled rows) for a Q4KLinear; returns (swapped, Linear layers left as they were).
-    Raises ValueError where the kernel cannot run here."""
+    """Swap every float32 nn.Linear whose weight is a Q4_K (or, where q6k_linear.c is built,
+    Q6_K) tensor of the GGUF file, checked on sampled rows, for a Q4KLinear (Q6KLinear);
+    returns (swapped, Linear layers left as they were). Raises ValueError where the Q4_K
+    kernel cannot run here."""
+    from specbench.speed.gguf_file import Q4_K
+
     if (why := q4k_why_not()) is not None:
         raise ValueError(why)
+    kinds = {Q4_K: (repack, dequantize, Q4KLinear)}
+    if native.q6k_kernel() is not None:
+        from specbench.speed.gguf_file import Q6_K
+
+        kinds[Q6_K] = (repack_q6k, dequantize_q6k, Q6KLinear)
     modules = dict(model.named_modules())
-    architecture, tensors = q4k_tensors(gguf_path)
+    architecture, tensors = block_tensors(gguf_path)
     names = gguf_to_hf_names(model, architecture)
     swapped = 0
-    for gguf_name, raw in tensors.items():
+    for gguf_name, (kind, raw) in tensors.items():
         module_name = names.get(gguf_name, "").removesuffix(".weight")
         linear = modules.get(module_name) if module_name else None
-        if not isinstance(linear, torch.nn.Linear) or linear.weight.dtype != torch.float32:
+        if kind not in kinds or not isinstance(linear, torch.nn.Linear) or linear.weight.dtype != torch.float32:
             continue
-        blocks = repack(raw)
-        if _matches(blocks, linear.weight):
-            model.set_submodule(module_name, Q4KLinear(blocks, linear.bias))
+        unpack, dequantizer, cls = kinds[kind]
+        blocks = unpack(raw)
+        if _matches(blocks, dequantizer, linear.weight):
+            model.set_submodule(module_name, cls(blocks, linear.bias))
             swapped += 1
     left = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
     return swapped, left
@@ -228,11 +307,11 @@ def quantize_to_q4k(model: torch.nn.Module) -> int:
     return swapped
 
 
-def _matches(blocks: dict[str, torch.Tensor], weight: torch.Tensor) -> bool:
+def _matches(blocks: dict[str, torch.Tensor], dequantizer, weight: torch.Tensor) -> bool:
     """Whether the blocks dequantize to the weight, bit for bit, on its first, middle and last rows."""
     rows = blocks["d"].shape[0]
     if tuple(weight.shape) != (rows, blocks["d"].shape[1] * QK):
         return False
     picks = sorted({0, rows // 2, rows - 1})
     sample = {k: v[picks] for k, v in blocks.items()}
-    return torch.equal(dequantize(**sample), weight.detach()[picks].float())
+    return torch.equal(dequantizer(**sample), weight.detach()[picks].float())

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 Q4_K = 12  # ggml type id of Q4_K
+Q6_K = 14  # ggml type id of Q6_K
 _SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # type id -> bytes
 _STRING, _ARRAY = 8, 9
 

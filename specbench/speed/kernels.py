@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 
 KERNELS = ("auto", "default", "onednn")  # auto: onednn where this torch has it, else default
-VERSION = 6  # bump when what runs a step changes (what a kernel choice swaps, the native layers): cached cost measurements key on it
+VERSION = 7  # bump when what runs a step changes (what a kernel choice swaps, the native layers): cached cost measurements key on it
 SWAPPED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 

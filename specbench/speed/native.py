@@ -1,6 +1,6 @@
 """Builds and loads specbench's own int8 and 4-bit kernels (C files beside this module).
 
-Four libraries, each compiled once per machine with the system C compiler (`cc`, or $CC) for
+Five libraries, each compiled once per machine with the system C compiler (`cc`, or $CC) for
 this CPU (-march=native) into the cache (defaults.native_dir(), keyed by the
 source, the flags and the CPU's model and flags), and loaded with ctypes. All use OpenMP
 through the runtime PyTorch has already loaded, so they share one thread pool.
@@ -14,14 +14,18 @@ through the runtime PyTorch has already loaded, so they share one thread pool.
   q4k_linear.c   (q4k_kernel())     any number of fp32 rows over a GGUF file's own Q4_K
                                     blocks, batch-invariant like int8_linear.c: the q4k
                                     target (gguf_blocks.Q4KLinear); needs AVX2.
+  q6k_linear.c   (q6k_kernel())     the same over Q6_K blocks: the q4k target's Q6_K layers
+                                    and head (gguf_blocks.Q6KLinear); includes q4k_linear.c
+                                    (its activations); needs AVX2.
   q4k_layer.c    (layer_kernel())   a decoder layer of a q4k drafter or a q4k or int8 target
                                     in two calls, around the cache (fused_step.py); includes
-                                    q4k_linear.c, calls int8_linear.c's entry; needs AVX2.
+                                    q6k_linear.c and q4k_linear.c, calls int8_linear.c's
+                                    entry; needs AVX2.
 
 No compiler, a failed build, or a CPU without the instructions: the getter returns None,
 callers keep PyTorch's kernels (or refuse an int8 or q4k target, or run a q4k drafter's
-layers through the lean forward) and `why_not()`, `linear_why_not()`, `q4k_why_not()` and
-`layer_why_not()` say why. SPECBENCH_NATIVE=0 turns all four off.
+layers through the lean forward) and `why_not()`, `linear_why_not()`, `q4k_why_not()`,
+`q6k_why_not()` and `layer_why_not()` say why. SPECBENCH_NATIVE=0 turns all five off.
 """
 
 from __future__ import annotations
@@ -76,13 +80,14 @@ LINEAR = Library(
 
 
 Q4K = Library("q4k_linear.c", "specbench_q4k_ready", "AVX2", (("specbench_q4k_linear", (_P, _I, _I, _P, _P, _P, _P, _P, _I, _P)),))
+Q6K = Library("q6k_linear.c", "specbench_q6k_ready", "AVX2", (("specbench_q6k_linear", (_P, _I, _I, _P, _P, _P, _P, _P, _I, _P)),), includes=("q4k_linear.c",))
 _L = ctypes.c_long
 LAYER = Library(
     "q4k_layer.c",
     "specbench_layer_ready",
     "AVX2",
     (("specbench_layer_in", (_P, _P, _I, _P, _P, _P)), ("specbench_layer_out", (_P, _P, _I, _P, _P, _P, _I, _L, _L, _I))),
-    includes=("q4k_linear.c",),
+    includes=("q4k_linear.c", "q6k_linear.c"),
 )
 
 
@@ -114,6 +119,16 @@ def q4k_kernel() -> ctypes.CDLL | None:
 def q4k_why_not() -> str | None:
     """None when the Q4_K linear kernel is in use, else one line on why not."""
     return _load(Q4K)[1]
+
+
+def q6k_kernel() -> ctypes.CDLL | None:
+    """The batch-invariant Q6_K linear library, or None where it cannot be had."""
+    return _load(Q6K)[0]
+
+
+def q6k_why_not() -> str | None:
+    """None when the Q6_K linear kernel is in use, else one line on why not."""
+    return _load(Q6K)[1]
 
 
 def layer_kernel() -> ctypes.CDLL | None:

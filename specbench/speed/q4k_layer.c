@@ -12,9 +12,9 @@
  *   layer_out: a = attention(q, K, V); h += a Wo^T; x = RMSNorm(h);
  *              h += (silu(x Wg^T) * (x Wu^T)) Wd^T
  *
- * Every activation is float32. Every Linear is q4k_linear.c's (included below) or, for a
- * target's layers that are not Q4_K (a GGUF's Q6_K ones, any layer of an int8 target),
- * int8_linear.c's, called through the address fused_step.py passes; q|k|v and gate|up are one
+ * Every activation is float32. Every Linear is q4k_linear.c's or q6k_linear.c's (included
+ * below: a GGUF file's own blocks) or, for an int8 target's layers, int8_linear.c's, called
+ * through the address fused_step.py passes; q|k|v and gate|up are one
  * stacked Linear each (a drafter) or 3 and 2 whose outputs are put side by side (a target,
  * whose mapped weights are not copied to be stacked). Both kernels give a row the same bits
  * whatever other rows share the call. The rest works row by row in a fixed order (sums in 8
@@ -27,7 +27,7 @@
  * forward of the same model: a drafter only has to be deterministic, and a target only has
  * to give every decoding mode the same bits, which it does, since all of them run it.
  */
-#include "q4k_linear.c"
+#include "q6k_linear.c" /* and q4k_linear.c, which it includes */
 
 #if defined(__AVX2__)
 
@@ -35,12 +35,13 @@
 typedef int (*int8_linear_t)(const void *x, int x_bf16, int M, int K, const int8_t *w, const void *wscale, const void *bias,
                              int p_bf16, int N, void *y);
 
-enum { Q4K_BLOCKS = 0, INT8_ROWS = 1 };
+enum { Q4K_BLOCKS = 0, INT8_ROWS = 1, Q6K_BLOCKS = 2 };
 
-typedef struct { /* a Linear: a Q4KLinear's four block arrays, or an Int8TargetLinear's rows and scales */
-    const void *w; /* Q4K_BLOCKS: qs; INT8_ROWS: int8 rows [N, K] */
-    const uint8_t *sm; /* Q4K_BLOCKS: scales and mins; INT8_ROWS: unused */
-    const float *d, *dmin, *bias; /* Q4K_BLOCKS: d, dmin; INT8_ROWS: d = float32 row scales; bias or NULL */
+typedef struct { /* a Linear: a Q4KLinear's or Q6KLinear's block arrays, or an Int8TargetLinear's rows and scales */
+    const void *w; /* Q4K_BLOCKS: qs; Q6K_BLOCKS: ql; INT8_ROWS: int8 rows [N, K] */
+    const uint8_t *sm; /* Q4K_BLOCKS: scales and mins; Q6K_BLOCKS: qh; INT8_ROWS: unused */
+    const int8_t *sc; /* Q6K_BLOCKS: the sub-blocks' scales; else unused */
+    const float *d, *dmin, *bias; /* d: the super-blocks' d (INT8_ROWS: float32 row scales); dmin: Q4K_BLOCKS only; bias or NULL */
     int N, K, kind;
 } linear_t;
 
@@ -58,6 +59,7 @@ int specbench_layer_ready(void) { return 1; }
 /* y [M, N] = x [M, K] W^T + b; each row's result independent of the others (both kernels) */
 static int linear(const layer_t *L, const linear_t *w, const float *x, int M, float *y) {
     if (w->kind == Q4K_BLOCKS) return specbench_q4k_linear(x, M, w->K, (const uint8_t *)w->w, w->sm, w->d, w->dmin, w->bias, w->N, y);
+    if (w->kind == Q6K_BLOCKS) return specbench_q6k_linear(x, M, w->K, (const uint8_t *)w->w, w->sm, w->sc, w->d, w->bias, w->N, y);
     if (w->kind == INT8_ROWS && L->int8) return L->int8(x, 0, M, w->K, (const int8_t *)w->w, w->d, w->bias, 0, w->N, y);
     return -1;
 }

@@ -46,9 +46,10 @@
 int specbench_q4k_ready(void) { return 1; }
 
 /* one row of K float32 activations -> int8 per super-block of the padded width KP (scale
- * absmax / 127; an all-zero super-block gets scale 1), with the sum of each sub-block of 32.
+ * absmax / 127; an all-zero super-block gets scale 1), with the sum of each sub-block of 32
+ * (bsum) and, where bsum16 is not NULL, of each 16 columns (q6k_linear.c's sub-blocks).
  * Columns K..KP-1 (a width that is not a multiple of 256) are zeros: they add nothing. */
-static void quantize_row(const float *x, int K, int KP, int8_t *xq, float *xs, int16_t *bsum) {
+static void quantize_row(const float *x, int K, int KP, int8_t *xq, float *xs, int16_t *bsum, int16_t *bsum16) {
     float v[QK];
     for (int s = 0; s < KP / QK; s++) {
         const int k0 = s * QK, n = K - k0 < QK ? K - k0 : QK;
@@ -62,18 +63,85 @@ static void quantize_row(const float *x, int K, int KP, int8_t *xq, float *xs, i
         float scale = amax > 0.0f ? amax / 127.0f : 1.0f;
         float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
         for (int j = 0; j < NSUB; j++) {
-            int32_t sum = 0;
+            int32_t sum = 0, half = 0;
             for (int i = 0; i < 32; i++) {
                 long q = lrintf(v[j * 32 + i] * inv); /* round half to even */
                 q = q > 127 ? 127 : (q < -127 ? -127 : q);
                 xq[(size_t)k0 + j * 32 + i] = (int8_t)q;
                 sum += (int32_t)q;
+                if (i == 15) half = sum;
             }
             bsum[s * NSUB + j] = (int16_t)sum; /* |sum| <= 32 * 127 */
+            if (bsum16) {
+                bsum16[s * 2 * NSUB + 2 * j] = (int16_t)half;
+                bsum16[s * 2 * NSUB + 2 * j + 1] = (int16_t)(sum - half);
+            }
         }
         xs[s] = scale;
     }
 }
+
+/* M rows of activations quantized for a super-block kernel (quantize_row's arrays) */
+typedef struct {
+    int8_t *xq;      /* [M, KP] */
+    float *xs;       /* [M, KP / QK] */
+    int16_t *bsum;   /* [M, KP / 32] */
+    int16_t *bsum16; /* [M, KP / 16], or NULL where not asked for */
+} quantized_t;
+
+static void free_quantized(quantized_t *Q) {
+    free(Q->xq);
+    free(Q->xs);
+    free(Q->bsum);
+    free(Q->bsum16);
+}
+
+/* x [M, K] -> Q; 0, or -1 when memory is short */
+static int quantize_rows(const float *x, int M, int K, int KP, int sums16, quantized_t *Q) {
+    Q->xq = (int8_t *)malloc((size_t)M * KP);
+    Q->xs = (float *)malloc((size_t)M * (KP / QK) * sizeof(float));
+    Q->bsum = (int16_t *)malloc((size_t)M * (KP / 32) * sizeof(int16_t));
+    Q->bsum16 = sums16 ? (int16_t *)malloc((size_t)M * (KP / 16) * sizeof(int16_t)) : NULL;
+    if (!Q->xq || !Q->xs || !Q->bsum || (sums16 && !Q->bsum16)) {
+        free_quantized(Q);
+        return -1;
+    }
+#pragma omp parallel for schedule(static) if (M > 8)
+    for (int m = 0; m < M; m++)
+        quantize_row(x + (size_t)m * K, K, KP, Q->xq + (size_t)m * KP, Q->xs + (size_t)m * (KP / QK), Q->bsum + (size_t)m * (KP / 32),
+                     sums16 ? Q->bsum16 + (size_t)m * (KP / 16) : NULL);
+    return 0;
+}
+
+/* FN(job, n0, n1) over the weight rows 0..N-1, split evenly between the threads */
+#define SPLIT_ROWS(FN, job, N)                                                                                                      \
+    _Pragma("omp parallel") {                                                                                                       \
+        int threads_ = omp_get_num_threads(), t_ = omp_get_thread_num();                                                           \
+        int per_ = ((N) + threads_ - 1) / threads_, n0_ = t_ * per_, n1_ = (t_ + 1) * per_;                                        \
+        if (n1_ > (N)) n1_ = (N);                                                                                                   \
+        if (n0_ < n1_) FN(job, n0_, n1_);                                                                                           \
+    }
+
+/* NAME(J, n0, n1): weight rows n0..n1-1 against every activation row, NB weight rows at a
+ * time, so the block stays in cache while the activation rows of a prompt pass it; TILE(J,
+ * n, m0, mt) gets constant tile heights, so the compiler keeps the accumulators in registers */
+#define ROWS_OF(NAME, JOB, TILE)                                                                                                    \
+    static void NAME(const JOB *J, int n0, int n1) {                                                                                \
+        for (int nb = n0; nb < n1; nb += NB) {                                                                                      \
+            int nb1 = nb + NB < n1 ? nb + NB : n1;                                                                                  \
+            for (int m = 0; m < J->M; m += MT) {                                                                                    \
+                int mt = J->M - m < MT ? J->M - m : MT;                                                                             \
+                for (int n = nb; n < nb1; n++) {                                                                                    \
+                    switch (mt) {                                                                                                   \
+                    case 1: TILE(J, n, m, 1); break;                                                                                \
+                    case 2: TILE(J, n, m, 2); break;                                                                                \
+                    case 3: TILE(J, n, m, 3); break;                                                                                \
+                    default: TILE(J, n, m, MT);                                                                                     \
+                    }                                                                                                               \
+                }                                                                                                                   \
+            }                                                                                                                       \
+        }                                                                                                                           \
+    }
 
 typedef struct {
     const int8_t *xq;     /* [M, K] */
@@ -148,25 +216,7 @@ static inline __attribute__((always_inline)) void tile(const job_t *J, int n, in
     }
 }
 
-/* weight rows n0..n1-1 against every activation row, NB weight rows at a time, so the
- * block stays in cache while the activation rows of a prompt pass it */
-static void rows(const job_t *J, int n0, int n1) {
-    for (int nb = n0; nb < n1; nb += NB) {
-        int nb1 = nb + NB < n1 ? nb + NB : n1;
-        for (int m = 0; m < J->M; m += MT) {
-            int mt = J->M - m < MT ? J->M - m : MT;
-            for (int n = nb; n < nb1; n++) {
-                /* constant tile heights, so the compiler keeps the accumulators in registers */
-                switch (mt) {
-                case 1: tile(J, n, m, 1); break;
-                case 2: tile(J, n, m, 2); break;
-                case 3: tile(J, n, m, 3); break;
-                default: tile(J, n, m, MT);
-                }
-            }
-        }
-    }
-}
+ROWS_OF(rows, job_t, tile)
 
 /* y [M, N] (float32) = x [M, K] (float32) times the Q4_K weight [N, K]^T (+ bias [N]).
  * The blocks cover KP = K rounded up to a multiple of 256 columns (a weight whose width is
@@ -176,30 +226,11 @@ int specbench_q4k_linear(const float *x, int M, int K, const uint8_t *qs, const 
                          const float *dmin, const float *bias, int N, float *y) {
     if (M < 1 || K < 1 || N < 1) return -1;
     const int KP = (K + QK - 1) / QK * QK;
-    int8_t *xq = (int8_t *)malloc((size_t)M * KP);
-    float *xs = (float *)malloc((size_t)M * (KP / QK) * sizeof(float));
-    int16_t *bsum = (int16_t *)malloc((size_t)M * (KP / 32) * sizeof(int16_t));
-    if (!xq || !xs || !bsum) {
-        free(xq);
-        free(xs);
-        free(bsum);
-        return -1;
-    }
-#pragma omp parallel for schedule(static) if (M > 8)
-    for (int m = 0; m < M; m++)
-        quantize_row(x + (size_t)m * K, K, KP, xq + (size_t)m * KP, xs + (size_t)m * (KP / QK), bsum + (size_t)m * (KP / 32));
-    job_t J = {xq, xs, bsum, qs, sm, d, dmin, bias, M, N, KP, y};
-#pragma omp parallel
-    {
-        int threads = omp_get_num_threads(), t = omp_get_thread_num();
-        int per = (N + threads - 1) / threads;
-        int n0 = t * per, n1 = (t + 1) * per;
-        if (n1 > N) n1 = N;
-        if (n0 < n1) rows(&J, n0, n1);
-    }
-    free(xq);
-    free(xs);
-    free(bsum);
+    quantized_t Q;
+    if (quantize_rows(x, M, K, KP, 0, &Q) != 0) return -1;
+    job_t J = {Q.xq, Q.xs, Q.bsum, qs, sm, d, dmin, bias, M, N, KP, y};
+    SPLIT_ROWS(rows, &J, N)
+    free_quantized(&Q);
     return 0;
 }
 

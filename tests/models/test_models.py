@@ -453,8 +453,8 @@ def test_an_entry_without_weights_gets_them_when_asked(tmp_path, monkeypatch):
 @pytest.mark.skipif(native.q4k_kernel() is None or native.linear_kernel() is None, reason="specbench's AVX2 kernels are not built here")
 @torch.inference_mode()
 def test_the_default_q4k_target_is_prepared_from_its_gguf_without_float32_weights(tmp_path, monkeypatch):
-    from gguf_tiny import q4k_gguf_with_tokenizer
-    from specbench.speed.gguf_blocks import Q4KLinear
+    from gguf_tiny import Q4_K_M_LIKE, q4k_gguf_with_tokenizer
+    from specbench.speed.gguf_blocks import Q4KLinear, Q6KLinear
 
     reference, gguf = q4k_gguf_with_tokenizer(tmp_path / "q4k.gguf")
     model, _ = _fake_pair_model(tmp_path, monkeypatch, gguf=gguf)
@@ -464,7 +464,8 @@ def test_the_default_q4k_target_is_prepared_from_its_gguf_without_float32_weight
     entry = defaults.cached_dir(model)
     assert sorted(p.name for p in entry.glob("*.safetensors")) == ["q4k.safetensors"] and not list(entry.glob("*.gguf"))
     assert any(t.startswith("preparing the q4k target") for t in tasks) and not any(t.startswith("dequantizing") for t in tasks)
-    assert sum(isinstance(m, Q4KLinear) for m in first.model.modules()) == 2 * 7 + 1
+    assert sum(isinstance(m, Q4KLinear) for m in first.model.modules()) == 2 * 7 + 1 - len(Q4_K_M_LIKE)
+    assert sum(isinstance(m, Q6KLinear) for m in first.model.modules()) == len(Q4_K_M_LIKE)
     assert models.eos_token_ids(first.model, first.tokenizer) == (2, 5)
     again = models.load_model(models.ModelSpec("default", "default"), role="target", dtype="q4k")
     ids = torch.tensor([[1, 5, 9, 12, 3, 40]])

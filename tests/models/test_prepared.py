@@ -6,19 +6,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gguf_tiny import q4k_model_and_file
+from gguf_tiny import Q4_K_M_LIKE, q4k_model_and_file
 from specbench.models import prepared
 from specbench.models.prepared import load_prepared, prepared_path, save_prepared
 from specbench.speed import native
-from specbench.speed.gguf_blocks import Q4KLinear, use_gguf_blocks
+from specbench.speed.gguf_blocks import Q4KLinear, Q6KLinear, use_gguf_blocks
 from specbench.speed.quantize import Int8TargetLinear, quantize_target
 
 pytestmark = pytest.mark.skipif(native.q4k_kernel() is None or native.linear_kernel() is None, reason="specbench's AVX2 kernels are not built here")
 
 
 def prepared_tiny(tmp_path):
-    """A tiny q4k target (one layer left int8) saved as a prepared file beside its config."""
-    model, gguf = q4k_model_and_file(tmp_path, skip="blk.1.ffn_up")
+    """A tiny q4k target (three layers Q6_K, one left int8) saved as a prepared file beside its config."""
+    model, gguf = q4k_model_and_file(tmp_path, skip="blk.1.ffn_up", q6k=Q4_K_M_LIKE)
     use_gguf_blocks(model, str(gguf))
     quantize_target(model)
     folder = tmp_path / "model"
@@ -34,9 +34,10 @@ def test_a_prepared_target_loads_back_with_the_same_layers_and_logits(tmp_path):
     model, folder, path = prepared_tiny(tmp_path)
     loaded = load_prepared(str(folder), path)
     assert loaded is not None
-    kinds = lambda m: [(name, type(module).__name__) for name, module in m.named_modules() if isinstance(module, (Q4KLinear, Int8TargetLinear, torch.nn.Linear))]
+    kinds = lambda m: [(name, type(module).__name__) for name, module in m.named_modules() if isinstance(module, (Q4KLinear, Q6KLinear, Int8TargetLinear, torch.nn.Linear))]
     assert kinds(loaded) == kinds(model)
     assert sum(isinstance(m, Int8TargetLinear) for m in loaded.modules()) == 1
+    assert sum(isinstance(m, Q6KLinear) for m in loaded.modules()) == len(Q4_K_M_LIKE)
     ids = torch.tensor([[1, 5, 9, 12, 3, 40]])
     assert torch.equal(loaded(input_ids=ids).logits, model(input_ids=ids).logits)
     assert not any(t.is_meta for t in [*loaded.parameters(), *loaded.buffers()])

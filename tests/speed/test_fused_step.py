@@ -15,7 +15,7 @@ import copy
 import pytest
 import torch
 from conftest import accepted_with_greedy_parity, as_cpu_target, block_and_steps, int8_target, noisy_copy, tiny_model
-from gguf_tiny import q4k_model_and_file, q4k_target
+from gguf_tiny import Q4_K_M_LIKE, q4k_model_and_file, q4k_target
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specbench.core.cache import cache_arg, crop_cache, new_cache
@@ -72,7 +72,12 @@ def _folder(tmp_path, name: str):
     return tmp_path / name
 
 
-TARGETS = {"q4k": lambda tmp_path: q4k_target(tmp_path, 7), "q4k and int8": mixed_target, "int8": lambda tmp_path: int8_target(8)}
+TARGETS = {
+    "q4k": lambda tmp_path: q4k_target(tmp_path, 7),
+    "q4k and q6k": lambda tmp_path: q4k_target(tmp_path, 7, Q4_K_M_LIKE),
+    "q4k and int8": mixed_target,
+    "int8": lambda tmp_path: int8_target(8),
+}
 
 
 def test_they_run_for_layers_of_specbenchs_own_kernels_only(monkeypatch, tmp_path):

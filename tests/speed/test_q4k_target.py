@@ -1,9 +1,11 @@
-"""The q4k target (`--dtype q4k`: gguf_blocks.Q4KLinear over a GGUF file's Q4_K blocks).
+"""The q4k target (`--dtype q4k`: gguf_blocks.Q4KLinear and Q6KLinear over a GGUF file's
+Q4_K and Q6_K blocks).
 
-What must hold: the blocks are repacked without changing a value (they dequantize as gguf-py
-does), the kernel equals a PyTorch reference of its contract bit for bit (so a row's result
-cannot depend on the other rows, the tile or the threads), the layers are found in a GGUF
-file by name and checked against the loaded weights, and a target built of them verifies k
+What must hold, for both kinds of block: the blocks are repacked without changing a value
+(they dequantize as gguf-py does), the kernel equals a PyTorch reference of its contract bit
+for bit (so a row's result cannot depend on the other rows, the tile or the threads), the
+layers are found in a GGUF file by name and checked against the loaded weights, and a
+target built of them (every Linear Q4_K, or some Q6_K as in a Q4_K_M file) verifies k
 tokens with exactly the logits of k one-token steps, so greedy speculative decoding equals
 its plain decoding; sampled with a q4k drafter, its output follows its own distribution
 (chi-square). The tests skip where the AVX2 kernel is not built.
@@ -11,6 +13,7 @@ its plain decoding; sampled with a q4k drafter, its output follows its own distr
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -20,12 +23,14 @@ from specbench.core.sampling import SamplingConfig
 from specbench.models.loading import ModelError, load_model, parse_draft_dtype, parse_target_dtype
 from specbench.models.specs import parse_model_spec
 from specbench.speed import gguf_blocks, native
-from specbench.speed.gguf_blocks import QK, Q4KLinear, dequantize, quantize_to_q4k, repack, use_gguf_blocks
+from specbench.speed.gguf_blocks import QK, Q4KLinear, Q6KLinear, dequantize, dequantize_q6k, quantize_to_q4k, repack, repack_q6k, use_gguf_blocks
 from specbench.speed.gguf_file import Q4_K, read_tensor_index
-from gguf_tiny import HIDDEN, q4k_gguf_with_tokenizer, q4k_model_and_file, q4k_target, q4k_reference as reference, random_q4k
+from gguf_tiny import HIDDEN, Q4_K_M_LIKE, q4k_gguf_with_tokenizer, q4k_model_and_file, q4k_target, q4k_reference as reference, q6k_reference, random_q4k, random_q6k
 from tiny_hf import save_tiny
 
 needs_kernel = pytest.mark.skipif(native.q4k_kernel() is None, reason=f"q4k_linear is not built here: {native.q4k_why_not()}")
+needs_q6k = pytest.mark.skipif(native.q6k_kernel() is None, reason=f"q6k_linear is not built here: {native.q6k_why_not()}")
+LAYOUTS = {"every Linear Q4_K": (), "Q4_K_M (some Q6_K)": Q4_K_M_LIKE}
 
 def layer_of(rows: int, cols: int, seed: int, bias: bool = False) -> Q4KLinear:
     b = torch.randn(rows, generator=torch.Generator().manual_seed(seed)) if bias else None
@@ -63,6 +68,55 @@ def test_the_reference_is_the_matrix_product_up_to_int8_activations():
 @needs_kernel
 def test_a_row_gets_the_same_bits_alone_among_others_and_on_one_thread():
     layer = layer_of(70, 512, seed=5)
+    x = torch.randn(11, 512, generator=torch.Generator().manual_seed(6))
+    x[3] *= 1e4  # a row with a much larger scale must not change the others
+    together = layer(x)
+    alone = torch.cat([layer(x[i : i + 1]) for i in range(11)])
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one_thread = layer(x)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(together, alone) and torch.equal(together, one_thread)
+
+
+def q6k_layer_of(rows: int, cols: int, seed: int, bias: bool = False) -> Q6KLinear:
+    b = torch.randn(rows, generator=torch.Generator().manual_seed(seed)) if bias else None
+    return Q6KLinear(repack_q6k(random_q6k(rows, cols, seed)), b)
+
+
+def test_repacked_q6k_blocks_dequantize_as_gguf_py_does():
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize as gguf_dequantize
+
+    raw = random_q6k(6, 512, seed=1)
+    raw[0, 192:208] = np.array([-128, 127, 0, -1] * 4, dtype=np.int8).view(np.uint8)  # the scales' extremes
+    expected = gguf_dequantize(raw, GGMLQuantizationType.Q6_K).reshape(6, 512)
+    assert torch.equal(dequantize_q6k(**repack_q6k(raw)), torch.from_numpy(expected))
+
+
+@needs_q6k
+@pytest.mark.parametrize("rows,cols,out", [(1, 256, 3), (2, 512, 8), (3, 256, 17), (4, 768, 5), (7, 1536, 33), (13, 256, 9), (20, 512, 4)])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_the_q6k_kernel_equals_its_reference_bit_for_bit(rows, cols, out, with_bias):
+    layer = q6k_layer_of(out, cols, seed=rows * 10 + cols + out, bias=with_bias)
+    x = torch.randn(rows, cols, generator=torch.Generator().manual_seed(rows)) * 3
+    x[0, :QK] = 0.0  # an all-zero super-block takes scale 1
+    assert torch.equal(layer(x), q6k_reference(x, layer))
+
+
+@needs_q6k
+def test_the_q6k_reference_is_the_matrix_product_up_to_int8_activations():
+    layer = q6k_layer_of(40, 768, seed=3)
+    x = torch.randn(5, 768, generator=torch.Generator().manual_seed(4))
+    exact = x.double() @ dequantize_q6k(layer.ql, layer.qh, layer.sc, layer.d).double().T
+    assert ((layer(x).double() - exact).norm() / exact.norm()).item() < 0.02
+
+
+@needs_q6k
+def test_a_q6k_row_gets_the_same_bits_alone_among_others_and_on_one_thread():
+    layer = q6k_layer_of(70, 512, seed=5)
     x = torch.randn(11, 512, generator=torch.Generator().manual_seed(6))
     x[3] *= 1e4  # a row with a much larger scale must not change the others
     together = layer(x)
@@ -161,9 +215,22 @@ def test_every_q4k_layer_is_found_by_name_and_a_layer_that_differs_is_left(tmp_p
     assert isinstance(model.model.layers[1].mlp.up_proj, Q4KLinear) and isinstance(model.lm_head, Q4KLinear)
 
 
+@needs_q6k
+def test_q6k_layers_run_their_blocks_and_stay_for_int8_without_the_q6k_kernel(tmp_path, monkeypatch):
+    model, path = q4k_model_and_file(tmp_path, q6k=Q4_K_M_LIKE)
+    assert use_gguf_blocks(model, str(path)) == (2 * 7 + 1, 0)
+    assert isinstance(model.lm_head, Q6KLinear) and isinstance(model.model.layers[1].self_attn.v_proj, Q6KLinear)
+    assert isinstance(model.model.layers[0].self_attn.v_proj, Q4KLinear)
+    monkeypatch.setattr(native, "q6k_kernel", lambda: None)
+    model, path = q4k_model_and_file(tmp_path / "..", q6k=Q4_K_M_LIKE)
+    assert use_gguf_blocks(model, str(path)) == (2 * 7 + 1 - len(Q4_K_M_LIKE), len(Q4_K_M_LIKE))
+    assert isinstance(model.lm_head, torch.nn.Linear)
+
+
 @needs_kernel
-def test_k_tokens_at_once_give_the_logits_of_k_single_steps(tmp_path):
-    model = q4k_target(tmp_path)
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_k_tokens_at_once_give_the_logits_of_k_single_steps(tmp_path, layout):
+    model = q4k_target(tmp_path, q6k=LAYOUTS[layout])
     as_cpu_target(model)
     prompt, tail = torch.tensor([[1, 5, 9, 12, 3]]), torch.tensor([[7, 40, 2, 2, 61, 13]])
     together, steps = block_and_steps(model, prompt, tail)
@@ -172,8 +239,9 @@ def test_k_tokens_at_once_give_the_logits_of_k_single_steps(tmp_path):
 
 @needs_kernel
 @pytest.mark.parametrize("gamma", range(1, 9))
-def test_greedy_speculative_equals_plain_with_a_q4k_target(tmp_path, gamma):
-    target = q4k_target(tmp_path)
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_greedy_speculative_equals_plain_with_a_q4k_target(tmp_path, gamma, layout):
+    target = q4k_target(tmp_path, q6k=LAYOUTS[layout])
     as_cpu_target(target)
     assert accepted_with_greedy_parity(target, noisy_copy(target, 0.2, seed=7), gamma) > 0
 

@@ -32,9 +32,18 @@ needs_kernel = pytest.mark.skipif(native.q4k_kernel() is None, reason=f"q4k_line
 needs_q6k = pytest.mark.skipif(native.q6k_kernel() is None, reason=f"q6k_linear is not built here: {native.q6k_why_not()}")
 LAYOUTS = {"every Linear Q4_K": (), "Q4_K_M (some Q6_K)": Q4_K_M_LIKE}
 
-def layer_of(rows: int, cols: int, seed: int, bias: bool = False) -> Q4KLinear:
+# each kind of block: (random file bytes, their layer, the kernel's reference, the dense weight)
+KINDS = {
+    "Q4_K": (random_q4k, lambda raw, b: Q4KLinear(repack(raw), b), reference, lambda layer: dequantize(layer.qs, layer.sm, layer.d, layer.dmin)),
+    "Q6_K": (random_q6k, lambda raw, b: Q6KLinear(repack_q6k(raw), b), q6k_reference, lambda layer: dequantize_q6k(layer.ql, layer.qh, layer.sc, layer.d)),
+}
+needs_kind = pytest.mark.skipif(native.q4k_kernel() is None or native.q6k_kernel() is None, reason="q4k_linear or q6k_linear is not built here")
+
+
+def layer_of(kind: str, rows: int, cols: int, seed: int, bias: bool = False):
+    random_blocks, make = KINDS[kind][:2]
     b = torch.randn(rows, generator=torch.Generator().manual_seed(seed)) if bias else None
-    return Q4KLinear(repack(random_q4k(rows, cols, seed)), b)
+    return make(random_blocks(rows, cols, seed), b)
 
 
 def test_repacked_blocks_dequantize_as_gguf_py_does():
@@ -44,79 +53,37 @@ def test_repacked_blocks_dequantize_as_gguf_py_does():
     raw = random_q4k(6, 512, seed=1)
     expected = gguf_dequantize(raw, GGMLQuantizationType.Q4_K).reshape(6, 512)
     assert torch.equal(dequantize(**repack(raw)), torch.from_numpy(expected))
-
-
-@needs_kernel
-@pytest.mark.parametrize("rows,cols,out", [(1, 256, 3), (2, 512, 8), (3, 256, 17), (4, 768, 5), (7, 1536, 33), (13, 256, 9), (20, 512, 4)])
-@pytest.mark.parametrize("with_bias", [False, True])
-def test_the_kernel_equals_its_reference_bit_for_bit(rows, cols, out, with_bias):
-    """Every tile height (1 to 4 rows, and more than 8 rows: the threaded quantizer)."""
-    layer = layer_of(out, cols, seed=rows * 10 + cols + out, bias=with_bias)
-    x = torch.randn(rows, cols, generator=torch.Generator().manual_seed(rows)) * 3
-    x[0, :QK] = 0.0  # an all-zero super-block takes scale 1
-    assert torch.equal(layer(x), reference(x, layer))
-
-
-@needs_kernel
-def test_the_reference_is_the_matrix_product_up_to_int8_activations():
-    layer = layer_of(40, 768, seed=3)
-    x = torch.randn(5, 768, generator=torch.Generator().manual_seed(4))
-    exact = x.double() @ dequantize(layer.qs, layer.sm, layer.d, layer.dmin).double().T
-    assert ((layer(x).double() - exact).norm() / exact.norm()).item() < 0.02
-
-
-@needs_kernel
-def test_a_row_gets_the_same_bits_alone_among_others_and_on_one_thread():
-    layer = layer_of(70, 512, seed=5)
-    x = torch.randn(11, 512, generator=torch.Generator().manual_seed(6))
-    x[3] *= 1e4  # a row with a much larger scale must not change the others
-    together = layer(x)
-    alone = torch.cat([layer(x[i : i + 1]) for i in range(11)])
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        one_thread = layer(x)
-    finally:
-        torch.set_num_threads(threads)
-    assert torch.equal(together, alone) and torch.equal(together, one_thread)
-
-
-def q6k_layer_of(rows: int, cols: int, seed: int, bias: bool = False) -> Q6KLinear:
-    b = torch.randn(rows, generator=torch.Generator().manual_seed(seed)) if bias else None
-    return Q6KLinear(repack_q6k(random_q6k(rows, cols, seed)), b)
-
-
-def test_repacked_q6k_blocks_dequantize_as_gguf_py_does():
-    from gguf import GGMLQuantizationType
-    from gguf.quants import dequantize as gguf_dequantize
-
     raw = random_q6k(6, 512, seed=1)
-    raw[0, 192:208] = np.array([-128, 127, 0, -1] * 4, dtype=np.int8).view(np.uint8)  # the scales' extremes
+    raw[0, 192:208] = np.array([-128, 127, 0, -1] * 4, dtype=np.int8).view(np.uint8)  # the Q6_K scales' extremes
     expected = gguf_dequantize(raw, GGMLQuantizationType.Q6_K).reshape(6, 512)
     assert torch.equal(dequantize_q6k(**repack_q6k(raw)), torch.from_numpy(expected))
 
 
-@needs_q6k
+@needs_kind
+@pytest.mark.parametrize("kind", sorted(KINDS))
 @pytest.mark.parametrize("rows,cols,out", [(1, 256, 3), (2, 512, 8), (3, 256, 17), (4, 768, 5), (7, 1536, 33), (13, 256, 9), (20, 512, 4)])
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_the_q6k_kernel_equals_its_reference_bit_for_bit(rows, cols, out, with_bias):
-    layer = q6k_layer_of(out, cols, seed=rows * 10 + cols + out, bias=with_bias)
+def test_the_kernel_equals_its_reference_bit_for_bit(kind, rows, cols, out, with_bias):
+    """Every tile height (1 to 4 rows, and more than 8 rows: the threaded quantizer)."""
+    layer = layer_of(kind, out, cols, seed=rows * 10 + cols + out, bias=with_bias)
     x = torch.randn(rows, cols, generator=torch.Generator().manual_seed(rows)) * 3
     x[0, :QK] = 0.0  # an all-zero super-block takes scale 1
-    assert torch.equal(layer(x), q6k_reference(x, layer))
+    assert torch.equal(layer(x), KINDS[kind][2](x, layer))
 
 
-@needs_q6k
-def test_the_q6k_reference_is_the_matrix_product_up_to_int8_activations():
-    layer = q6k_layer_of(40, 768, seed=3)
+@needs_kind
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_the_reference_is_the_matrix_product_up_to_int8_activations(kind):
+    layer = layer_of(kind, 40, 768, seed=3)
     x = torch.randn(5, 768, generator=torch.Generator().manual_seed(4))
-    exact = x.double() @ dequantize_q6k(layer.ql, layer.qh, layer.sc, layer.d).double().T
+    exact = x.double() @ KINDS[kind][3](layer).double().T
     assert ((layer(x).double() - exact).norm() / exact.norm()).item() < 0.02
 
 
-@needs_q6k
-def test_a_q6k_row_gets_the_same_bits_alone_among_others_and_on_one_thread():
-    layer = q6k_layer_of(70, 512, seed=5)
+@needs_kind
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_row_gets_the_same_bits_alone_among_others_and_on_one_thread(kind):
+    layer = layer_of(kind, 70, 512, seed=5)
     x = torch.randn(11, 512, generator=torch.Generator().manual_seed(6))
     x[3] *= 1e4  # a row with a much larger scale must not change the others
     together = layer(x)
@@ -283,7 +250,7 @@ def test_without_the_kernel_a_q4k_target_is_refused_with_the_reason(monkeypatch)
     with pytest.raises(ValueError, match="SPECBENCH_NATIVE=0"):
         use_gguf_blocks(tiny_model(0, hidden=HIDDEN), "unused.gguf")
     with pytest.raises(RuntimeError, match="SPECBENCH_NATIVE=0"):
-        gguf_blocks.q4k_linear(torch.ones(1, QK), layer_of(2, QK, seed=0))
+        gguf_blocks.q4k_linear(torch.ones(1, QK), layer_of("Q4_K", 2, QK, seed=0))
 
 
 def test_auto_is_q4k_for_a_gguf_target_with_q4k_layers_int8_for_others_float32_without_kernels(monkeypatch, tmp_path):

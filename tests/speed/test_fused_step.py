@@ -1,8 +1,9 @@
 """Decoder layers of specbench's own kernels as native calls (fused_step.py, q4k_layer.c):
-a q4k drafter's, and a q4k, q4k-with-int8 or int8 target's.
+a q4k drafter's, and a q4k (all Q4_K, or Q4_K and Q6_K as in a Q4_K_M file), q4k-with-int8
+or int8 target's.
 
-What must hold: they run exactly where they apply (every Linear Q4_K blocks or a target's
-int8 rows; never an int8 drafter's or a float32 model's, never without the library); they
+What must hold: they run exactly where they apply (every Linear Q4_K or Q6_K blocks or a
+target's int8 rows; never an int8 drafter's or a float32 model's, never without the library); they
 compute what the lean forward computes up to float32-against-bf16 rounding, early exit
 included; a row's bits do not depend on the other rows of its call (the profile's premise,
 and a target's greedy parity), over a bf16 or a float32 cache; a copy of a model runs its
@@ -59,8 +60,8 @@ def _prefilled(model):
 
 
 def mixed_target(tmp_path, seed: int = 7):
-    """A tiny q4k target whose layer 1 v is not Q4_K in its file (as the default target's
-    Q6_K layers are not): int8 rows, as loading makes them."""
+    """A tiny q4k target whose layer 1 v is float32 in its file (neither Q4_K nor Q6_K):
+    int8 rows, as loading makes them."""
     model, path = q4k_model_and_file(tmp_path, seed, skip="blk.1.attn_v")
     assert use_gguf_blocks(model, str(path)) == (2 * 7, 1)
     assert quantize_target(model) == 1

@@ -160,9 +160,12 @@ class CostAwareGamma:
 
     gamma_max caps a round; c (a drafter step) and verify_cost ({k: v(k)}, a target forward
     over k tokens) are measured once per model pair, and v is read relative to v(1).
-    Back-off: a refused step 0 with q wasted one drafter step, so the policy then skips the
-    drafter for `skip` rounds (plain target steps: next_gamma() returns 0), doubling skip
-    after each consecutive refusal up to MAX_SKIP and resetting it after a round that drafts.
+    Back-off: a round that paid for drafter forwards and drafted nothing wasted them (a
+    refused step 0 with q; or a drafter that drops what it drafted, as the translated one
+    drops a last target token that the next drafter token could still change), so the policy
+    then skips the drafter for `skip` rounds (plain target steps: next_gamma() returns 0),
+    doubling skip after each consecutive such round up to MAX_SKIP and resetting it after a
+    round that drafts.
 
     info(): {"p_all": P at the last decision (for "draft i + 1?": P_i * f(m_i)), "cost":
     its threshold (lambda included), "stopped_at": the first step not drafted (None if the
@@ -235,7 +238,7 @@ class CostAwareGamma:
         self.calibration.observe_cost(n_accepted + 1, self._paid * self.c + self.v[n_drafted + 1])  # skipped: v(1) = 1
         if self._skipped:
             return
-        if n_drafted == 0 and self._stopped_at == 0 and self._wasted:
+        if n_drafted == 0 and self._paid > 0:
             self._skip = min(self.MAX_SKIP, max(1, 2 * self._skip))
             self._skip_left = self._skip
         elif n_drafted > 0:

@@ -402,6 +402,24 @@ def test_cost_refuses_step_zero_then_skips_the_drafter_with_growing_backoff():
     assert pattern == [4, 0, 4, 0, 0, 4, 0, 0, 0, 0]
 
 
+def test_cost_backs_off_after_a_round_whose_kept_drafts_the_drafter_dropped():
+    """A round that paid for a drafter forward and drafted nothing wasted it, also when the
+    policy kept the draft: the translated drafter drops a last target token that the next
+    drafter token could still change, and a policy that stops after one drafter token (a
+    drafter dearer than a verify row, c 0.9) gets no draft at all. The next round is plain,
+    as after a refusal; a round that drafts resets the back-off."""
+    policy = CostAwareGamma(4, c=0.9, verify_cost=COSTS.verify_cost)
+    assert policy.next_gamma() == 4
+    assert policy.keep_drafting(0, peaked(0.95)) == Keep.LAST
+    policy.update(0, 0)  # the drafter kept none of it
+    assert policy.next_gamma() == 0 and policy.info() == {"skipped": True}
+    policy.update(0, 0)
+    assert policy.next_gamma() == 4
+    assert policy.keep_drafting(0, peaked(0.95)) == Keep.LAST
+    policy.update(1, 1)  # this time the draft reached the target
+    assert policy.next_gamma() == 4
+
+
 def test_cost_learns_that_a_confidence_level_is_rejected():
     """Calibration: top q 0.75 starts as acceptance 0.75 (drafted), but after the target
     rejects such drafts again and again, the same rows are no longer drafted."""

@@ -162,6 +162,14 @@ static inline float hsum(__m256 v) { /* (l0 + l4) + (l2 + l6) + ((l1 + l5) + (l3
     return _mm_cvtss_f32(s);
 }
 
+/* Keeps an int32 accumulator in its register as written. Without it GCC reassociates a
+ * tile's integer sums (exact, so allowed) into one tree per activation row, summed after
+ * every product of the super-block is computed: 24 to 32 products live at once in a 4-row
+ * tile, spilled to the stack on a CPU with AVX2's 16 vector registers (an AVX-512 CPU has
+ * 32, so the same source spilled far less there). The sum, and so every output bit, is the
+ * same either way. */
+#define KEEP_IN_REGISTER(v) __asm__ volatile("" : "+x"(v))
+
 static inline float hsum4(__m128 s) { /* (l0 + l2) + (l1 + l3), fixed */
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
@@ -197,6 +205,7 @@ static inline __attribute__((always_inline)) void tile(const job_t *J, int n, in
                 __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)x));
                 __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x + 32)));
                 sumi[i] = _mm256_add_epi32(sumi[i], _mm256_add_epi32(_mm256_madd_epi16(pl, scl), _mm256_madd_epi16(ph, sch)));
+                KEEP_IN_REGISTER(sumi[i]);
             }
         }
         /* the mins: m[j] (int16) times each activation row's sub-block sums, 4 int32 lanes */

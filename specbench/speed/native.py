@@ -183,7 +183,8 @@ def _load(library: Library) -> tuple[ctypes.CDLL | None, str | None]:
     ready = getattr(lib, library.ready)
     ready.restype = ctypes.c_int
     if not ready():
-        return None, f"this CPU lacks {library.needs}"
+        march = os.environ.get(MARCH_ENV)
+        return None, f"-march={march} lacks {library.needs}" if march else f"this CPU lacks {library.needs}"
     for symbol, argtypes in library.entries:
         entry = getattr(lib, symbol)
         entry.restype = ctypes.c_int

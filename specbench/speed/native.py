@@ -52,9 +52,14 @@ FLAGS = ["-O3", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC"]
 MARCH_ENV = "SPECBENCH_MARCH"  # the CPU the kernels are built for: native unless it says
 
 
+def march() -> str:
+    """What the kernels are built for: SPECBENCH_MARCH's target, else native (this CPU)."""
+    return os.environ.get(MARCH_ENV) or "native"
+
+
 def flags() -> list[str]:
-    """The compiler's flags: FLAGS and -march (this CPU, or SPECBENCH_MARCH's target)."""
-    return [FLAGS[0], f"-march={os.environ.get(MARCH_ENV) or 'native'}", *FLAGS[1:]]
+    """The compiler's flags: FLAGS and -march."""
+    return [*FLAGS, f"-march={march()}"]
 
 
 _P, _I = ctypes.c_void_p, ctypes.c_int
@@ -183,8 +188,8 @@ def _load(library: Library) -> tuple[ctypes.CDLL | None, str | None]:
     ready = getattr(lib, library.ready)
     ready.restype = ctypes.c_int
     if not ready():
-        march = os.environ.get(MARCH_ENV)
-        return None, f"-march={march} lacks {library.needs}" if march else f"this CPU lacks {library.needs}"
+        target = "this CPU" if march() == "native" else f"-march={march()}"
+        return None, f"{target} lacks {library.needs}"
     for symbol, argtypes in library.entries:
         entry = getattr(lib, symbol)
         entry.restype = ctypes.c_int
@@ -224,14 +229,13 @@ def cpu_description() -> dict:
     """The CPU's model name, which of SPEED_FLAGS it has and what specbench's kernels are
     built for (-march), for every number's record ({"model": "...", "flags": ["avx2", ...],
     "kernels_march": "native"}; no flags where /proc/cpuinfo is unreadable)."""
-    march = os.environ.get(MARCH_ENV) or "native"
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        return {"model": platform.processor(), "flags": [], "kernels_march": march}
+        return {"model": platform.processor(), "flags": [], "kernels_march": march()}
     model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
     have = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
-    return {"model": model, "flags": [f for f in SPEED_FLAGS if f in have], "kernels_march": march}
+    return {"model": model, "flags": [f for f in SPEED_FLAGS if f in have], "kernels_march": march()}
 
 
 def _build(compiler: str, source: Path, path: Path) -> str | None:

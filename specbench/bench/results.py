@@ -564,21 +564,40 @@ def prediction_accuracy(check: pd.DataFrame) -> dict:
     whose target forwards were predicted exactly (meaningful under greedy decoding; under
     sampling predictions are expectations) and the share whose speedup was within 10%
     (|speedup_error| <= 0.10; runs without both speedups count as outside); then the same
-    for each configuration's geometric means over its prompts (drafter x policy x gamma x
-    temperature: what the summary tables show): configurations, and the share within 10%.
-    Shares are None when n is 0."""
+    for geometric means over repeats, per point (drafter x policy x gamma x temperature x
+    prompt): points, the most repeats a point has, and the share within 10%; and over
+    prompts, per configuration (drafter x policy x gamma x temperature: what the summary
+    tables show): configurations, and the share within 10%.
+
+    Why points: under sampling a prediction is an expectation and a run one sample, whose
+    accepted lengths (and text) vary from seed to seed; a sweep with --repeats compares the
+    mean of each point's runs, where that variance shrinks. Shares are None when n is 0."""
     n = len(check)
     if not n:
-        return {"n": 0, "forwards_equal_share": None, "within_10pct_share": None, "configurations": 0, "configurations_within_10pct_share": None}
-    groups = check.groupby(CHECK_GROUP, sort=False)
-    errors = [_ratio(geometric_mean(g["predicted_speedup"]), geometric_mean(g["measured_speedup"])) for _, g in groups]
+        return {"n": 0, "forwards_equal_share": None, "within_10pct_share": None, "points": 0, "repeats_per_point": 0,
+                "points_within_10pct_share": None, "configurations": 0, "configurations_within_10pct_share": None}  # fmt: skip
+    points = _mean_errors(check, [*CHECK_GROUP, "prompt_id"])
+    configurations = _mean_errors(check, CHECK_GROUP)
     return {
         "n": n,
         "forwards_equal_share": float(check["forwards_equal"].mean()),
         "within_10pct_share": float((check["speedup_error"].abs() <= 0.10).mean()),
-        "configurations": len(errors),
-        "configurations_within_10pct_share": sum(e is not None and abs(e) <= 0.10 for e in errors) / len(errors),
+        "points": len(points),
+        "repeats_per_point": int(check.groupby([*CHECK_GROUP, "prompt_id"], sort=False).size().max()),
+        "points_within_10pct_share": _share_within(points),
+        "configurations": len(configurations),
+        "configurations_within_10pct_share": _share_within(configurations),
     }
+
+
+def _mean_errors(check: pd.DataFrame, keys: list[str]) -> list[float | None]:
+    """Per group of check's rows by keys: geometric-mean predicted / geometric-mean measured - 1."""
+    return [_ratio(geometric_mean(g["predicted_speedup"]), geometric_mean(g["measured_speedup"])) for _, g in check.groupby(keys, sort=False)]
+
+
+def _share_within(errors: list[float | None], bound: float = 0.10) -> float:
+    """The share of errors within bound (None counts as outside)."""
+    return sum(e is not None and abs(e) <= bound for e in errors) / len(errors)
 
 
 def _ratio(predicted: float | None, measured: float | None) -> float | None:

@@ -643,7 +643,8 @@ def render_sweep_end(out_dir: Path, result, config) -> None:
         accuracy = sweep_results.prediction_accuracy(check)
         console.print(
             f"over {accuracy['n']} measured (prompt, gamma) point(s): target forwards predicted exactly for {accuracy['forwards_equal_share']:.0%}, speedup within 10% for "
-            f"{accuracy['within_10pct_share']:.0%}; geometric means over prompts within 10% for {accuracy['configurations_within_10pct_share']:.0%} of {accuracy['configurations']} configuration(s)",
+            f"{accuracy['within_10pct_share']:.0%}; {_repeats_clause(accuracy)}geometric means over prompts within 10% for "
+            f"{accuracy['configurations_within_10pct_share']:.0%} of {accuracy['configurations']} configuration(s)",
             highlight=False,
             soft_wrap=True,
         )
@@ -661,6 +662,13 @@ def render_sweep_end(out_dir: Path, result, config) -> None:
     if greedy and differing:
         err_console.print(f"[bold yellow]warning:[/] greedy output differs from plain decoding for: {', '.join(differing)}", highlight=False, soft_wrap=True)
     console.print(f"{result.written} row(s) written, {result.skipped} already there: {out_dir}  (charts: specbench plot {out_dir})", highlight=False, soft_wrap=True)
+
+
+def _repeats_clause(accuracy: dict) -> str:
+    """The per-point accuracy over repeats (results.prediction_accuracy), where points have several."""
+    if accuracy["repeats_per_point"] < 2:
+        return ""
+    return f"means over up to {accuracy['repeats_per_point']} repeats within 10% for {accuracy['points_within_10pct_share']:.0%} of {accuracy['points']} point(s); "
 
 
 def _costs_lines(measured: dict, pooled: dict) -> list[str]:

@@ -248,10 +248,25 @@ def test_prediction_check_pairs_each_measured_run_with_its_prediction():
     assert by_prompt["forwards_equal"].to_dict() == {"a": True, "b": False}
     assert by_prompt.loc["a", "speedup_error"] == pytest.approx(0.25) and by_prompt.loc["b", "measured_forwards"] == 13
     # one configuration: geometric means 1.5 predicted, sqrt(1.2 * 1.45) = 1.319 measured, 13.7% over
-    assert prediction_accuracy(check) == {"n": 2, "forwards_equal_share": 0.5, "within_10pct_share": 0.5, "configurations": 1, "configurations_within_10pct_share": 0.0}
+    assert prediction_accuracy(check) == {"n": 2, "forwards_equal_share": 0.5, "within_10pct_share": 0.5, "points": 2, "repeats_per_point": 1,
+                                          "points_within_10pct_share": 0.5, "configurations": 1, "configurations_within_10pct_share": 0.0}  # fmt: skip
     check.loc[check["prompt_id"] == "a", "measured_speedup"] = 1.45  # both 3% over
     assert prediction_accuracy(check)["configurations_within_10pct_share"] == 1.0
     assert prediction_accuracy(prediction_check(as_runs(rows[4:])))["n"] == 0
+
+
+def test_a_point_with_repeats_is_judged_on_their_means():
+    """Two repeats of prompt a, 25% over and 12% under: each run misses by more than 10%,
+    their geometric means (1.5 against sqrt(1.2 * 1.7) = 1.428) are 5% apart; prompt b's one
+    run, 20% over, stays a miss."""
+    from specbench.bench.results import as_runs, prediction_accuracy, prediction_check
+
+    rows = [{**_row("predicted", "a", 1.5), "repeat": r} for r in (0, 1)]
+    rows += [{**_row("measured", "a", s), "repeat": r} for r, s in ((0, 1.2), (1, 1.7))]
+    rows += [_row("predicted", "b", 1.2), _row("measured", "b", 1.0)]
+    accuracy = prediction_accuracy(prediction_check(as_runs(rows)))
+    assert (accuracy["n"], accuracy["within_10pct_share"]) == (3, 0.0)
+    assert (accuracy["points"], accuracy["repeats_per_point"], accuracy["points_within_10pct_share"]) == (2, 2, 0.5)
 
 
 def test_prediction_check_under_sampling_compares_expectations():

@@ -368,3 +368,10 @@ def test_sweep_end_reports_what_each_drafter_model_was_priced_with():
         "  its 2 measurements, one per prompt: c 0.800 to 0.900, target step 500 to 510 ms",
     ]
     assert cli._costs_lines({}, {}) == []
+
+
+def test_sweep_end_judges_points_on_their_repeats_only_when_they_have_several():
+    one = {"repeats_per_point": 1, "points": 8, "points_within_10pct_share": 0.5}
+    assert cli._repeats_clause(one) == ""
+    three = {"repeats_per_point": 3, "points": 64, "points_within_10pct_share": 0.9}
+    assert cli._repeats_clause(three) == "means over up to 3 repeats within 10% for 90% of 64 point(s); "

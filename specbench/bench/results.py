@@ -576,27 +576,29 @@ def prediction_accuracy(check: pd.DataFrame) -> dict:
     if not n:
         return {"n": 0, "forwards_equal_share": None, "within_10pct_share": None, "points": 0, "repeats_per_point": 0,
                 "points_within_10pct_share": None, "configurations": 0, "configurations_within_10pct_share": None}  # fmt: skip
-    points = _mean_errors(check, [*CHECK_GROUP, "prompt_id"])
-    configurations = _mean_errors(check, CHECK_GROUP)
+    by_point = check.groupby([*CHECK_GROUP, "prompt_id"], sort=False)
+    points = _mean_errors(by_point)
+    configurations = _mean_errors(check.groupby(CHECK_GROUP, sort=False))
     return {
         "n": n,
         "forwards_equal_share": float(check["forwards_equal"].mean()),
-        "within_10pct_share": float((check["speedup_error"].abs() <= 0.10).mean()),
+        "within_10pct_share": _share_within(check["speedup_error"].tolist()),
         "points": len(points),
-        "repeats_per_point": int(check.groupby([*CHECK_GROUP, "prompt_id"], sort=False).size().max()),
+        "repeats_per_point": int(by_point.size().max()),
         "points_within_10pct_share": _share_within(points),
         "configurations": len(configurations),
         "configurations_within_10pct_share": _share_within(configurations),
     }
 
 
-def _mean_errors(check: pd.DataFrame, keys: list[str]) -> list[float | None]:
-    """Per group of check's rows by keys: geometric-mean predicted / geometric-mean measured - 1."""
-    return [_ratio(geometric_mean(g["predicted_speedup"]), geometric_mean(g["measured_speedup"])) for _, g in check.groupby(keys, sort=False)]
+def _mean_errors(groups) -> list[float | None]:
+    """Per group of a prediction_check's rows (a pandas GroupBy): geometric-mean predicted /
+    geometric-mean measured - 1."""
+    return [_ratio(geometric_mean(g["predicted_speedup"]), geometric_mean(g["measured_speedup"])) for _, g in groups]
 
 
 def _share_within(errors: list[float | None], bound: float = 0.10) -> float:
-    """The share of errors within bound (None counts as outside)."""
+    """The share of errors within bound (None and NaN count as outside)."""
     return sum(e is not None and abs(e) <= bound for e in errors) / len(errors)
 
 

@@ -188,8 +188,9 @@ def _load(library: Library) -> tuple[ctypes.CDLL | None, str | None]:
     ready = getattr(lib, library.ready)
     ready.restype = ctypes.c_int
     if not ready():
-        target = "this CPU" if march() == "native" else f"-march={march()}"
-        return None, f"{target} lacks {library.needs}"
+        target = march()
+        built_for = "this CPU" if target == "native" else f"-march={target}"
+        return None, f"{built_for} lacks {library.needs}"
     for symbol, argtypes in library.entries:
         entry = getattr(lib, symbol)
         entry.restype = ctypes.c_int

@@ -172,10 +172,10 @@ static inline float hsum(__m256 v) { /* (l0 + l4) + (l2 + l6) + ((l1 + l5) + (l3
 
 /* sum + a * b, int16 pairs multiplied and added into int32 lanes: one vpdpwssd where the
  * build targets a CPU with AVX-VNNI or AVX512-VNNI (Intel since Cascade Lake, AMD since
- * Zen 4), else AVX2's vpmaddwd then vpaddd. Exact integers either way (a lane's sum stays far below
- * 2^31), so both give every output the same bits; the VNNI form spends one instruction
- * where AVX2 spends two, on the 2-5 activation rows of a verify pass, where the tile's
- * arithmetic rather than its weight bytes sets the time. */
+ * Zen 4), else AVX2's vpmaddwd then vpaddd. Exact integers either way (a lane's sum stays
+ * far below 2^31), so both give every output the same bits; the VNNI form spends one
+ * instruction where AVX2 spends two, on the 2-5 activation rows of a verify pass, where
+ * the tile's arithmetic rather than its weight bytes sets the time. */
 #if defined(__AVXVNNI__)
 #define MADD_ACC(sum, a, b) _mm256_dpwssd_avx_epi32(sum, a, b)
 #elif defined(__AVX512VNNI__) && defined(__AVX512VL__)

@@ -49,7 +49,7 @@ def chi_square_pvalue(observed: Counter, expected: Counter, n: int) -> float:
 def model_joint(model, prompt: list[int], sampling: SamplingConfig, depth: int = 3) -> dict[tuple, float]:
     """{continuation: probability} of a causal LM's next `depth` tokens after prompt, with the
     sampling processor applied, from a full forward over every prefix with nonzero mass."""
-    probs = logits_to_probs(model(input_ids=torch.tensor([prompt])).logits[0, -1], sampling)
+    probs = logits_to_probs(model(input_ids=torch.tensor([prompt], device=model.device)).logits[0, -1].cpu(), sampling)
     joint = {}
     for x in torch.nonzero(probs).flatten().tolist():
         rest = model_joint(model, prompt + [x], sampling, depth - 1) if depth > 1 else {(): 1.0}

@@ -91,6 +91,21 @@ def noisy_copy(model, scale: float, seed: int):
     return clone
 
 
+def sharpened(model, factor: float = 30.0):
+    """A copy of model with its output head scaled: the same greedy choices, a peakier
+    softmax (a random tiny model's rows are nearly flat, which confidence-driven policies
+    would never draft from)."""
+    clone = copy.deepcopy(model)
+    with torch.no_grad():
+        clone.lm_head.weight.mul_(factor)
+    return clone
+
+
+# the stop policies' thresholds near the medians of close_pair's drafter, sharpened by 30:
+# its h (0.42) and top q (0.48), so that they both stop and run on
+SHARPENED_THRESHOLDS = {"entropy-stop": 0.42, "confidence-stop": 0.48}
+
+
 @pytest.fixture(scope="session")
 def tiny_pair():
     return tiny_model(0, layers=2, hidden=32), tiny_model(1, layers=1, hidden=16)

@@ -11,13 +11,12 @@ model+lookup (copy rounds leave the drafter's cache behind, and it must catch up
 
 from __future__ import annotations
 
-import copy
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from conftest import PROMPTS
+from conftest import PROMPTS, sharpened
 from specbench.core.generate import GenerationConfig, speculative_generate
 from specbench.drafters import make_drafter
 from specbench.policies import CostAwareGamma, FixedGamma
@@ -34,12 +33,6 @@ def peaked_pair(close_pair):
     """close_pair with both heads scaled by 30: a random tiny model's rows are nearly flat,
     which the cost policy would never draft from; peaked rows give it confident and unsure
     steps, and the noisy drafter still disagrees often enough to reject."""
-    def sharpened(model):
-        clone = copy.deepcopy(model)
-        with torch.no_grad():
-            clone.lm_head.weight.mul_(30.0)
-        return clone
-
     return tuple(sharpened(model) for model in close_pair)
 
 

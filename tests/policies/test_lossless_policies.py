@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import copy
 from itertools import product
 
 from types import SimpleNamespace
@@ -27,7 +26,7 @@ from chi_square import pvalues
 
 import specbench.core.generate
 import specbench.core.verify
-from conftest import PROMPTS
+from conftest import PROMPTS, SHARPENED_THRESHOLDS, sharpened
 from mock_lm import TrigramLM
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
 from specbench.drafters import DRAFTERS, make_drafter
@@ -43,22 +42,12 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 # ---------------------------------------------------------------------------- greedy parity
 
 MAX_NEW = 24
-# thresholds near the medians of the sharpened drafter's h (0.42) and top q (0.48)
-THRESHOLDS = {"entropy-stop": 0.42, "confidence-stop": 0.48}
 # costs for the "cost" policy: a CPU-like verify curve and a cheap drafter, so it both drafts and stops
 COSTS = SimpleNamespace(c=0.1, verify_cost={k: 1.0 + 0.3 * (k > 1) + 0.05 * (k - 1) for k in range(1, 12)})
 
 
 def policy(name: str):
-    return make_policy(name, 3, gamma_min=1, gamma_max=6, egag_beta=0.3, threshold=THRESHOLDS.get(name), costs=COSTS)
-
-
-def sharpened(model, factor: float):
-    """model with its output head scaled: the same greedy choices, a peakier softmax."""
-    clone = copy.deepcopy(model)
-    with torch.no_grad():
-        clone.lm_head.weight.mul_(factor)
-    return clone
+    return make_policy(name, 3, gamma_min=1, gamma_max=6, egag_beta=0.3, threshold=SHARPENED_THRESHOLDS.get(name), costs=COSTS)
 
 
 @pytest.fixture(scope="module")

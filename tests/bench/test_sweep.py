@@ -489,6 +489,22 @@ def test_interrupted_sweep_keeps_rows_and_resumes(close_pair, tokenizer, tmp_pat
     assert json.loads((out / "meta.json").read_text())["finished"] is True
 
 
+def test_finished_sweep_resumed_with_more_repeats_runs_only_the_new_ones(close_pair, tokenizer, tmp_path):
+    """--repeats N --resume on a finished sweep adds repeats: the rows it had stay as they
+    were, every new row belongs to a new repeat, and each new repeat is complete."""
+    out = tmp_path / "sweep"
+    config = SweepConfig(hf_assisted=False, temperature=0.8, repeats=1, **FAST)
+    run_sweep(close_pair, tokenizer, out, config)
+    before = read_rows(out / "runs.csv")
+    more = replace(config, repeats=2)
+    result = run_sweep(close_pair, tokenizer, out, more, resume=True)
+    rows = read_rows(out / "runs.csv")
+    assert rows[: len(before)] == before and result.skipped == len(before)
+    added = rows[len(before):]
+    assert added and {r["repeat"] for r in added} == {"1"} and {r["seed"] for r in added} == {str(config.seed + 1)}
+    assert len({row_key(r) for r in rows}) == len(rows) == len(plan_runs(more, PROMPTS))
+
+
 def test_sampled_sweep_leaves_parity_blank(close_pair, tokenizer, tmp_path):
     """At temperature > 0 outputs may differ from the baseline by design: no parity claim."""
     out = tmp_path / "sampled"

@@ -10,9 +10,11 @@ Phase 2 times real runs only where `measure` says: "best" (each drafter x policy
 best predicted gamma), a list of gammas, or "all"; on every prompt, or on the first
 measure_per_category prompts of each category. Rows say which they are in `source`.
 
-This module owns the benchmark protocol: what runs in which order, how each method is timed,
-the cost measurements (c and the verify cost curve v(k)), and writing the results directory
-(runs.csv appended row by row, meta.json, optional steps.jsonl). It receives models that are
+This module runs the benchmark protocol: how each method is timed, the cost measurements
+(c and the verify cost curve v(k)) and how they price runs, and writing the results directory
+(runs.csv appended row by row, positions.csv, paths.jsonl, optional steps.jsonl). What runs
+in which order is plan.py's (pure: SweepConfig and the PlannedRun lists of both phases);
+what meta.json records, and what a resume must match, is meta.py's. It receives models that are
 already loaded (the CLI loads them with models.load_pair, as `generate` does) and a tokenizer;
 it knows nothing about where models come from, and it renders nothing: progress and tables go
 through callbacks to the caller. Prompts become ids by models.encode_prompt, the one rule.
@@ -61,42 +63,43 @@ resumed sweep can still predict from it.
 from __future__ import annotations
 
 import json
-import os
-import platform
 import statistics
 import sys
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timezone
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-import torch
-
-from specbench import __version__
 from specbench.bench.hf_assisted import HFDrafter, hf_sampling_defect, measure_hf_assisted
+from specbench.bench.meta import add_costs_meta, build_meta, carry_over_meta, check_resume_meta, set_sweep_costs, summary_records
+from specbench.bench.plan import (
+    HF_EARLY_EXIT,
+    HF_METHODS,
+    HF_PROMPT_LOOKUP,
+    HF_STOCK_POLICY,
+    HF_UNIVERSAL,
+    METHODS,
+    SPECBENCH,
+    PlannedRun,
+    SweepConfig,
+    chosen_gammas,
+    drafts_with_model,
+    generation_config,
+    label_uses_model,
+    measure_plan,
+    needs_drafter_model,
+    pending_runs,
+    plan_runs,
+    predicted,
+)
 from specbench.bench.profile import Prediction, predict, record_path
-from specbench.bench.replay import position_counts
 from specbench.bench.prompts import Prompt
-from specbench.core.generate import GenerationConfig, context_limit, plain_generate, speculative_generate
-from specbench.drafters import DRAFTERS, is_drafter, make_drafter, parse_early_exit, uses_model
-from specbench.errors import PromptError, SweepError, reraise_as
-from specbench.models.loading import output_vocab_size, timing_ids
-from specbench.models.specs import check_draft_vocab, check_kernels, check_names
-from specbench.models.text import check_prompt_fits, encode_prompt
-from specbench.policies import POLICIES, make_policy
-from specbench.speed import native
-from specbench.speed.gguf_blocks import Q4KLinear
-from specbench.speed.costs import METHOD as COSTS_METHOD, Costs, for_drafter, measure_costs, pooled, timing_context
-from specbench.speed.kernels import stock_kernels
+from specbench.bench.replay import position_counts
 from specbench.bench.results import (
     BASELINE_METHOD,
-    FIXED_POLICY,
     KEY_COLUMNS,
     MEASURED,
-    MODEL_DRAFTER,
     MODEL_SEPARATOR,
-    ORACLE_POLICY,
     POSITIONS_CSV,
     PREDICTED,
     PROFILE,
@@ -104,153 +107,26 @@ from specbench.bench.results import (
     STEPS_JSONL,
     append_positions,
     append_row,
-    best_gammas,
-    drafter_label,
     label_parts,
     output_hash,
-    parse_gammas,
     plain_repeatability,
     prediction_accuracy,
     prediction_check,
-    summary_frame,
     read_meta,
     read_rows,
-    row_key,
-    run_key,
     write_meta,
 )
-from specbench.core.sampling import SamplingConfig
-from specbench.core.stats import RunStats, StepRecord, drafter_cost, walltime_speedup, verify_cost_at
+from specbench.core.generate import GenerationConfig, context_limit, plain_generate, speculative_generate
+from specbench.core.stats import RunStats, StepRecord, drafter_cost, verify_cost_at, walltime_speedup
+from specbench.drafters import make_drafter, parse_early_exit, uses_model
+from specbench.errors import PromptError, SweepError
+from specbench.models.loading import output_vocab_size, timing_ids
+from specbench.models.text import check_prompt_fits, encode_prompt
+from specbench.policies import make_policy
+from specbench.speed.costs import Costs, for_drafter, measure_costs, pooled, timing_context
+from specbench.speed.kernels import stock_kernels
 
-SPECBENCH, HF_ASSISTED = "specbench", "hf-assisted"
-HF_UNIVERSAL, HF_EARLY_EXIT, HF_PROMPT_LOOKUP = "hf-universal", "hf-early-exit", "hf-prompt-lookup"
-METHODS = (BASELINE_METHOD, SPECBENCH, HF_ASSISTED, HF_UNIVERSAL, HF_EARLY_EXIT, HF_PROMPT_LOOKUP)
-HF_METHODS = METHODS[2:]
-HF_POLICY = FIXED_POLICY  # HF's constant num_assistant_tokens schedule is a fixed gamma
-HF_DEFAULTS_POLICY = "hf-defaults"  # HF as it comes: hf_assisted.HF_DEFAULTS (its threshold adjusted online)
-HF_STOCK_POLICY = "hf-defaults-stock-kernels"  # the same, on PyTorch's own Linear kernels (HF without specbench)
 PATHS_JSONL = "paths.jsonl"  # each plain run's output ids, what predictions replay
-
-
-@dataclass(frozen=True)
-class SweepConfig:
-    gammas: tuple[int, ...] = (1, 2, 3, 4)
-    drafters: tuple[str, ...] = (MODEL_DRAFTER,)
-    policies: tuple[str, ...] = (FIXED_POLICY,)
-    temperature: float = 0.0  # 0 is greedy, and greedy runs are checked against the baseline
-    max_new_tokens: int = 128
-    repeats: int = 1
-    seed: int = 0  # repeat r of every method uses seed + r
-    hf_assisted: bool = True
-    hf_fixed: bool = False  # hf-assisted also at each measured gamma (constant schedule), beside its defaults
-    hf_stock: bool = False  # hf-assisted defaults once more on PyTorch's stock kernels
-    steps: bool = False  # also write every StepRecord to steps.jsonl
-    timing_repeats: int = 5  # timed forwards per point of c and v(k); the median counts
-    warmup_tokens: int = 16  # length of the untimed warm-up generation
-    kernels: str = "auto"  # Linear kernels of both models (kernels.KERNELS); all methods share them
-    draft_vocab: int = 0  # specbench's model drafter scores ids below it (+ prompt, EOS); 0: all
-    costs_per_prompt: bool = True  # measure c and v(k) before each prompt's runs (else once per sweep)
-    measure: str = "best"  # timed runs: "best" predicted gamma per drafter x policy, "all", or gammas "2,5"
-    measure_per_category: int = 0  # time runs on the first N prompts of each category; 0: all prompts
-    drafter_models: tuple[str, ...] = ("",)  # names of the drafter models compared; ("",): one, and labels stay bare
-    translated: tuple[str, ...] = ()  # the drafter models with another tokenizer than the target's (set from the loaded models)
-    hf_refuses: tuple[str, ...] = ()  # of those, the ones without an hf-universal baseline (why_no_hf_universal)
-
-    def __post_init__(self) -> None:
-        """The options `generate` shares are checked by the same functions (core's configs,
-        models.specs); an out-of-range value raises SweepError or OptionError, both user errors."""
-        if not self.gammas or min(self.gammas) < 1:
-            raise SweepError("gammas must be a non-empty list of integers >= 1")
-        if self.repeats < 1:
-            raise SweepError(f"repeats must be >= 1, got {self.repeats}")
-        if self.timing_repeats < 1:
-            raise SweepError(f"timing repeats must be >= 1, got {self.timing_repeats}")
-        generation_config(self, ())  # max-new-tokens, temperature: core's checks
-        check_draft_vocab(self.draft_vocab)
-        check_model_names(self.drafter_models)
-        object.__setattr__(self, "drafters", with_models(self.drafters, self.drafter_models))
-        check_drafter_names(self.drafters, self.drafter_models)
-        check_kernels(self.kernels)
-        check_names(self.policies, POLICIES, "gamma policy")
-        measured_gammas(self)  # a bad --measure fails now
-        if self.measure_per_category < 0:
-            raise SweepError(f"measure-per-category must be >= 0, got {self.measure_per_category}")
-
-
-def measured_gammas(config: SweepConfig) -> tuple[int, ...] | None:
-    """The gammas --measure names (within the sweep's), or None for "best"."""
-    if config.measure == "best":
-        return None
-    if config.measure == "all":
-        return tuple(config.gammas)
-    try:
-        gammas = tuple(parse_gammas(config.measure))
-    except ValueError:
-        raise SweepError(f"bad --measure {config.measure!r}: use best, all, or gammas such as 2,5") from None
-    outside = [g for g in gammas if g not in config.gammas]
-    if outside:
-        raise SweepError(f"--measure {config.measure}: gamma {outside[0]} is not in the sweep's gammas {list(config.gammas)}")
-    return gammas
-
-
-def check_model_names(names: tuple[str, ...]) -> None:
-    """One unnamed drafter model (""), or several with distinct names that fit in a label."""
-    if names == ("",):
-        return
-    if not names or "" in names or len(set(names)) < len(names):
-        raise SweepError(f"several drafter models need distinct names, got {list(names)}")
-    bad = [n for n in names if MODEL_SEPARATOR in n or "," in n or n != n.strip()]
-    if bad:
-        raise SweepError(f"drafter model name {bad[0]!r}: no {MODEL_SEPARATOR!r}, comma or surrounding space")
-
-
-def with_models(drafters: tuple[str, ...], model_names: tuple[str, ...]) -> tuple[str, ...]:
-    """The sweep's drafter labels: each drafter that runs a drafter model once per model
-    (results.drafter_label: "model@NAME"), the others as they are; with one unnamed model
-    every label stays bare. A label that already names its model is kept."""
-    labels = []
-    for drafter in drafters:
-        kind, named = label_parts(drafter)
-        expand = uses_model(kind) and not named
-        labels += [drafter_label(kind, name) for name in model_names] if expand else [drafter]
-    return tuple(dict.fromkeys(labels))
-
-
-def check_drafter_names(labels: tuple[str, ...], model_names: tuple[str, ...] = ("",)) -> None:
-    """Each one of DRAFTERS or early-exit:N, naming one of the sweep's drafter models if it
-    runs one (SweepError otherwise)."""
-    kinds = [label_parts(label)[0] for label in labels]
-    with reraise_as(SweepError):
-        unknown = [k for k in kinds if not is_drafter(k)]
-    if not labels or unknown:
-        check_names(tuple(kinds), (*DRAFTERS, "early-exit:N"), "drafter")
-    for label in labels:
-        kind, name = label_parts(label)
-        if name and not uses_model(kind):
-            raise SweepError(f"drafter {label!r}: {kind} runs no drafter model to name")
-        if uses_model(kind) and name not in model_names:
-            raise SweepError(f"drafter {label!r}: no drafter model {name!r} in this sweep ({', '.join(map(repr, model_names))})")
-
-
-def label_uses_model(label: str) -> bool:
-    """Whether the drafter of a row's label runs a drafter model."""
-    return uses_model(label_parts(label)[0])
-
-
-def drafts_with_model(config: SweepConfig) -> bool:
-    """Whether one of specbench's drafters in the sweep runs a drafter model."""
-    return any(label_uses_model(d) for d in config.drafters)
-
-
-def has_own_hf_counterpart(drafter: str) -> bool:
-    """early-exit:N and prompt-lookup have HF counterparts that need no drafter model."""
-    return drafter == "prompt-lookup" or parse_early_exit(drafter) is not None
-
-
-def needs_drafter_model(config: SweepConfig) -> bool:
-    """Whether the sweep drafts with the drafter model: the model drafter, or hf-assisted
-    beside a drafter with no HF counterpart of its own (the model drafter, ngram)."""
-    return drafts_with_model(config) or (config.hf_assisted and not all(has_own_hf_counterpart(d) for d in config.drafters))
 
 
 def hf_tells_apart(target, drafter_model) -> bool:
@@ -271,140 +147,6 @@ def why_no_hf_universal(target, drafter_model, target_tokenizer, drafter_tokeniz
     return f"HF's sampling mode {defect}, so it is no lossless baseline" if defect else None
 
 
-def predicted(config: SweepConfig, drafter: str) -> bool:
-    """Whether the sweep predicts the drafter (else it is measured only; module docstring)."""
-    kind, name = label_parts(drafter)
-    return parse_early_exit(kind) is None and not (uses_model(kind) and name in config.translated)
-
-
-def hf_counterparts(config: SweepConfig, has_drafter_model: bool) -> list[tuple[str, str]]:
-    """(method, drafter label) of each HF run the sweep's drafters have beside them: HF's
-    assisted generation with each drafter model (labelled as the model drafter with it)."""
-    found = []
-    if has_drafter_model and needs_drafter_model(config):
-        for name in config.drafter_models:
-            if name not in config.translated:
-                found.append((HF_ASSISTED, drafter_label(MODEL_DRAFTER, name)))
-            elif name not in config.hf_refuses:
-                found.append((HF_UNIVERSAL, drafter_label(MODEL_DRAFTER, name)))
-    found += [(HF_EARLY_EXIT, d) for d in config.drafters if parse_early_exit(d) is not None]
-    if "prompt-lookup" in config.drafters:
-        found.append((HF_PROMPT_LOOKUP, "prompt-lookup"))
-    return found
-
-
-# ---------------------------------------------------------------------------- planning (pure)
-
-
-@dataclass(frozen=True)
-class PlannedRun:
-    method: str
-    drafter: str  # "" for plain
-    policy: str  # "" for plain
-    gamma: int | None  # None for plain
-    temperature: float
-    prompt: Prompt
-    repeat: int
-    source: str = MEASURED  # PREDICTED: replayed on the prompt's path, not run
-
-    @property
-    def key(self) -> tuple[str, ...]:
-        return run_key(self.source, self.method, self.drafter, self.policy, self.gamma, self.temperature, self.prompt.id, self.repeat)
-
-
-def profile_plan(config: SweepConfig, prompts: list[Prompt], *, has_drafter_model: bool = True) -> list[PlannedRun]:
-    """Phase 1: per repeat and prompt the plain run (source PROFILE: the path of the
-    predictions; its block's costs are measured just before it), then, once every block's
-    costs are in, per repeat and prompt a predicted run of every drafter x policy x gamma and
-    each drafter's oracle (up to the largest gamma), priced with the pooled costs. A drafter
-    that needs the drafter model is predicted only when there is one."""
-    plan = [PlannedRun(BASELINE_METHOD, "", "", None, config.temperature, prompt, repeat, PROFILE) for repeat in range(config.repeats) for prompt in prompts]
-    for repeat in range(config.repeats):
-        for prompt in prompts:
-            drafters = [d for d in config.drafters if (has_drafter_model or not label_uses_model(d)) and predicted(config, d)]
-            for drafter in drafters:
-                for gamma in config.gammas:
-                    for policy in config.policies:
-                        plan.append(PlannedRun(SPECBENCH, drafter, policy, gamma, config.temperature, prompt, repeat, PREDICTED))
-                plan.append(PlannedRun(SPECBENCH, drafter, ORACLE_POLICY, max(config.gammas), config.temperature, prompt, repeat, PREDICTED))
-    return plan
-
-
-def measured_prompts(config: SweepConfig, prompts: list[Prompt]) -> list[Prompt]:
-    """The prompts phase 2 times: all, or the first measure_per_category of each category."""
-    if not config.measure_per_category:
-        return list(prompts)
-    taken: dict[str, int] = {}
-    chosen = []
-    for prompt in prompts:
-        if taken.get(prompt.category, 0) < config.measure_per_category:
-            taken[prompt.category] = taken.get(prompt.category, 0) + 1
-            chosen.append(prompt)
-    return chosen
-
-
-def measure_plan(config: SweepConfig, prompts: list[Prompt], gammas: dict[tuple[str, str], tuple[int, ...]], *, has_drafter_model: bool = True) -> list[PlannedRun]:
-    """Phase 2: per repeat and measured prompt, a plain run again (the baseline of the block's
-    measured speedups, timed beside them so that drift since phase 1 hits all alike), then
-    each drafter x policy at its gammas (gammas[(drafter, policy)]), then hf-assisted (at each
-    of those gammas with hf_fixed, and with its defaults). Odd repeats run the block after
-    plain in reverse, so that over two repeats each method sits as often early as late."""
-    plan = []
-    for repeat in range(config.repeats):
-        for prompt in measured_prompts(config, prompts):
-            block = _measured_block(config, prompt, repeat, gammas, has_drafter_model)
-            plan.append(PlannedRun(BASELINE_METHOD, "", "", None, config.temperature, prompt, repeat))
-            plan.extend(reversed(block) if repeat % 2 else block)
-    return plan
-
-
-def _measured_block(config: SweepConfig, prompt: Prompt, repeat: int, gammas: dict, has_drafter_model: bool) -> list[PlannedRun]:
-    block = []
-    for drafter in config.drafters:
-        if label_uses_model(drafter) and not has_drafter_model:
-            continue
-        for policy in config.policies:
-            for gamma in gammas.get((drafter, policy), ()):
-                block.append(PlannedRun(SPECBENCH, drafter, policy, gamma, config.temperature, prompt, repeat))
-    if config.hf_assisted:
-        for method, drafter in hf_counterparts(config, has_drafter_model):
-            if config.hf_fixed:
-                for gamma in sorted({g for gs in gammas.values() for g in gs}):
-                    block.append(PlannedRun(method, drafter, HF_POLICY, gamma, config.temperature, prompt, repeat))
-            block.append(PlannedRun(method, drafter, HF_DEFAULTS_POLICY, None, config.temperature, prompt, repeat))
-            if config.hf_stock:
-                block.append(PlannedRun(method, drafter, HF_STOCK_POLICY, None, config.temperature, prompt, repeat))
-    return block
-
-
-def chosen_gammas(config: SweepConfig, predicted_rows) -> dict[tuple[str, str], tuple[int, ...]]:
-    """The gammas phase 2 times for each drafter x policy: --measure's list, or the best
-    predicted gamma (geometric mean over prompts) of each."""
-    listed = measured_gammas(config)
-    pairs = [(d, p) for d in config.drafters for p in config.policies]
-    if listed is not None:
-        return {pair: listed for pair in pairs}
-    best = best_gammas(summary_frame(predicted_rows)) if len(predicted_rows) else {}
-    chosen = {pair: (best[pair],) for pair in pairs if pair in best}
-    chosen.update({(d, p): tuple(config.gammas) for d, p in pairs if not predicted(config, d)})  # measured only: every gamma
-    return chosen
-
-
-def plan_runs(config: SweepConfig, prompts: list[Prompt], *, has_drafter_model: bool = True, gammas: dict | None = None) -> list[PlannedRun]:
-    """Both phases' runs in order. Phase 2's gammas come from `gammas` (chosen_gammas), or,
-    before phase 1 has run, stand in as the first gamma for "best" (the same number of runs)."""
-    if gammas is None:
-        listed = measured_gammas(config)
-        stand_in = lambda d: listed or ((config.gammas[0],) if predicted(config, d) else tuple(config.gammas))  # noqa: E731
-        gammas = {(d, p): stand_in(d) for d in config.drafters for p in config.policies}
-    return profile_plan(config, prompts, has_drafter_model=has_drafter_model) + measure_plan(config, prompts, gammas, has_drafter_model=has_drafter_model)
-
-
-def pending_runs(plan: list[PlannedRun], done_rows: list[dict]) -> list[PlannedRun]:
-    """The runs of `plan` not already in runs.csv (for --resume)."""
-    done = {row_key(row) for row in done_rows}
-    return [run for run in plan if run.key not in done]
-
 
 # ---------------------------------------------------------------------------- one measurement
 
@@ -419,15 +161,6 @@ class Measurement:
     positions: dict[int, tuple[float, float]] | None = None  # replay.position_counts (specbench runs)
 
 
-def generation_config(config: SweepConfig, eos_token_ids: tuple[int, ...], repeat: int = 0, max_new_tokens: int | None = None) -> GenerationConfig:
-    """The settings of one run (repeat r uses seed + r); a bad value raises SweepError."""
-    with reraise_as(SweepError):
-        return GenerationConfig(
-            max_new_tokens=max_new_tokens or config.max_new_tokens,
-            sampling=SamplingConfig(temperature=config.temperature),
-            eos_token_ids=tuple(eos_token_ids),
-            seed=config.seed + repeat,
-        )
 
 
 def measure_plain(target, prompt_ids: list[int], gen: GenerationConfig) -> Measurement:
@@ -835,15 +568,6 @@ def prepare_out_dir(out_dir: Path, resume: bool) -> list[dict]:
     return read_rows(csv_path)
 
 
-def summary_records(rows: list[dict]) -> list[dict]:
-    """The summary table for meta.json: per source x method x drafter x policy x gamma, the
-    geometric-mean speedup and pooled acceptance with their 95% bootstrap intervals."""
-    keep = ["source", "method", "drafter", "policy", "gamma", "runs", "acceptance_rate", "acceptance_lo", "acceptance_hi",
-            "mean_accepted_length", "speedup", "speedup_lo", "speedup_hi"]  # fmt: skip
-    if not rows:
-        return []
-    records = summary_frame(rows)[keep].astype(object).to_dict("records")
-    return [{k: (None if v != v else v) for k, v in record.items()} for record in records]  # NaN -> null
 
 
 def read_paths(out_dir: Path) -> dict[tuple[str, int], list[int]]:
@@ -861,49 +585,6 @@ def read_paths(out_dir: Path) -> dict[tuple[str, int], list[int]]:
     return outputs
 
 
-COSTS_METHOD_BEFORE_RECORDED = 5  # costs.METHOD of the sweeps written before meta.json recorded it
-
-
-def check_resume_meta(meta: dict, fresh: dict) -> None:
-    """A resumed sweep must measure what the interrupted one measured. (A key an older
-    sweep did not record is not checked, except draft_vocab: before it, drafters scored all;
-    and costs_method: before it, costs were measured by method 5 or earlier.) Costs measured
-    another way are not pooled with this version's: such a sweep starts again."""
-    old = dict(meta.get("sweep", {}))
-    if old:
-        old.setdefault("draft_vocab", 0)
-        method = old.get("costs_method", COSTS_METHOD_BEFORE_RECORDED)
-        if meta.get("costs_by_block") and method != fresh["sweep"].get("costs_method"):
-            raise SweepError(f"cannot resume: that sweep measured its costs by method {method}, this version by {fresh['sweep'].get('costs_method')} (speed/costs.py METHOD); start it again with another --out")
-    for key in ("target", "drafter_model", "drafter_models", "temperature", "max_new_tokens", "seed", "kernels", "draft_vocab", "measure", "measure_per_category"):
-        if key in old and old[key] != fresh["sweep"].get(key):
-            raise SweepError(f"cannot resume: {key} was {old[key]!r} in that sweep, now {fresh['sweep'].get(key)!r}")
-
-
-def carry_over_meta(meta: dict, old_meta: dict) -> None:
-    """A resumed sweep's meta.json keeps what the interrupted one measured and when it began."""
-    meta["finished"] = False
-    for key in ("costs", "c", "verify_cost", "costs_pooled", "costs_by_block"):
-        if key in old_meta:
-            meta[key] = old_meta[key]
-    if old_meta:
-        meta["created"], meta["resumed"] = old_meta.get("created"), meta["created"]
-
-
-def add_costs_meta(meta: dict, key: str, costs: Costs) -> None:
-    """Record one measurement of c and v(k) under costs_by_block[key]; the first one also
-    stands for the sweep (meta's costs, c and verify_cost, read by charts and tables) until
-    phase 1 pools them all."""
-    if "costs" not in meta:
-        set_sweep_costs(meta, costs, 1)
-    meta.setdefault("costs_by_block", {})[key] = costs.as_meta()
-
-
-def set_sweep_costs(meta: dict, costs: Costs, count: int) -> None:
-    """The costs that stand for the whole sweep in meta.json (costs, c and verify_cost) and
-    how many measurements they are the median of (costs_pooled)."""
-    recorded = costs.as_meta()
-    meta.update(costs=recorded, c=costs.c, verify_cost=recorded["verify_cost"], costs_pooled=count)
 
 
 def drafters_of(config: SweepConfig, drafter_model, drafter_tokenizer=None) -> dict[str, DrafterModel]:
@@ -928,61 +609,6 @@ def check_drafters(config: SweepConfig, drafters: dict[str, DrafterModel]) -> No
         raise SweepError("the drafter model has another tokenizer, but none was given to translate its drafts")
 
 
-def _model_meta(model, name: str | None) -> dict | None:
-    if model is None:
-        return None
-    first = next(model.parameters())
-    int8 = any(buffer.dtype == torch.int8 for buffer in model.buffers())  # quantize.Int8Linear
-    q4k = any(isinstance(module, Q4KLinear) for module in model.modules())  # its other layers Q6_K or int8
-    return {
-        "name": name,
-        "class": type(model).__name__,
-        "dtype": "q4k" if q4k else "int8" if int8 else str(first.dtype).removeprefix("torch."),
-        "device": str(first.device),
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "attention": getattr(model.config, "_attn_implementation", None),
-    }
-
-
-def build_meta(target, drafters: dict[str, DrafterModel], config: SweepConfig, prompts: list[Prompt], *, target_name: str | None, drafter_names: dict[str, str | None], prompts_source: str, command: str) -> dict:
-    """drafters: the sweep's drafter models by name (drafters_of), drafter_names their names
-    for meta.json. models.drafter is the first; with named drafter models (several),
-    models.drafters has each."""
-    import transformers
-
-    first = next(iter(drafters), None)
-    models = {"target": _model_meta(target, target_name), "drafter": _model_meta(drafters[first].model if first is not None else None, drafter_names.get(first))}
-    several = config.drafter_models != ("",)
-    if several:
-        models["drafters"] = {name: _model_meta(d.model, drafter_names.get(name)) for name, d in drafters.items()}
-    return {
-        "specbench_version": __version__,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": command,
-        "seed": config.seed,
-        "models": models,
-        "versions": {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__},
-        "machine": {
-            "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "cpu": native.cpu_description(),  # model name and the instruction sets that pick fast paths
-            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        },
-        # what runs an int8 drafter's draft steps in specbench (HF's generation runs the
-        # modules' forward, always torch._weight_int8pack_mm)
-        "draft_int8_kernel": native.name(),
-        "sweep": {
-            **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(config).items()},
-            "target": target_name,
-            "drafter_model": drafter_names if several else drafter_names.get(""),
-            "prompts": prompts_source,
-            "prompt_ids": [p.id for p in prompts],
-            "categories": list(dict.fromkeys(p.category for p in prompts)),
-            "costs_method": COSTS_METHOD,  # how c, v(k) and u(n) were measured (speed/costs.py)
-        },
-    }
 
 
 def sweep(

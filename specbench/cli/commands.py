@@ -505,10 +505,10 @@ def sweep_command(
 ) -> None:
     """Benchmark drafters, gamma policies and gammas against plain decoding; write results/NAME."""
     from specbench import models
-    from specbench.bench import sweep as bench
+    from specbench.bench import plan, sweep as bench
 
     # 1. everything that can be checked before minutes of model loading
-    config = bench.SweepConfig(
+    config = plan.SweepConfig(
         gammas=tuple(sweep_results.parse_gammas(gamma)),
         drafters=tuple(drafter or (sweep_results.MODEL_DRAFTER,)),
         policies=tuple(gamma_policy or (sweep_results.FIXED_POLICY,)),
@@ -536,7 +536,7 @@ def sweep_command(
         if models.drafter_kind(spec) != "model":
             raise OptionError(f"--drafter-model {spec}: each of several drafter models must be a model (default, a folder, a .gguf file or a hub id)")
     # 2. the models, loaded as `generate` loads them (the drafters only when the sweep drafts with them)
-    needed = bench.needs_drafter_model(config)
+    needed = plan.needs_drafter_model(config)
     dtypes = {k: v for k, v in (("dtype", dtype), ("draft_dtype", draft_dtype)) if v}  # else the pair's defaults
     pair_config = models.PairConfig(target=target, drafter=specs[0] if needed else models.NONE, device=device, draft_vocab=draft_vocab, **dtypes)
     hint = "pick a --drafter-model with a tokenizer that shares text with the target's"

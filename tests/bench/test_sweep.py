@@ -16,16 +16,10 @@ from typer.testing import CliRunner
 
 from specbench.bench import sweep as bench
 from specbench.cli import commands as cli
-from specbench.errors import ModelError, SpecbenchError
+from specbench.errors import ModelError, SpecbenchError, SweepError
 from specbench.models import LoadedModel, LoadedPair, ModelSpec, encode_prompt
-from specbench.bench.sweep import (
-    PlannedRun,
-    SweepConfig,
-    SweepError,
-    make_row,
-    plan_runs,
-    sweep,
-)
+from specbench.bench.plan import PlannedRun, SweepConfig, chosen_gammas, needs_drafter_model, plan_runs
+from specbench.bench.sweep import make_row, sweep
 from specbench.core.generate import GenerationConfig, plain_generate
 from specbench.bench.prompts import Prompt
 from specbench.bench.results import (
@@ -135,7 +129,7 @@ def test_measure_picks_gammas_and_prompts():
     rows = [{"source": "predicted", "method": "specbench", "drafter": "model", "policy": "fixed", "gamma": g, "temperature": 0,
              "prompt_id": p, "category": "a", "repeat": 0, "speedup": s, "drafted": 1, "accepted": 1, "acceptance_rate": 1}
             for p in ("a-0", "a-1") for g, s in ((1, 1.1), (2, 1.5), (3, 1.3))]  # fmt: skip
-    assert bench.chosen_gammas(SweepConfig(gammas=(1, 2, 3)), rows) == {("model", "fixed"): (2,)}
+    assert chosen_gammas(SweepConfig(gammas=(1, 2, 3)), rows) == {("model", "fixed"): (2,)}
     with pytest.raises(SpecbenchError, match="not in the sweep"):
         SweepConfig(gammas=(1, 2), measure="5")
     with pytest.raises(SpecbenchError, match="bad --measure"):
@@ -644,7 +638,7 @@ def test_plan_measures_new_drafters_only_and_puts_hf_beside_each():
     assert measured == [("early-exit:1", 1), ("early-exit:1", 3), ("early-exit:2", 1), ("early-exit:2", 3)]
     hf = {(r.method, r.drafter) for r in plan if r.method.startswith("hf-")}
     assert hf == {("hf-assisted", "model"), ("hf-early-exit", "early-exit:1"), ("hf-early-exit", "early-exit:2"), ("hf-prompt-lookup", "prompt-lookup")}
-    assert not bench.needs_drafter_model(replace(config, drafters=("early-exit:1", "prompt-lookup")))
+    assert not needs_drafter_model(replace(config, drafters=("early-exit:1", "prompt-lookup")))
     translated = SweepConfig(gammas=(1, 3), translated=("",))
     plan = plan_runs(translated, PROMPTS[:1])
     assert not [r for r in plan if r.source == "predicted"]
@@ -965,7 +959,7 @@ def test_a_sweep_whose_costs_were_measured_another_way_does_not_resume():
     """Costs measured by another costs.METHOD (a sweep that recorded none measured by 5 or
     earlier) are not pooled with this version's: resuming says so in one line; a sweep that
     measured no costs yet, or measured them this way, resumes."""
-    from specbench.bench.sweep import check_resume_meta
+    from specbench.bench.meta import check_resume_meta
     from specbench.speed.costs import METHOD
 
     fresh = {"sweep": {"costs_method": METHOD, "draft_vocab": 0}}

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import PROMPTS, noisy_copy, tiny_model
-from specbench.bench.sweep import _model_meta
+from specbench.bench.meta import model_meta
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
 from specbench.speed import draft_vocab
 from specbench.speed.draft_vocab import restricted_head
@@ -111,9 +111,9 @@ def test_auto_drafter_dtype_is_q4k_then_int8_on_the_cpu_and_bf16_elsewhere(monke
 @needs_int8
 def test_a_sweep_records_an_int8_drafter_as_int8():
     drafter = tiny_model(0).to(torch.bfloat16)
-    assert _model_meta(drafter, "d")["dtype"] == "bfloat16"
+    assert model_meta(drafter, "d")["dtype"] == "bfloat16"
     quantize_linears(drafter)
-    assert _model_meta(drafter, "d")["dtype"] == "int8"
+    assert model_meta(drafter, "d")["dtype"] == "int8"
 
 
 @needs_int8

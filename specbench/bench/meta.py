@@ -1,0 +1,145 @@
+"""meta.json of a sweep: what it records beside its rows (the machine and its CPU flags, the
+models, the versions, the settings, every measurement of c and v(k), the summary table and
+the checks), and what a resumed sweep must match and carries over.
+
+Kept apart from the runner (sweep.py) because it is bookkeeping: every function here takes
+the meta dict and returns or updates it, and results.read_meta/write_meta move it to disk.
+A resumed sweep refuses settings that would change what its rows mean (check_resume_meta)
+and keeps the costs its blocks measured (carry_over_meta), so a prediction made before an
+interruption and one made after it are priced alike.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import asdict
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+import torch
+
+from specbench import __version__
+from specbench.bench.plan import SweepConfig
+from specbench.bench.prompts import Prompt
+from specbench.bench.results import summary_frame
+from specbench.errors import SweepError
+from specbench.speed import native
+from specbench.speed.costs import METHOD as COSTS_METHOD, Costs
+from specbench.speed.gguf_blocks import Q4KLinear
+
+if TYPE_CHECKING:
+    from specbench.bench.sweep import DrafterModel
+
+
+def summary_records(rows: list[dict]) -> list[dict]:
+    """The summary table for meta.json: per source x method x drafter x policy x gamma, the
+    geometric-mean speedup and pooled acceptance with their 95% bootstrap intervals."""
+    keep = ["source", "method", "drafter", "policy", "gamma", "runs", "acceptance_rate", "acceptance_lo", "acceptance_hi",
+            "mean_accepted_length", "speedup", "speedup_lo", "speedup_hi"]  # fmt: skip
+    if not rows:
+        return []
+    records = summary_frame(rows)[keep].astype(object).to_dict("records")
+    return [{k: (None if v != v else v) for k, v in record.items()} for record in records]  # NaN -> null
+
+
+COSTS_METHOD_BEFORE_RECORDED = 5  # costs.METHOD of the sweeps written before meta.json recorded it
+
+
+def check_resume_meta(meta: dict, fresh: dict) -> None:
+    """A resumed sweep must measure what the interrupted one measured. (A key an older
+    sweep did not record is not checked, except draft_vocab: before it, drafters scored all;
+    and costs_method: before it, costs were measured by method 5 or earlier.) Costs measured
+    another way are not pooled with this version's: such a sweep starts again."""
+    old = dict(meta.get("sweep", {}))
+    if old:
+        old.setdefault("draft_vocab", 0)
+        method = old.get("costs_method", COSTS_METHOD_BEFORE_RECORDED)
+        if meta.get("costs_by_block") and method != fresh["sweep"].get("costs_method"):
+            raise SweepError(f"cannot resume: that sweep measured its costs by method {method}, this version by {fresh['sweep'].get('costs_method')} (speed/costs.py METHOD); start it again with another --out")
+    for key in ("target", "drafter_model", "drafter_models", "temperature", "max_new_tokens", "seed", "kernels", "draft_vocab", "measure", "measure_per_category"):
+        if key in old and old[key] != fresh["sweep"].get(key):
+            raise SweepError(f"cannot resume: {key} was {old[key]!r} in that sweep, now {fresh['sweep'].get(key)!r}")
+
+
+def carry_over_meta(meta: dict, old_meta: dict) -> None:
+    """A resumed sweep's meta.json keeps what the interrupted one measured and when it began."""
+    meta["finished"] = False
+    for key in ("costs", "c", "verify_cost", "costs_pooled", "costs_by_block"):
+        if key in old_meta:
+            meta[key] = old_meta[key]
+    if old_meta:
+        meta["created"], meta["resumed"] = old_meta.get("created"), meta["created"]
+
+
+def add_costs_meta(meta: dict, key: str, costs: Costs) -> None:
+    """Record one measurement of c and v(k) under costs_by_block[key]; the first one also
+    stands for the sweep (meta's costs, c and verify_cost, read by charts and tables) until
+    phase 1 pools them all."""
+    if "costs" not in meta:
+        set_sweep_costs(meta, costs, 1)
+    meta.setdefault("costs_by_block", {})[key] = costs.as_meta()
+
+
+def set_sweep_costs(meta: dict, costs: Costs, count: int) -> None:
+    """The costs that stand for the whole sweep in meta.json (costs, c and verify_cost) and
+    how many measurements they are the median of (costs_pooled)."""
+    recorded = costs.as_meta()
+    meta.update(costs=recorded, c=costs.c, verify_cost=recorded["verify_cost"], costs_pooled=count)
+
+
+def model_meta(model, name: str | None) -> dict | None:
+    if model is None:
+        return None
+    first = next(model.parameters())
+    int8 = any(buffer.dtype == torch.int8 for buffer in model.buffers())  # quantize.Int8Linear
+    q4k = any(isinstance(module, Q4KLinear) for module in model.modules())  # its other layers Q6_K or int8
+    return {
+        "name": name,
+        "class": type(model).__name__,
+        "dtype": "q4k" if q4k else "int8" if int8 else str(first.dtype).removeprefix("torch."),
+        "device": str(first.device),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "attention": getattr(model.config, "_attn_implementation", None),
+    }
+
+
+def build_meta(target, drafters: dict[str, DrafterModel], config: SweepConfig, prompts: list[Prompt], *, target_name: str | None, drafter_names: dict[str, str | None], prompts_source: str, command: str) -> dict:
+    """drafters: the sweep's drafter models by name (drafters_of), drafter_names their names
+    for meta.json. models.drafter is the first; with named drafter models (several),
+    models.drafters has each."""
+    import transformers
+
+    first = next(iter(drafters), None)
+    models = {"target": model_meta(target, target_name), "drafter": model_meta(drafters[first].model if first is not None else None, drafter_names.get(first))}
+    several = config.drafter_models != ("",)
+    if several:
+        models["drafters"] = {name: model_meta(d.model, drafter_names.get(name)) for name, d in drafters.items()}
+    return {
+        "specbench_version": __version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": command,
+        "seed": config.seed,
+        "models": models,
+        "versions": {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__},
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "cpu": native.cpu_description(),  # model name and the instruction sets that pick fast paths
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        },
+        # what runs an int8 drafter's draft steps in specbench (HF's generation runs the
+        # modules' forward, always torch._weight_int8pack_mm)
+        "draft_int8_kernel": native.name(),
+        "sweep": {
+            **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(config).items()},
+            "target": target_name,
+            "drafter_model": drafter_names if several else drafter_names.get(""),
+            "prompts": prompts_source,
+            "prompt_ids": [p.id for p in prompts],
+            "categories": list(dict.fromkeys(p.category for p in prompts)),
+            "costs_method": COSTS_METHOD,  # how c, v(k) and u(n) were measured (speed/costs.py)
+        },
+    }

@@ -2,8 +2,8 @@
 models, the versions, the settings, every measurement of c and v(k), the summary table and
 the checks), and what a resumed sweep must match and carries over.
 
-Kept apart from the runner (sweep.py) because it is bookkeeping: every function here takes
-the meta dict and returns or updates it, and results.read_meta/write_meta move it to disk.
+Kept apart from the runner (sweep.py) because it is bookkeeping: these functions build,
+check and update the meta dict, and results.read_meta/write_meta move it to disk.
 A resumed sweep refuses settings that would change what its rows mean (check_resume_meta)
 and keeps the costs its blocks measured (carry_over_meta), so a prediction made before an
 interruption and one made after it are priced alike.

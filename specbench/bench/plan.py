@@ -49,7 +49,6 @@ HF_DEFAULTS_POLICY = "hf-defaults"  # HF as it comes: hf_assisted.HF_DEFAULTS (i
 HF_STOCK_POLICY = "hf-defaults-stock-kernels"  # the same, on PyTorch's own Linear kernels (HF without specbench)
 
 
-
 @dataclass(frozen=True)
 class SweepConfig:
     gammas: tuple[int, ...] = (1, 2, 3, 4)

@@ -485,9 +485,11 @@ def test_interrupted_sweep_keeps_rows_and_resumes(close_pair, tokenizer, tmp_pat
 
 def test_finished_sweep_resumed_with_more_repeats_runs_only_the_new_ones(close_pair, tokenizer, tmp_path):
     """--repeats N --resume on a finished sweep adds repeats: the rows it had stay as they
-    were, every new row belongs to a new repeat, and each new repeat is complete."""
+    were, every new row belongs to a new repeat, and each new repeat is complete. The measured
+    gamma is listed: under "best" it is re-chosen over every repeat's predictions, and the
+    tiny pair's near-tied gammas may swap on timing (the next test covers that case)."""
     out = tmp_path / "sweep"
-    config = SweepConfig(hf_assisted=False, temperature=0.8, repeats=1, **FAST)
+    config = SweepConfig(hf_assisted=False, temperature=0.8, repeats=1, measure="2", **FAST)
     run_sweep(close_pair, tokenizer, out, config)
     before = read_rows(out / "runs.csv")
     more = replace(config, repeats=2)
@@ -497,6 +499,22 @@ def test_finished_sweep_resumed_with_more_repeats_runs_only_the_new_ones(close_p
     added = rows[len(before):]
     assert added and {r["repeat"] for r in added} == {"1"} and {r["seed"] for r in added} == {str(config.seed + 1)}
     assert len({row_key(r) for r in rows}) == len(rows) == len(plan_runs(more, PROMPTS))
+
+
+def test_repeats_added_by_a_resume_are_all_measured_at_the_best_gamma_chosen_over_them(close_pair, tokenizer, tmp_path):
+    """Under --measure best a resume that adds repeats chooses the best gamma again, over
+    every repeat's predictions, and every repeat, the old ones included, is measured there;
+    the old rows stay as they were."""
+    out = tmp_path / "sweep"
+    config = SweepConfig(hf_assisted=False, temperature=0.8, repeats=1, **FAST)
+    run_sweep(close_pair, tokenizer, out, config)
+    before = read_rows(out / "runs.csv")
+    run_sweep(close_pair, tokenizer, out, replace(config, repeats=2), resume=True)
+    rows = read_rows(out / "runs.csv")
+    assert rows[: len(before)] == before
+    (best,) = json.loads((out / "meta.json").read_text())["measured_gammas"]["model/fixed"]
+    measured = {(r["repeat"], r["prompt_id"]) for r in rows if r["method"] == "specbench" and r["source"] == "measured" and r["gamma"] == str(best)}
+    assert measured == {(str(repeat), prompt.id) for repeat in (0, 1) for prompt in PROMPTS}
 
 
 def test_sampled_sweep_leaves_parity_blank(close_pair, tokenizer, tmp_path):

@@ -563,7 +563,8 @@ def prediction_accuracy(check: pd.DataFrame) -> dict:
     """How well a prediction_check came out: n (measured runs with a prediction), the share
     whose target forwards were predicted exactly (meaningful under greedy decoding; under
     sampling predictions are expectations) and the share whose speedup was within 10%
-    (|speedup_error| <= 0.10; runs without both speedups count as outside); then the same
+    (|speedup_error| <= 0.10; runs without both speedups count as outside), and the median
+    error (predicted / measured - 1: above 0, the predictions ran high); then the same
     for geometric means over repeats, per point (drafter x policy x gamma x temperature x
     prompt): points, the most repeats a point has, and the share within 10%; and over
     prompts, per configuration (drafter x policy x gamma x temperature: what the summary
@@ -574,7 +575,7 @@ def prediction_accuracy(check: pd.DataFrame) -> dict:
     mean of each point's runs, where that variance shrinks. Shares are None when n is 0."""
     n = len(check)
     if not n:
-        return {"n": 0, "forwards_equal_share": None, "within_10pct_share": None, "points": 0, "repeats_per_point": 0,
+        return {"n": 0, "forwards_equal_share": None, "within_10pct_share": None, "median_error": None, "points": 0, "repeats_per_point": 0,
                 "points_within_10pct_share": None, "configurations": 0, "configurations_within_10pct_share": None}  # fmt: skip
     by_point = check.groupby([*CHECK_GROUP, "prompt_id"], sort=False)
     points = _mean_errors(by_point)
@@ -583,6 +584,7 @@ def prediction_accuracy(check: pd.DataFrame) -> dict:
         "n": n,
         "forwards_equal_share": float(check["forwards_equal"].mean()),
         "within_10pct_share": _share_within(check["speedup_error"].tolist()),
+        "median_error": _median(check["speedup_error"]),
         "points": len(points),
         "repeats_per_point": int(by_point.size().max()),
         "points_within_10pct_share": _share_within(points),
@@ -595,6 +597,12 @@ def _mean_errors(groups) -> list[float | None]:
     """Per group of a prediction_check's rows (a pandas GroupBy): geometric-mean predicted /
     geometric-mean measured - 1."""
     return [_ratio(geometric_mean(g["predicted_speedup"]), geometric_mean(g["measured_speedup"])) for _, g in groups]
+
+
+def _median(values: pd.Series) -> float | None:
+    """The median of the known values, or None when there are none."""
+    known = values.dropna()
+    return float(known.median()) if len(known) else None
 
 
 def _share_within(errors: list[float | None], bound: float = 0.10) -> float:

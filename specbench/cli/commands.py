@@ -643,7 +643,7 @@ def render_sweep_end(out_dir: Path, result, config) -> None:
         accuracy = sweep_results.prediction_accuracy(check)
         console.print(
             f"over {accuracy['n']} measured (prompt, gamma) point(s): target forwards predicted exactly for {accuracy['forwards_equal_share']:.0%}, speedup within 10% for "
-            f"{accuracy['within_10pct_share']:.0%}; {_repeats_clause(accuracy)}geometric means over prompts within 10% for "
+            f"{accuracy['within_10pct_share']:.0%}{_bias_clause(accuracy)}; {_repeats_clause(accuracy)}geometric means over prompts within 10% for "
             f"{accuracy['configurations_within_10pct_share']:.0%} of {accuracy['configurations']} configuration(s)",
             highlight=False,
             soft_wrap=True,
@@ -662,6 +662,13 @@ def render_sweep_end(out_dir: Path, result, config) -> None:
     if greedy and differing:
         err_console.print(f"[bold yellow]warning:[/] greedy output differs from plain decoding for: {', '.join(differing)}", highlight=False, soft_wrap=True)
     console.print(f"{result.written} row(s) written, {result.skipped} already there: {out_dir}  (charts: specbench plot {out_dir})", highlight=False, soft_wrap=True)
+
+
+def _bias_clause(accuracy: dict) -> str:
+    """The runs' median error (results.prediction_accuracy), where some run had both speedups."""
+    if accuracy["median_error"] is None:
+        return ""
+    return f" (median error {accuracy['median_error']:+.1%}, predicted / measured - 1)"
 
 
 def _repeats_clause(accuracy: dict) -> str:

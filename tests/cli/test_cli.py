@@ -375,3 +375,9 @@ def test_sweep_end_judges_points_on_their_repeats_only_when_they_have_several():
     assert cli._repeats_clause(one) == ""
     three = {"repeats_per_point": 3, "points": 64, "points_within_10pct_share": 0.9}
     assert cli._repeats_clause(three) == "means over up to 3 repeats within 10% for 90% of 64 point(s); "
+
+
+def test_sweep_end_says_which_way_the_predictions_lean():
+    assert cli._bias_clause({"median_error": 0.031}) == " (median error +3.1%, predicted / measured - 1)"
+    assert cli._bias_clause({"median_error": -0.004}) == " (median error -0.4%, predicted / measured - 1)"
+    assert cli._bias_clause({"median_error": None}) == ""

@@ -4,13 +4,16 @@ the checks), and what a resumed sweep must match and carries over.
 
 Kept apart from the runner (sweep.py) because it is bookkeeping: these functions build,
 check and update the meta dict, and results.read_meta/write_meta move it to disk.
-A resumed sweep refuses settings that would change what its rows mean (check_resume_meta)
+A resumed sweep refuses settings, models (dtype, device) and prompt texts that would change
+what its rows mean (check_resume_meta)
 and keeps the costs its blocks measured (carry_over_meta), so a prediction made before an
 interruption and one made after it are priced alike.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import platform
 from dataclasses import asdict
@@ -60,6 +63,31 @@ def check_resume_meta(meta: dict, fresh: dict) -> None:
     for key in ("target", "drafter_model", "drafter_models", "temperature", "max_new_tokens", "seed", "kernels", "draft_vocab", "measure", "measure_per_category"):
         if key in old and old[key] != fresh["sweep"].get(key):
             raise SweepError(f"cannot resume: {key} was {old[key]!r} in that sweep, now {fresh['sweep'].get(key)!r}")
+    _check_models(meta.get("models") or {}, fresh.get("models") or {})
+    _check_prompts(old.get("prompt_hashes") or {}, fresh["sweep"].get("prompt_hashes") or {})
+
+
+def _check_models(old: dict, fresh: dict) -> None:
+    """The same models as loaded: a target or drafter in another dtype or on another device
+    computes other logits (and another plain output to compare with)."""
+    roles = [(role, old.get(role), fresh.get(role)) for role in ("target", "drafter")]
+    roles += [(f"drafter model {name!r}", model, (fresh.get("drafters") or {}).get(name)) for name, model in (old.get("drafters") or {}).items()]
+    for role, before, now in roles:
+        for key in ("class", "dtype", "device"):
+            if before and now and key in before and before[key] != now.get(key):
+                raise SweepError(f"cannot resume: the {role}'s {key} was {before[key]!r} in that sweep, now {now.get(key)!r}")
+
+
+def _check_prompts(old: dict, fresh: dict) -> None:
+    """A prompt id that both sweeps have names the same prompt (new ids may join)."""
+    changed = [pid for pid, digest in old.items() if pid in fresh and fresh[pid] != digest]
+    if changed:
+        raise SweepError(f"cannot resume: prompt {changed[0]!r} has another text than in that sweep")
+
+
+def prompt_hash(prompt: Prompt) -> str:
+    """A short fingerprint of what a prompt sends (its messages)."""
+    return hashlib.sha256(json.dumps(prompt.messages(), ensure_ascii=False).encode()).hexdigest()[:16]
 
 
 def carry_over_meta(meta: dict, old_meta: dict) -> None:
@@ -139,6 +167,7 @@ def build_meta(target, drafters: dict[str, DrafterModel], config: SweepConfig, p
             "drafter_model": drafter_names if several else drafter_names.get(""),
             "prompts": prompts_source,
             "prompt_ids": [p.id for p in prompts],
+            "prompt_hashes": {p.id: prompt_hash(p) for p in prompts},
             "categories": list(dict.fromkeys(p.category for p in prompts)),
             "costs_method": COSTS_METHOD,  # how c, v(k) and u(n) were measured (speed/costs.py)
         },

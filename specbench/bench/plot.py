@@ -28,6 +28,7 @@ from specbench.bench.results import (
     ResultsError,
     best_gammas,
     load_positions,
+    make_dir,
     position_acceptance,
     config_label,
     estimate_alpha,
@@ -135,8 +136,16 @@ def _figure(title: str, subtitle: str, xlabel: str, ylabel: str):
     return fig, ax
 
 
+MAX_TICKS = 16  # more gamma ticks than this run into each other: matplotlib picks integers
+
+
 def _gamma_axis(ax, gammas: list[int]) -> None:
-    if gammas:
+    """A tick at each gamma swept, or at integers matplotlib spaces out when there are many."""
+    from matplotlib.ticker import MaxNLocator
+
+    if len(gammas) > MAX_TICKS:
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=MAX_TICKS, integer=True))
+    elif gammas:
         ax.set_xticks(gammas)
 
 
@@ -316,8 +325,7 @@ def plot_results(directory: Path, out_dir: Path | None = None) -> list[Path]:
     and, of CHARTS, those that are not SUPERSEDED, from the measured rows only: predicted and
     measured rows never share a curve."""
     every, meta = load_results(directory)
-    out_dir = Path(out_dir or directory)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = make_dir(Path(out_dir or directory))
     runs = every[every["source"] == MEASURED]
     predicted = bool((every["source"] == PREDICTED).any())
     subtitle = describe(meta, every)

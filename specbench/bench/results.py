@@ -292,6 +292,16 @@ def read_meta(directory: Path) -> dict:
     return data
 
 
+def make_dir(path: Path, error: type[Exception] = ResultsError) -> Path:
+    """mkdir -p for an output folder, or `error` in one line saying why it cannot be one
+    (a file of that name, no permission, a read-only file system)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise error(f"cannot write to {path}: {exc.strerror or exc}") from None
+    return path
+
+
 def write_meta(directory: Path, meta: dict) -> None:
     path = Path(directory) / META_JSON
     tmp = path.with_suffix(".json.tmp")

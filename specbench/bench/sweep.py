@@ -108,6 +108,7 @@ from specbench.bench.results import (
     append_positions,
     append_row,
     label_parts,
+    make_dir,
     output_hash,
     plain_repeatability,
     prediction_accuracy,
@@ -559,7 +560,7 @@ def pricing_line(name: str | None, costs: Costs, count: int) -> str:
 
 def prepare_out_dir(out_dir: Path, resume: bool) -> list[dict]:
     """Make the directory; the rows already there when resuming. Refuses to mix sweeps."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(out_dir, SweepError)
     csv_path = out_dir / RUNS_CSV
     if not csv_path.exists() or csv_path.stat().st_size == 0:
         return []

@@ -32,7 +32,7 @@ from rich.progress import (
 from rich.markup import escape
 from rich.table import Table
 
-from specbench.errors import OptionError, PromptError, SpecbenchError, SweepError
+from specbench.errors import OptionError, PromptError, ResultsError, SpecbenchError, SweepError
 from specbench.models import defaults
 from specbench.bench import prompts as prompt_sets
 from specbench.bench import results as sweep_results
@@ -184,7 +184,7 @@ def generate_command(
     lookup: Annotated[bool, typer.Option("--lookup/--no-lookup", help="With a model drafter: copy from the context instead when its last 3 tokens occurred before (free drafts).")] = defaults.DEFAULT_LOOKUP,
     device: Annotated[str, typer.Option("--device", help="cpu, cuda, mps, or auto (accelerate spreads the target).")] = "cpu",
     gamma_min: Annotated[int, typer.Option("--gamma-min", help="egag: the smallest gamma; heuristic: its floor.")] = 1,
-    gamma_max: Annotated[int | None, typer.Option("--gamma-max", help="Adaptive policies' largest gamma (default: --gamma).", show_default=False)] = None,
+    gamma_max: Annotated[int | None, typer.Option("--gamma-max", help="Adaptive policies' largest gamma (default: --gamma; the heuristic, like HF's, has none unless given).", show_default=False)] = None,
     egag_beta: Annotated[float, typer.Option("--egag-beta", help="egag: EMA weight of the previous confidence, in [0, 1).")] = 0.0,
     threshold: Annotated[float | None, typer.Option("--threshold", help="entropy-stop: max normalized entropy; confidence-stop: min top probability.", show_default=False)] = None,
     kernels: Annotated[str, typer.Option("--kernels", help="auto (onednn when available), onednn (faster multi-token CPU forwards of float layers), or default (PyTorch's).")] = "auto",
@@ -531,6 +531,7 @@ def sweep_command(
     out_dir = out or Path("results") / _datetime.now().strftime("sweep-%Y%m%d-%H%M%S")
     if not resume and (out_dir / sweep_results.RUNS_CSV).exists():
         raise SweepError(f"{out_dir / sweep_results.RUNS_CSV} already exists: pass --resume to continue that sweep, or choose another --out")
+    sweep_results.make_dir(out_dir, SweepError)  # a bad --out fails now, not after loading the models
     specs = list(dict.fromkeys(drafter_model or ["default"]))
     for spec in specs if len(specs) > 1 else ():
         if models.drafter_kind(spec) != "model":
@@ -691,7 +692,8 @@ def _costs_lines(measured: dict, pooled: dict) -> list[str]:
         if len(blocks) > 1:
             steps = sorted(m.target_step_seconds * 1000 for m in blocks)
             spread = f"c {min(cs):.3f} to {max(cs):.3f}, " if cs else ""
-            lines.append(f"  its {len(blocks)} measurements, one per prompt: {spread}target step {steps[0]:.0f} to {steps[-1]:.0f} ms")
+            digits = 0 if steps[0] >= 10 else 2  # a tiny model's steps take under a millisecond
+            lines.append(f"  its {len(blocks)} measurements, one per prompt: {spread}target step {steps[0]:.{digits}f} to {steps[-1]:.{digits}f} ms")
     return lines
 
 
@@ -704,6 +706,8 @@ def plot_command(
     from specbench.bench import plot
 
     paths = plot.plot_results(directory, out)
+    if not paths:
+        raise ResultsError(f"nothing to chart in {directory} yet: only the first plain runs are there (an interrupted sweep: --resume it)")
     console.print(f"wrote {len(paths)} charts:", highlight=False)
     for path in paths:
         console.print(f"  {path}", highlight=False, soft_wrap=True)

@@ -134,6 +134,18 @@ def test_plot_command(results_dir, tmp_path):
     assert result.exit_code == 0 and f"wrote {len(CHARTS)} charts" in result.output
     missing = CliRunner().invoke(cli.app, ["plot", str(tmp_path / "nope")])
     assert missing.exit_code == 2 and len(missing.output.strip().splitlines()) == 1 and "no results directory" in missing.output
+    (tmp_path / "taken").write_text("not a folder")
+    blocked = CliRunner().invoke(cli.app, ["plot", str(results_dir), "--out", str(tmp_path / "taken")])
+    assert blocked.exit_code == 2 and len(blocked.output.strip().splitlines()) == 1 and "cannot write to" in blocked.output
+
+
+def test_plot_command_says_why_there_is_nothing_to_chart(tmp_path):
+    """A sweep interrupted during its first plain runs has no chart to draw: one line says so."""
+    from specbench.bench.results import append_row
+
+    append_row(tmp_path / "runs.csv", {"source": "profile", "method": "plain", "temperature": 0, "prompt_id": "a", "category": "code", "repeat": 0, "speedup": 1.0, "tokens_per_second": 2.0})
+    result = CliRunner().invoke(cli.app, ["plot", str(tmp_path)])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1 and "nothing to chart" in result.output
 
 
 def test_plot_imports_no_torch():

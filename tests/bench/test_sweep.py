@@ -610,6 +610,17 @@ def test_sweep_command_rejects_bad_input_in_one_line(patched_models, args, messa
     assert patched_models == []
 
 
+def test_sweep_command_refuses_an_out_it_cannot_write_before_loading(patched_models, tmp_path):
+    """An --out that is a file (or under one) is one line, before any model loads."""
+    taken = tmp_path / "taken"
+    taken.write_text("not a folder")
+    for out in (taken, taken / "below"):
+        result = CliRunner().invoke(cli.app, ["sweep", "--prompts", "quick", "--gamma", "2", "--out", str(out)])
+        assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+        assert f"cannot write to {out}" in result.output.replace("\n", "")
+    assert patched_models == []
+
+
 def test_sweep_command_model_error_is_one_line(monkeypatch):
     def broken(*args, **kwargs):
         raise ModelError("cannot load target /nowhere: no such folder")
@@ -986,3 +997,34 @@ def test_a_sweep_whose_costs_were_measured_another_way_does_not_resume():
         check_resume_meta({"sweep": {"draft_vocab": 0}, "costs_by_block": blocks}, fresh)
     check_resume_meta({"sweep": {"draft_vocab": 0}}, fresh)  # nothing measured yet
     check_resume_meta({"sweep": {"costs_method": METHOD, "draft_vocab": 0}, "costs_by_block": blocks}, fresh)
+
+
+def test_a_sweep_does_not_resume_with_other_models_or_prompt_texts():
+    """A target or drafter in another dtype, class or device, or a prompt id whose text
+    changed, would be compared with plain runs of something else: one line says which.
+    New prompt ids may join, and keys an older sweep did not record are not checked."""
+    from specbench.bench.meta import check_resume_meta
+
+    model = {"class": "Qwen2ForCausalLM", "dtype": "q4k", "device": "cpu"}
+    old = {"sweep": {"draft_vocab": 0, "prompt_hashes": {"a": "1", "b": "2"}}, "models": {"target": model, "drafter": model}}
+    fresh = {"sweep": {"draft_vocab": 0, "prompt_hashes": {"a": "1", "b": "2", "c": "3"}}, "models": {"target": model, "drafter": model}}
+    check_resume_meta(old, fresh)
+    check_resume_meta({"sweep": {"draft_vocab": 0}, "models": {"target": {"name": "t"}}}, fresh)  # recorded before these checks
+    with pytest.raises(SweepError, match="the target's dtype was 'q4k' in that sweep, now 'float32'"):
+        check_resume_meta(old, {**fresh, "models": {"target": {**model, "dtype": "float32"}, "drafter": model}})
+    with pytest.raises(SweepError, match="the drafter's device was 'cpu'"):
+        check_resume_meta(old, {**fresh, "models": {"target": model, "drafter": {**model, "device": "cuda:0"}}})
+    several = {**old, "models": {**old["models"], "drafters": {"small": model}}}
+    with pytest.raises(SweepError, match="the drafter model 'small''s dtype"):
+        check_resume_meta(several, {**fresh, "models": {**fresh["models"], "drafters": {"small": {**model, "dtype": "int8"}}}})
+    with pytest.raises(SweepError, match="prompt 'b' has another text"):
+        check_resume_meta(old, {**fresh, "sweep": {"draft_vocab": 0, "prompt_hashes": {"a": "1", "b": "9"}}})
+
+
+def test_prompt_hashes_follow_what_a_prompt_sends():
+    from specbench.bench.meta import prompt_hash
+
+    a = Prompt("a", "code", ("def add(a, b):",))
+    assert prompt_hash(a) == prompt_hash(Prompt("a", "other", ("def add(a, b):",)))  # the category is not sent
+    assert prompt_hash(a) != prompt_hash(Prompt("a", "code", ("def add(a, c):",)))
+    assert prompt_hash(a) != prompt_hash(Prompt("a", "code", ("def add(a, b):",), system="be brief"))

@@ -59,6 +59,7 @@ class Prompt:
 
 ID_KEYS = ("id", "question_id", "task_id")
 TEXT_KEYS = ("prompt", "question", "text", "instruction")  # a single turn, the first one present
+LINES_SUFFIXES = (".jsonl", ".ndjson", "")  # one JSON object per line (a file with no suffix too)
 
 
 def parse_prompt(data: object, where: str, line: int = 1) -> Prompt:
@@ -75,6 +76,8 @@ def parse_prompt(data: object, where: str, line: int = 1) -> Prompt:
     if "turns" not in data and "messages" in data:
         data = {**data, **_from_messages(data["messages"], where)}
     elif "turns" not in data and (key := next((k for k in TEXT_KEYS if isinstance(data.get(k), str)), None)):
+        if not data[key].strip():
+            raise PromptError(f"{where}: '{key}' is empty")
         text = data[key] + (f"\n\n{data['input']}" if key == "instruction" and isinstance(data.get("input"), str) and data["input"].strip() else "")
         data = {**data, "turns": [text]}
     if not data.get("turns"):
@@ -181,6 +184,8 @@ def load_prompts(spec: str = DEFAULT_SET, categories: list[str] | tuple[str, ...
     except (OSError, UnicodeDecodeError) as exc:
         raise PromptError(f"cannot read {path}: {exc}") from None
     suffix = path.suffix.lower()
+    if suffix not in (".txt", ".json", *LINES_SUFFIXES):
+        raise PromptError(f"{path}: a {suffix} file is not a prompt file specbench reads: give a .jsonl, .json or .txt file (formats: specbench/bench/prompt_sets/README.md)")
     prompts = parse_text(text, str(path)) if suffix == ".txt" else parse_json(text, str(path)) if suffix == ".json" else parse_lines(text.splitlines(), str(path))
     return filter_categories(prompts, categories, str(path))
 

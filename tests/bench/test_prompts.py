@@ -67,6 +67,8 @@ def test_replies_make_alternating_messages():
         ({"id": "a", "category": "c"}, "needs 'turns'"),
         ({"id": "a", "category": "c", "turns": []}, "needs 'turns'"),
         ({"id": "a", "prompt": ["not", "a string"]}, "needs 'turns'"),
+        ({"id": "a", "prompt": "   "}, "'prompt' is empty"),
+        ({"id": "a", "question": ""}, "'question' is empty"),
         ({"id": "a", "category": "c", "turns": ["t", 3]}, "'turns' must be"),
         ({"id": "a", "category": "c", "turns": ["t1", "t2"], "replies": ["r1", "r2"]}, "need 1 replies"),
     ],
@@ -101,6 +103,12 @@ def test_file_level_errors(tmp_path):
         load_prompts(str(dup))
     with pytest.raises(PromptError, match="no category 'poetry'.*it has: code-writing"):
         load_prompts("default", ["poetry"])
+    table = tmp_path / "prompts.csv"
+    table.write_text("id,prompt\na,Write a haiku.\n")
+    with pytest.raises(PromptError, match=r"a \.csv file is not a prompt file specbench reads: give a \.jsonl, \.json or \.txt"):
+        load_prompts(str(table))
+    no_suffix = write_lines(tmp_path / "prompts", [{"prompt": "Write a haiku."}])  # read as lines of JSON
+    assert [p.turns for p in load_prompts(str(no_suffix))] == [("Write a haiku.",)]
 
 
 def test_plain_text_files_give_one_prompt_a_line(tmp_path):

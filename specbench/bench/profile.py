@@ -18,6 +18,7 @@ replay.py says.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -37,7 +38,7 @@ from specbench.bench.replay import (
 from specbench.core.cache import cache_arg, new_cache
 from specbench.core.generate import GenerationConfig
 from specbench.core.sampling import logits_to_probs
-from specbench.core.stats import RunStats, StepRecord
+from specbench.core.stats import RunStats, StepRecord, verify_cost_at
 from specbench.drafters import LookupFirstDrafter, make_drafter, uses_model
 from specbench.policies import make_policy
 from specbench.speed.draft_vocab import path_logits
@@ -106,7 +107,7 @@ def predict(path: RecordedPath, drafter: str, policy: str, gamma: int, gen: Gene
     def make(acceptance: Acceptance):
         made = _drafter(path, drafter, gen, draft_vocab)
         if policy == ORACLE_POLICY:
-            return OracleDrafter(made, acceptance, len(path.prompt_ids)), make_policy("fixed", gamma)
+            return OracleDrafter(made, acceptance, len(path.prompt_ids), oracle_pays(costs)), make_policy("fixed", gamma)
         return made, make_policy(policy, gamma, costs=costs)
 
     if gen.sampling.greedy:
@@ -116,6 +117,16 @@ def predict(path: RecordedPath, drafter: str, policy: str, gamma: int, gen: Gene
     else:
         results = replay_sampled(path, make, gen, REPLICAS, gen.seed)
     return _pool(results)
+
+
+def oracle_pays(costs) -> Callable[[int, int], bool] | None:
+    """Whether k accepted drafts from `forwards` drafter forwards are worth drafting: their
+    price in target steps, c per forward (a catch-up is owed whether this round drafts or
+    not) and v(k + 1) for the verify, below the k + 1 plain steps they replace. None
+    without measured costs (the oracle then keeps every accepted draft)."""
+    if costs is None or not costs.verify_cost or costs.c is None:
+        return None
+    return lambda k, forwards: costs.c * forwards + verify_cost_at(costs.verify_cost, k + 1) < k + 1
 
 
 def _drafter(path: RecordedPath, name: str, gen: GenerationConfig, draft_vocab: int):

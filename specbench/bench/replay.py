@@ -31,16 +31,20 @@ Where greedy predictions can miss a real run (each is a near tie, or the path's 
   * past an end-of-sequence token the real target goes on scoring drafts the stop then
     cuts; the replay accepts nothing past the path's end.
 
-The oracle (`OracleDrafter`) drafts exactly the drafts that will be accepted: the bound of
-every policy over one drafter. It pays a drafter forward per kept draft and none for the
-catch-up of a round that drafts nothing (a slight overestimate of the bound).
+The oracle (`OracleDrafter`) knows each round's run length: it drafts exactly the drafts
+that will be accepted, or none where those would cost more than the plain steps they
+replace (c per drafter forward plus v(k + 1) against k + 1 steps: a drafter slower than
+the target never pays). So it does as well as plain decoding and, where accepted drafts
+pay, as every policy over that drafter: the reference the summary measures them against.
+It pays a drafter forward per kept draft and none for the catch-up of a round that drafts
+nothing (a slight overestimate).
 
 Knows nothing about models, timing or files: rows in, GenerationResults out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -245,10 +249,12 @@ class VocabTracker:
 
 class OracleDrafter:
     """A drafter that knows the verdicts: it asks `inner` for up to max_tokens drafts (the
-    policy is not asked) and keeps exactly those the target will accept."""
+    policy is not asked) and keeps exactly those the target will accept, or none when
+    pays(k, forwards) says that k drafts from that many drafter forwards cost more than
+    they save (profile.oracle_pays; None: always keep them)."""
 
-    def __init__(self, inner: Drafter, acceptance: Acceptance, prompt_len: int):
-        self.inner, self.acceptance, self.prompt_len = inner, acceptance, prompt_len
+    def __init__(self, inner: Drafter, acceptance: Acceptance, prompt_len: int, pays: Callable[[int, int], bool] | None = None):
+        self.inner, self.acceptance, self.prompt_len, self.pays = inner, acceptance, prompt_len, pays
         self.name = f"oracle({inner.name})"
 
     def start(self, sampling: SamplingConfig, generator: torch.Generator | None) -> None:
@@ -260,6 +266,8 @@ class OracleDrafter:
     def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
         draft = self.inner.propose(context, max_tokens, lambda *_: Keep.YES)
         n = self.acceptance.accepted(context.shape[0] - self.prompt_len, draft)
+        if n and self.pays is not None and not self.pays(n, len(draft.feeds[:n])):
+            n = 0
         probs = None if draft.probs is None else draft.probs[:n]
         return Draft(draft.tokens[:n], probs, 0.0, draft.feeds[:n])
 

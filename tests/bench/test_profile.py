@@ -94,6 +94,26 @@ def test_oracle_drafts_only_what_is_accepted_and_bounds_fixed(pair):
         assert oracle.stats.target_forwards <= predict(path, "model", "fixed", gamma, gen).stats.target_forwards
 
 
+def test_the_oracle_drafts_nothing_where_accepted_drafts_cannot_pay(pair):
+    """Priced with a drafter step costing 3 target steps, no accepted run pays for its
+    drafter forwards: the oracle drafts nothing and is plain decoding, never below it. At a
+    cheap drafter it keeps every accepted draft, as it does unpriced."""
+    from specbench.speed.costs import Costs
+
+    target, drafter_model = pair
+    gen = GenerationConfig(max_new_tokens=40)
+    output = plain_generate(target, PROMPTS[0], gen).token_ids
+    path = record_path(target, drafter_model, PROMPTS[0], output, gen)
+    curve = {k: 1.0 + 0.1 * (k - 1) for k in range(1, 10)}
+    priced = lambda c: Costs(c=c, target_step_seconds=0.01, drafter_step_seconds=0.01 * c, verify_cost=curve, context_tokens=9)  # noqa: E731
+    unpriced = predict(path, "model", ORACLE_POLICY, 8, gen)
+    assert unpriced.stats.accepted > 0
+    slow = predict(path, "model", ORACLE_POLICY, 8, gen, costs=priced(3.0))
+    assert slow.stats.drafted == 0 and slow.stats.target_forwards == len(output)
+    cheap = predict(path, "model", ORACLE_POLICY, 8, gen, costs=priced(0.1))
+    assert (cheap.stats.drafted, cheap.stats.target_forwards) == (unpriced.stats.drafted, unpriced.stats.target_forwards)
+
+
 def test_greedy_acceptance_compares_with_the_path():
     path = RecordedPath([1], [4, 5, 6, 7])
     from specbench.core.protocols import Draft

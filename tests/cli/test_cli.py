@@ -368,6 +368,8 @@ def test_sweep_end_reports_what_each_drafter_model_was_priced_with():
         "  its 2 measurements, one per prompt: c 0.800 to 0.900, target step 500 to 510 ms",
     ]
     assert cli._costs_lines({}, {}) == []
+    tiny = cli._costs_lines({"a/0": costs(0.5, 0.31), "b/0": costs(0.6, 0.46)}, {"": (costs(0.55, 0.4), 2)})
+    assert tiny[1] == "  its 2 measurements, one per prompt: c 0.500 to 0.600, target step 0.31 to 0.46 ms"
 
 
 def test_sweep_end_judges_points_on_their_repeats_only_when_they_have_several():

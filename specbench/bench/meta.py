@@ -91,13 +91,16 @@ def prompt_hash(prompt: Prompt) -> str:
 
 
 def carry_over_meta(meta: dict, old_meta: dict) -> None:
-    """A resumed sweep's meta.json keeps what the interrupted one measured and when it began."""
+    """A resumed sweep's meta.json keeps what the interrupted one measured, when it began and
+    the commands that ran it (commands; command is the latest)."""
     meta["finished"] = False
     for key in ("costs", "c", "verify_cost", "costs_pooled", "costs_by_block"):
         if key in old_meta:
             meta[key] = old_meta[key]
     if old_meta:
         meta["created"], meta["resumed"] = old_meta.get("created"), meta["created"]
+        earlier = old_meta.get("commands") or ([old_meta["command"]] if old_meta.get("command") else [])
+        meta["commands"] = [*earlier, meta["command"]]  # each run of the sweep, the first one first
 
 
 def add_costs_meta(meta: dict, key: str, costs: Costs) -> None:

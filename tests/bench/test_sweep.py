@@ -496,6 +496,8 @@ def test_finished_sweep_resumed_with_more_repeats_runs_only_the_new_ones(close_p
     result = run_sweep(close_pair, tokenizer, out, more, resume=True)
     rows = read_rows(out / "runs.csv")
     assert rows[: len(before)] == before and result.skipped == len(before)
+    meta = json.loads((out / "meta.json").read_text())
+    assert len(meta["commands"]) == 2 and meta["command"] == meta["commands"][-1]  # each run of the sweep
     added = rows[len(before):]
     assert added and {r["repeat"] for r in added} == {"1"} and {r["seed"] for r in added} == {str(config.seed + 1)}
     assert len({row_key(r) for r in rows}) == len(rows) == len(plan_runs(more, PROMPTS))

@@ -302,7 +302,7 @@ def describe(meta: dict, runs: pd.DataFrame) -> str:
 
 
 def describe_c(meta: dict) -> str:
-    """c as the sweep priced with it: the median of its prompts' measurements (costs_pooled,
+    """c as the sweep priced with it: the median of its blocks' measurements (costs_pooled,
     with their range) or its one measurement. A sweep written before pricing was pooled has
     no costs_pooled and priced each prompt with its own c: the range is what it used."""
     blocks = meta.get("costs_by_block") or {}
@@ -310,7 +310,7 @@ def describe_c(meta: dict) -> str:
     cs = [m["c"] for key, m in blocks.items() if label_parts(key)[1] == first_model and m.get("c") is not None]
     spread, c = (f"{min(cs):.3f} to {max(cs):.3f}" if cs else ""), f"c{f' of {first_model}' if first_model else ''}"
     if meta.get("costs_pooled", 1) > 1 and meta.get("c") is not None and spread:
-        return f"{c} = {meta['c']:.3f} (median of {meta['costs_pooled']} prompts' {spread})"
+        return f"{c} = {meta['c']:.3f} (median of {meta['costs_pooled']} measurements, {spread})"  # one a prompt and repeat
     if len(cs) > 1:
         return f"{c} = {spread} (per prompt)"
     return f"{c} = {meta['c']:.3f}" if meta.get("c") is not None else ""

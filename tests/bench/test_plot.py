@@ -216,9 +216,9 @@ def test_chart_footer_gives_the_c_the_sweep_priced_with():
     blocks = {"a/0": {"c": 0.22}, "b/0": {"c": 0.26}, "a/1": {"c": 0.19}}
     assert describe({"c": 0.22}, rows).endswith("c = 0.220")
     assert describe({"c": 0.22, "costs_by_block": blocks}, rows).endswith("c = 0.190 to 0.260 (per prompt)")
-    assert describe({"c": 0.22, "costs_pooled": 3, "costs_by_block": blocks}, rows).endswith("c = 0.220 (median of 3 prompts' 0.190 to 0.260)")
+    assert describe({"c": 0.22, "costs_pooled": 3, "costs_by_block": blocks}, rows).endswith("c = 0.220 (median of 3 measurements, 0.190 to 0.260)")
     two_models = {"a/0@small": {"c": 0.2}, "a/0@big": {"c": 0.9}, "b/0@small": {"c": 0.3}, "b/0@big": {"c": 0.8}}
-    assert describe({"c": 0.25, "costs_pooled": 2, "costs_by_block": two_models}, rows).endswith("c of small = 0.250 (median of 2 prompts' 0.200 to 0.300)")
+    assert describe({"c": 0.25, "costs_pooled": 2, "costs_by_block": two_models}, rows).endswith("c of small = 0.250 (median of 2 measurements, 0.200 to 0.300)")
     models = {"target": {"name": "T"}, "drafter": {"name": "A"}, "drafters": {"a": {"name": "A"}, "b": {"name": "B.gguf"}}}
     assert describe({"models": models}, rows).startswith("target T · drafters A, B.gguf · ")  # a sweep of two drafter models
 

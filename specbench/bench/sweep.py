@@ -542,6 +542,7 @@ class SweepResult:
     skipped: int
     costs: dict[str, Costs]  # every measurement of c and v(k), by SweepRunner.costs_key
     pooled: dict[str, tuple[Costs, int]] = field(default_factory=dict)  # SweepRunner.sweep_costs
+    late: int = 0  # measured runs a resume added to blocks whose plain run was timed before it
 
 
 def costs_summary(costs: Costs) -> str:
@@ -556,6 +557,14 @@ def pricing_line(name: str | None, costs: Costs, count: int) -> str:
     the line the sweep prints when it starts pricing and again when it ends."""
     pool = f"the median of {count} measurements" if count > 1 else "its one measurement"
     return f"pricing with {pool}{f' of {name}' if name else ''}: {costs_summary(costs)}"
+
+
+def late_runs(todo: list[PlannedRun], done_rows: list[dict]) -> int:
+    """How many of phase 2's pending runs join a block whose plain run is already in runs.csv
+    (a resume that measures more in a finished block, as when the best gamma moved): their
+    speedups compare with a plain run timed before the resume, not beside them."""
+    timed = {baseline_key(row.get("source") or MEASURED, row["prompt_id"], row["repeat"]) for row in done_rows if row["method"] == BASELINE_METHOD}
+    return sum(run.method != BASELINE_METHOD and baseline_key(MEASURED, run.prompt.id, run.repeat) in timed for run in todo)
 
 
 def prepare_out_dir(out_dir: Path, resume: bool) -> list[dict]:
@@ -717,6 +726,7 @@ def sweep(
     write_meta(out_dir, meta)
     measured = measure_plan(config, prompts, gammas, has_drafter_model=has_model)
     todo = pending_runs(measured, done_rows)
+    late = late_runs(todo, done_rows)
     skipped += len(measured) - len(todo)
     written += run_phase(todo, rows)
     meta["finished"] = True
@@ -724,4 +734,4 @@ def sweep(
     meta["summary"] = summary_records(final)
     meta["checks"] = {"prediction": prediction_accuracy(prediction_check(final)), "plain_twice": plain_repeatability(final)}
     write_meta(out_dir, meta)
-    return SweepResult(out_dir, written, skipped, runner.block_costs, runner.sweep_costs)
+    return SweepResult(out_dir, written, skipped, runner.block_costs, runner.sweep_costs, late)

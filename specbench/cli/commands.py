@@ -659,6 +659,12 @@ def render_sweep_end(out_dir: Path, result, config) -> None:
             )
     for line in _costs_lines(result.costs, result.pooled):
         console.print(line, highlight=False, soft_wrap=True)
+    if result.late:
+        err_console.print(
+            f"[bold yellow]warning:[/] {result.late} measured run(s) joined blocks timed before this resume: their speedups compare with those blocks' earlier plain runs",
+            highlight=False,
+            soft_wrap=True,
+        )
     differing = [s.label + (f" γ={s.gamma}" if s.gamma else "") for s in summaries if s.differs]
     if greedy and differing:
         err_console.print(f"[bold yellow]warning:[/] greedy output differs from plain decoding for: {', '.join(differing)}", highlight=False, soft_wrap=True)

@@ -477,7 +477,7 @@ def test_interrupted_sweep_keeps_rows_and_resumes(close_pair, tokenizer, tmp_pat
 
     result = run_sweep(close_pair, tokenizer, out, config, resume=True)
     rows = read_rows(out / "runs.csv")
-    assert result.skipped == 3 and result.written == len(rows) - 3
+    assert result.skipped == 3 and result.written == len(rows) - 3 and result.late == 0
     assert len({row_key(r) for r in rows}) == len(rows) == len(plan_runs(config, PROMPTS))
     assert all(r["speedup"] and r["identical_to_baseline"] in ("true", "") for r in rows)
     assert json.loads((out / "meta.json").read_text())["finished"] is True
@@ -517,6 +517,17 @@ def test_repeats_added_by_a_resume_are_all_measured_at_the_best_gamma_chosen_ove
     (best,) = json.loads((out / "meta.json").read_text())["measured_gammas"]["model/fixed"]
     measured = {(r["repeat"], r["prompt_id"]) for r in rows if r["method"] == "specbench" and r["source"] == "measured" and r["gamma"] == str(best)}
     assert measured == {(str(repeat), prompt.id) for repeat in (0, 1) for prompt in PROMPTS}
+
+
+def test_a_resume_counts_the_runs_that_join_blocks_timed_before_it(close_pair, tokenizer, tmp_path):
+    """A resume with one more gamma measures it in blocks whose plain run is already there:
+    SweepResult.late counts those runs (their speedups compare with the earlier plain run);
+    an interrupted sweep's own pending runs in a fresh block are not late."""
+    out = tmp_path / "sweep"
+    config = SweepConfig(hf_assisted=False, measure="all", **{**FAST, "gammas": (1,)})
+    assert run_sweep(close_pair, tokenizer, out, config).late == 0
+    result = run_sweep(close_pair, tokenizer, out, replace(config, gammas=(1, 2)), resume=True)
+    assert result.late == len(PROMPTS)  # one model drafter, fixed, at gamma 2 in each block
 
 
 def test_sampled_sweep_leaves_parity_blank(close_pair, tokenizer, tmp_path):

@@ -179,13 +179,13 @@ def resolve_prompt_file(spec: str) -> Path:
 def load_prompts(spec: str = DEFAULT_SET, categories: list[str] | tuple[str, ...] = ()) -> list[Prompt]:
     """Prompts from a file path or set name, keeping only `categories` when any are given."""
     path = resolve_prompt_file(spec)
+    suffix = path.suffix.lower()
+    if suffix not in (".txt", ".json", *LINES_SUFFIXES):
+        raise PromptError(f"{path}: a {suffix} file is not a prompt file specbench reads: give a .jsonl, .json or .txt file (formats: specbench/bench/prompt_sets/README.md)")
     try:
         text = path.read_text(encoding="utf-8-sig")  # -sig: a byte-order mark is not text
     except (OSError, UnicodeDecodeError) as exc:
         raise PromptError(f"cannot read {path}: {exc}") from None
-    suffix = path.suffix.lower()
-    if suffix not in (".txt", ".json", *LINES_SUFFIXES):
-        raise PromptError(f"{path}: a {suffix} file is not a prompt file specbench reads: give a .jsonl, .json or .txt file (formats: specbench/bench/prompt_sets/README.md)")
     prompts = parse_text(text, str(path)) if suffix == ".txt" else parse_json(text, str(path)) if suffix == ".json" else parse_lines(text.splitlines(), str(path))
     return filter_categories(prompts, categories, str(path))
 

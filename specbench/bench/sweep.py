@@ -563,7 +563,7 @@ def late_runs(todo: list[PlannedRun], done_rows: list[dict]) -> int:
     """How many of phase 2's pending runs join a block whose plain run is already in runs.csv
     (a resume that measures more in a finished block, as when the best gamma moved): their
     speedups compare with a plain run timed before the resume, not beside them."""
-    timed = {baseline_key(row.get("source") or MEASURED, row["prompt_id"], row["repeat"]) for row in done_rows if row["method"] == BASELINE_METHOD}
+    timed = baselines_from_rows(done_rows)
     return sum(run.method != BASELINE_METHOD and baseline_key(MEASURED, run.prompt.id, run.repeat) in timed for run in todo)
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from conftest import tiny_model
-from specbench.speed.gguf_blocks import BLOCK_BYTES, Q6K_BLOCK_BYTES, QK, Q4KLinear, Q6KLinear, dequantize, dequantize_q6k, q6k_values, repack, repack_q6k, use_gguf_blocks
+from specbench.speed.gguf_blocks import BLOCK_BYTES, Q6K_BLOCK_BYTES, QK, Q4KLinear, Q6KLinear, dequantize, dequantize_q6k, nibbles, q6k_values, repack, repack_q6k, to_file_order, use_gguf_blocks
 
 HIDDEN = 256  # Q4_K needs widths that are multiples of 256
 
@@ -72,20 +72,21 @@ def q6k_reference(x: torch.Tensor, layer: Q6KLinear) -> torch.Tensor:
 
 def q4k_reference(x: torch.Tensor, layer: Q4KLinear) -> torch.Tensor:
     """q4k_linear.c's contract in PyTorch, operation for operation: int8 activations per 256
-    columns, each super-block's integer sums in the kernel's 8 (and 4) lanes, then float32
-    accumulation over super-blocks and the kernel's fixed horizontal sums."""
+    columns, each super-block's integer sums in the kernel's 8 (and 4) lanes (lane l:
+    columns 4l..4l+3 of every sub-block, in the file's order; sub-block l, in the lane
+    order), then float32 accumulation over super-blocks and the kernel's fixed horizontal sums."""
     rows, width = x.shape
     nsb = width // QK
     xq, scale = _int8_activations(x)  # [M, nsb, 256]
-    shifts = torch.tensor([0, 4], dtype=torch.uint8).reshape(1, 1, 1, 2, 1)
-    q = ((layer.qs.reshape(-1, nsb, 4, 1, 32) >> shifts) & 0x0F).reshape(-1, nsb, 8, 32).long()  # [N, nsb, sub, 32]
+    q = nibbles(to_file_order(layer.qs)).reshape(-1, nsb, 8, 32).long()  # [N, nsb, sub, 32]
+    lane_of = "mjlc,njlc,nj->mnj" if layer.lanes else "mjlc,njlc,nj->mnl"
     sc, mins = layer.sm[..., :8].long(), layer.sm[..., 8:].long()
     acc = torch.zeros(rows, layer.out_features, 8)
     accm = torch.zeros(rows, layer.out_features, 4)
     for s in range(nsb):
         xs = xq[:, s].reshape(rows, 8, 8, 4)  # [M, sub, lane, 4 columns]
         qw = q[:, s].reshape(-1, 8, 8, 4)  # [N, sub, lane, 4]
-        lanes = torch.einsum("mjlc,njlc,nj->mnl", xs, qw, sc[:, s])  # exact int64
+        lanes = torch.einsum(lane_of, xs, qw, sc[:, s])  # exact int64
         bsum = xq[:, s].reshape(rows, 8, 32).sum(-1)  # [M, sub]
         mlanes = (mins[None, :, s] * bsum[:, None, :]).reshape(rows, -1, 4, 2).sum(-1)  # [M, N, 4]
         ds = layer.d[None, :, s] * scale[:, s, None]  # float32 products, as in the kernel

@@ -43,7 +43,7 @@ import ctypes
 import torch
 
 from specbench.speed import native
-from specbench.speed.gguf_blocks import Q4KLinear, Q6KLinear
+from specbench.speed.gguf_blocks import Q4KLinear, Q6KLinear, check_order
 from specbench.speed.quantize import Int8TargetLinear
 
 Q4K_BLOCKS, INT8_ROWS, Q6K_BLOCKS = 0, 1, 2  # q4k_layer.c's kinds of Linear
@@ -101,6 +101,7 @@ def _native(linear) -> bool:
 def _linear_args(linear) -> LinearArgs:
     bias = None if linear.bias is None else linear.bias.data_ptr()
     if isinstance(linear, Q4KLinear):
+        check_order(linear)
         return LinearArgs(linear.qs.data_ptr(), linear.sm.data_ptr(), None, linear.d.data_ptr(), linear.dmin.data_ptr(), bias, linear.out_features, linear.in_features, Q4K_BLOCKS)
     if isinstance(linear, Q6KLinear):
         return LinearArgs(linear.ql.data_ptr(), linear.qh.data_ptr(), linear.sc.data_ptr(), linear.d.data_ptr(), None, bias, linear.out_features, linear.in_features, Q6K_BLOCKS)

@@ -3,8 +3,9 @@
 Why: a CPU decoding step is bound by reading weights. The int8 target (quantize.py) reads
 8 bits a weight and rounds the file's 4-bit weights a second time; the Q4_K blocks the
 GGUF file already holds are 4.5 bits a weight and are the weights themselves. Q4KLinear
-keeps those blocks as they are (repacked into four arrays, no value changed) and runs them
-through q4k_linear.c, which, like int8_linear.c, gives a row the same bits whatever else
+keeps those blocks as they are (repacked into four arrays, no value changed; a kernel built
+for AVX2 alone reads each super-block's nibbles in another order, to_kernel_order) and runs
+them through q4k_linear.c, which, like int8_linear.c, gives a row the same bits whatever else
 shares the call, so greedy speculative decoding of a q4k target still equals its plain
 decoding token for token. Activations are rounded to int8 per 256 columns (llama.cpp's
 Q8_K rule): that, not the weights, is where a q4k target's logits differ from the float32
@@ -49,8 +50,9 @@ def q4k_why_not() -> str | None:
 
 def repack(raw: np.ndarray) -> dict[str, torch.Tensor]:
     """A Q4_K tensor's bytes [N, K / 256 * 144] -> the kernel's arrays, no value changed:
-    qs [N, K/256, 128] nibbles as stored, sm [N, K/256, 16] (sc[8] then m[8], 0..63), d and
-    dmin [N, K/256] float32 (exact widenings of the file's float16)."""
+    qs [N, K/256, 128] nibbles in the kernel's order (to_kernel_order), sm [N, K/256, 16]
+    (sc[8] then m[8], 0..63), d and dmin [N, K/256] float32 (exact widenings of the file's
+    float16)."""
     rows = raw.shape[0]
     blocks = np.ascontiguousarray(raw, dtype=np.uint8).reshape(rows, -1, BLOCK_BYTES)
     d = blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
@@ -60,21 +62,51 @@ def repack(raw: np.ndarray) -> dict[str, torch.Tensor]:
     sc = np.concatenate([lo & 0x3F, (mixed & 0x0F) | ((lo >> 2) & 0x30)], axis=-1)
     m = np.concatenate([hi & 0x3F, (mixed >> 4) | ((hi >> 2) & 0x30)], axis=-1)
     return {
-        "qs": torch.from_numpy(np.ascontiguousarray(blocks[..., 16:])),
+        "qs": to_kernel_order(torch.from_numpy(np.ascontiguousarray(blocks[..., 16:]))),
         "sm": torch.from_numpy(np.ascontiguousarray(np.concatenate([sc, m], axis=-1))),
         "d": torch.from_numpy(np.ascontiguousarray(d)),
         "dmin": torch.from_numpy(np.ascontiguousarray(dmin)),
     }
 
 
+# The lane order (q4k_linear.c, a build for AVX2 alone): nibble 32(2j + h) + b of a
+# super-block holds column 8j + 4h + b % 4 of sub-block b // 4, where the file's order holds
+# column b of sub-block 2j + h. LANE_SOURCE[i]: the file-order nibble that lane-order nibble i holds.
+_J, _H, _B = np.meshgrid(np.arange(4), np.arange(2), np.arange(32), indexing="ij")
+LANE_SOURCE = torch.from_numpy((_B // 4 * 32 + 8 * _J + 4 * _H + _B % 4).reshape(-1))
+FILE_SOURCE = torch.argsort(LANE_SOURCE)
+
+
+def nibbles(qs: torch.Tensor) -> torch.Tensor:
+    """qs [..., 128] -> [..., 256] values 0..15: byte 32j + b's low nibble at 64j + b, its high at 64j + 32 + b."""
+    q = qs.reshape(*qs.shape[:-1], 4, 1, 32)
+    return torch.cat([q & 0x0F, q >> 4], dim=-2).reshape(*qs.shape[:-1], 256)
+
+
+def _pack(values: torch.Tensor) -> torch.Tensor:
+    """nibbles' inverse: [..., 256] values 0..15 -> [..., 128] bytes."""
+    v = values.reshape(*values.shape[:-1], 4, 2, 32)
+    return (v[..., 0, :] | (v[..., 1, :] << 4)).reshape(*values.shape[:-1], 128).contiguous()
+
+
+def to_kernel_order(qs: torch.Tensor) -> torch.Tensor:
+    """Nibbles in the file's order -> the order the Q4_K kernel built here reads (the same
+    tensor where that is the file's)."""
+    return _pack(nibbles(qs)[..., LANE_SOURCE]) if native.q4k_lanes() else qs
+
+
+def to_file_order(qs: torch.Tensor) -> torch.Tensor:
+    """to_kernel_order's inverse."""
+    return _pack(nibbles(qs)[..., FILE_SOURCE]) if native.q4k_lanes() else qs
+
+
 def dequantize(qs: torch.Tensor, sm: torch.Tensor, d: torch.Tensor, dmin: torch.Tensor) -> torch.Tensor:
-    """The float32 weight [N, K] the blocks stand for, rounded as gguf-py (and so
-    transformers' GGUF loader) rounds it: (d * sc) * q - dmin * m."""
+    """The float32 weight [N, K] the blocks (qs in the kernel's order) stand for, rounded as
+    gguf-py (and so transformers' GGUF loader) rounds it: (d * sc) * q - dmin * m."""
     rows, nsb = d.shape
     sc, m = sm[..., :8].float(), sm[..., 8:].float()
     scale = (d[..., None] * sc)[..., None]  # [N, nsb, 8, 1]
-    low = (qs.reshape(rows, nsb, 4, 1, 32) >> torch.tensor([0, 4], dtype=torch.uint8).reshape(1, 1, 1, 2, 1)) & 0x0F
-    q = low.reshape(rows, nsb, 8, 32).float()
+    q = nibbles(to_file_order(qs)).reshape(rows, nsb, 8, 32).float()
     return (scale * q - (dmin[..., None] * m)[..., None]).reshape(rows, nsb * QK)
 
 
@@ -130,9 +162,8 @@ def quantize_q4k(weight: torch.Tensor) -> dict[str, torch.Tensor]:
     m = _levels(floor, dmin, 63)
     scale, offset = (d[..., None] * sc)[..., None], (dmin[..., None] * m)[..., None]
     q = torch.where(scale > 0, torch.round((w + offset) / scale.clamp(min=torch.finfo(torch.float32).tiny)), 0).clamp(0, 15).to(torch.uint8)
-    q = q.reshape(rows, nsb, 4, 2, 32)  # sub-blocks 2j (low nibbles) and 2j + 1 (high) share 32 bytes
     return {
-        "qs": (q[..., 0, :] | (q[..., 1, :] << 4)).reshape(rows, nsb, 128).contiguous(),
+        "qs": to_kernel_order(_pack(q.reshape(rows, nsb, 256))),
         "sm": torch.cat([sc, m], dim=-1).to(torch.uint8).contiguous(),
         "d": d.contiguous(),
         "dmin": dmin.contiguous(),
@@ -159,6 +190,7 @@ class Q4KLinear(torch.nn.Module):
         for name in Q4K_BUFFERS:
             self.register_buffer(name, blocks[name].contiguous())
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone().contiguous())
+        self.lanes = native.q4k_lanes()  # the order its qs is in (to_kernel_order)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return q4k_linear(x, self)
@@ -191,8 +223,16 @@ def q4k_linear(x: torch.Tensor, layer: Q4KLinear) -> torch.Tensor:
 
     A target step makes some 170 of these calls, so the wrapper does no more than it must:
     no copy of a float32 contiguous x, and no conversion of a float32 result."""
+    check_order(layer)
     blocks = (layer.qs, layer.sm, layer.d, layer.dmin)
     return _block_linear(x, layer, native.q4k_kernel(), "specbench_q4k_linear", blocks, native.q4k_why_not)
+
+
+def check_order(layer: Q4KLinear) -> None:
+    """Raises where the layer's nibbles are not in the order the kernel built here reads (a
+    layer made before SPECBENCH_MARCH changed the build): its products would be wrong."""
+    if layer.lanes != native.q4k_lanes():
+        raise RuntimeError("a Q4_K layer's blocks are in another order than the kernel built here reads: load the model again")
 
 
 def q6k_linear(x: torch.Tensor, layer: Q6KLinear) -> torch.Tensor:

@@ -93,7 +93,7 @@ LINEAR = Library(
 )
 
 
-Q4K = Library("q4k_linear.c", "specbench_q4k_ready", "AVX2", (("specbench_q4k_linear", (_P, _I, _I, _P, _P, _P, _P, _P, _I, _P)),))
+Q4K = Library("q4k_linear.c", "specbench_q4k_ready", "AVX2", (("specbench_q4k_linear", (_P, _I, _I, _P, _P, _P, _P, _P, _I, _P)), ("specbench_q4k_lanes", ())))
 Q6K = Library("q6k_linear.c", "specbench_q6k_ready", "AVX2", (("specbench_q6k_linear", (_P, _I, _I, _P, _P, _P, _P, _P, _I, _P)),), includes=("q4k_linear.c",))
 _L = ctypes.c_long
 LAYER = Library(
@@ -133,6 +133,13 @@ def q4k_kernel() -> ctypes.CDLL | None:
 def q4k_why_not() -> str | None:
     """None when the Q4_K linear kernel is in use, else one line on why not."""
     return _load(Q4K)[1]
+
+
+def q4k_lanes() -> bool:
+    """Whether the Q4_K kernel built here reads its nibbles in lane order (q4k_linear.c: a
+    build for AVX2 alone) rather than the file's; False where it is not built."""
+    lib = q4k_kernel()
+    return lib is not None and bool(lib.specbench_q4k_lanes())
 
 
 def q6k_kernel() -> ctypes.CDLL | None:

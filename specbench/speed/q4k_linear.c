@@ -4,8 +4,8 @@
  * Q4_K (llama.cpp's k-quant): a weight row is cut into super-blocks of 256 columns, each
  * into 8 sub-blocks of 32; weight = d * sc[j] * q - dmin * m[j], with q in 0..15 (4 bits),
  * sc[j] and m[j] in 0..63 and d, dmin one float per super-block. gguf_blocks.py repacks
- * the file's 144-byte blocks into four arrays (nibbles, sc and m bytes, d, dmin) without
- * changing a value, so this layer multiplies by exactly the weights the file holds (and
+ * the file's 144-byte blocks into four arrays (nibbles in the order this build reads, sc and
+ * m bytes, d, dmin) without changing a value, so this layer multiplies by exactly the weights the file holds (and
  * exactly what transformers' dequantized float32 copy of them holds, tested).
  *
  * Activations are quantized here per row and super-block to int8 (scale absmax / 127,
@@ -22,11 +22,27 @@
  *
  * Why this shape: a CPU decoding step is bound by reading weights, and Q4_K is 4.5 bits a
  * weight against int8's 8. AVX2's vpmaddubsw multiplies 32 unsigned nibbles by 32 signed
- * int8 activations into 16 int16 pairs (at most 2 * 15 * 127 = 3810, no saturation);
- * vpmaddwd by the sub-block's scale widens them into 8 int32 lanes (a super-block adds at
- * most 8 sub-blocks * 2 * 3810 * 63 < 2^22 to a lane; the lanes restart at every
- * super-block). Each weight row's nibbles are unpacked once per tile and used by up to MT
- * activation rows.
+ * int8 activations into 16 int16 pairs (at most 2 * 15 * 127 = 3810, no saturation). Each
+ * weight row's nibbles are unpacked once per tile and used by up to MT activation rows, so on
+ * the 2-5 rows of a verify pass the per-row arithmetic, not the weight bytes, sets the time.
+ * Two orders of the nibbles, one per build, each the cheapest there:
+ *
+ *   - file order (a build for a CPU with AVX-VNNI or AVX512-VNNI): the file's own bytes;
+ *     each 32 nibbles are one sub-block, so each vpmaddubsw result is scaled by its
+ *     sub-block's sc with a vpdpwssd (vpmaddwd and the add in one instruction). Lane l of
+ *     a super-block's int32 sums holds columns 4l..4l+3 of every sub-block, scaled.
+ *   - lane order (a build for AVX2 alone): gguf_blocks.py stores each super-block's nibbles
+ *     so that bytes 4p..4p+3 of every 32 hold sub-block p, and the activations are stored in
+ *     the same order. All 8 vpmaddubsw results of a super-block then share one scale per
+ *     lane, so they are added as int16 (at most 8 * 3810 = 30480 < 2^15) and scaled once:
+ *     9 multiplies a super-block and row where AVX2 otherwise needs 16 and 8 adds. Lane p
+ *     holds sub-block p, scaled. A VNNI build keeps the file's order: with vpdpwssd folding
+ *     the adds, lane order measured no faster there at 1 to 4 rows (docs/log.md).
+ *
+ * Either way every lane's sum is an exact integer below 2^24, but the two orders put
+ * different integers in the lanes, so their floats round differently: the two builds give a
+ * row different last bits (each build gives every row the same bits whatever else shares
+ * the call, which is what lossless decoding needs).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -48,8 +64,10 @@ int specbench_q4k_ready(void) { return 1; }
 /* one row of K float32 activations -> int8 per super-block of the padded width KP (scale
  * absmax / 127; an all-zero super-block gets scale 1), with the sum of each sub-block of 32
  * (bsum) and, where bsum16 is not NULL, of each 16 columns (q6k_linear.c's sub-blocks).
- * Columns K..KP-1 (a width that is not a multiple of 256) are zeros: they add nothing. */
-static void quantize_row(const float *x, int K, int KP, int8_t *xq, float *xs, int16_t *bsum, int16_t *bsum16) {
+ * Columns K..KP-1 (a width that is not a multiple of 256) are zeros: they add nothing.
+ * lanes: xq in the nibbles' lane order (column 8j + 4h + t of sub-block p at 64j + 32h +
+ * 4p + t of its super-block), else in column order. */
+static void quantize_row(const float *x, int K, int KP, int lanes, int8_t *xq, float *xs, int16_t *bsum, int16_t *bsum16) {
     float v[QK];
     for (int s = 0; s < KP / QK; s++) {
         const int k0 = s * QK, n = K - k0 < QK ? K - k0 : QK;
@@ -67,7 +85,8 @@ static void quantize_row(const float *x, int K, int KP, int8_t *xq, float *xs, i
             for (int i = 0; i < 32; i++) {
                 long q = lrintf(v[j * 32 + i] * inv); /* round half to even */
                 q = q > 127 ? 127 : (q < -127 ? -127 : q);
-                xq[(size_t)k0 + j * 32 + i] = (int8_t)q;
+                const int at = lanes ? 64 * (i >> 3) + 32 * ((i >> 2) & 1) + 4 * j + (i & 3) : j * 32 + i;
+                xq[(size_t)k0 + at] = (int8_t)q;
                 sum += (int32_t)q;
                 if (i == 15) half = sum;
             }
@@ -96,8 +115,8 @@ static void free_quantized(quantized_t *Q) {
     free(Q->bsum16);
 }
 
-/* x [M, K] -> Q; 0, or -1 when memory is short */
-static int quantize_rows(const float *x, int M, int K, int KP, int sums16, quantized_t *Q) {
+/* x [M, K] -> Q (lanes: quantize_row's); 0, or -1 when memory is short */
+static int quantize_rows(const float *x, int M, int K, int KP, int lanes, int sums16, quantized_t *Q) {
     Q->xq = (int8_t *)malloc((size_t)M * KP);
     Q->xs = (float *)malloc((size_t)M * (KP / QK) * sizeof(float));
     Q->bsum = (int16_t *)malloc((size_t)M * (KP / 32) * sizeof(int16_t));
@@ -108,7 +127,7 @@ static int quantize_rows(const float *x, int M, int K, int KP, int sums16, quant
     }
 #pragma omp parallel for schedule(static) if (M > 8)
     for (int m = 0; m < M; m++)
-        quantize_row(x + (size_t)m * K, K, KP, Q->xq + (size_t)m * KP, Q->xs + (size_t)m * (KP / QK), Q->bsum + (size_t)m * (KP / 32),
+        quantize_row(x + (size_t)m * K, K, KP, lanes, Q->xq + (size_t)m * KP, Q->xs + (size_t)m * (KP / QK), Q->bsum + (size_t)m * (KP / 32),
                      sums16 ? Q->bsum16 + (size_t)m * (KP / 16) : NULL);
     return 0;
 }
@@ -147,7 +166,7 @@ typedef struct {
     const int8_t *xq;     /* [M, K] */
     const float *xs;      /* [M, K / QK] */
     const int16_t *bsum;  /* [M, K / 32] */
-    const uint8_t *qs;    /* [N, K / QK, 128] nibbles, the file's order */
+    const uint8_t *qs;    /* [N, K / QK, 128] nibbles, in Q4K_LANES's order */
     const uint8_t *sm;    /* [N, K / QK, 16]: sc[8] then m[8] */
     const float *d, *dmin;/* [N, K / QK] */
     const float *bias;    /* [N] or NULL */
@@ -170,12 +189,11 @@ static inline float hsum(__m256 v) { /* (l0 + l4) + (l2 + l6) + ((l1 + l5) + (l3
  * this. The sum, and so every output bit, is the same either way. */
 #define KEEP_IN_REGISTER(v) __asm__ volatile("" : "+x"(v))
 
-/* sum + a * b, int16 pairs multiplied and added into int32 lanes: one vpdpwssd where the
- * build targets a CPU with AVX-VNNI or AVX512-VNNI (Intel since Cascade Lake, AMD since
- * Zen 4), else AVX2's vpmaddwd then vpaddd. Exact integers either way (a lane's sum stays
- * far below 2^31), so both give every output the same bits; the VNNI form spends one
- * instruction where AVX2 spends two, on the 2-5 activation rows of a verify pass, where
- * the tile's arithmetic rather than its weight bytes sets the time. */
+/* sum + a * b, int16 pairs multiplied and added into int32 lanes (the file-order tile below
+ * and q6k_linear.c): one vpdpwssd where the build targets a CPU with AVX-VNNI or
+ * AVX512-VNNI (Intel since Cascade Lake, AMD since Zen 4), else AVX2's vpmaddwd then
+ * vpaddd. Exact integers either way (a lane's sum stays far below 2^31), so both give the
+ * same bits; the VNNI form spends one instruction where AVX2 spends two. */
 #if defined(__AVXVNNI__)
 #define MADD_ACC(sum, a, b) _mm256_dpwssd_avx_epi32(sum, a, b)
 #elif defined(__AVX512VNNI__) && defined(__AVX512VL__)
@@ -183,6 +201,15 @@ static inline float hsum(__m256 v) { /* (l0 + l4) + (l2 + l6) + ((l1 + l5) + (l3
 #else
 #define MADD_ACC(sum, a, b) _mm256_add_epi32(sum, _mm256_madd_epi16(a, b))
 #endif
+
+/* which order this build reads Q4_K nibbles in (the module comment): 1 lane order, 0 the file's */
+#if defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__))
+#define Q4K_LANES 0
+#else
+#define Q4K_LANES 1
+#endif
+
+int specbench_q4k_lanes(void) { return Q4K_LANES; }
 
 static inline float hsum4(__m128 s) { /* (l0 + l2) + (l1 + l3), fixed */
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -208,6 +235,26 @@ static inline __attribute__((always_inline)) void tile(const job_t *J, int n, in
         _mm_prefetch((const char *)(q + (size_t)PREFETCH * nsb * 128), _MM_HINT_T0);
         _mm_prefetch((const char *)(q + (size_t)PREFETCH * nsb * 128 + 64), _MM_HINT_T0);
         __m256i sumi[MT];
+#if Q4K_LANES
+        /* int16 sums of the 8 products (lanes 2p and 2p + 1: sub-block p), then one vpmaddwd
+         * by sc[p] in both */
+        for (int i = 0; i < mt; i++) sumi[i] = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            __m256i bits = _mm256_loadu_si256((const __m256i *)(q + 32 * j));
+            __m256i lo = _mm256_and_si256(bits, low);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), low);
+            for (int i = 0; i < mt; i++) {
+                const int8_t *x = J->xq + (size_t)(m0 + i) * J->K + (size_t)s * QK + 64 * j;
+                __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)x));
+                __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x + 32)));
+                sumi[i] = _mm256_add_epi16(sumi[i], _mm256_add_epi16(pl, ph));
+                KEEP_IN_REGISTER(sumi[i]);
+            }
+        }
+        const __m128i sc8 = _mm_loadl_epi64((const __m128i *)sc);
+        const __m256i scales = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sc8, sc8)); /* sc[0], sc[0], sc[1], sc[1], ... */
+        for (int i = 0; i < mt; i++) sumi[i] = _mm256_madd_epi16(sumi[i], scales);
+#else
         for (int i = 0; i < mt; i++) sumi[i] = _mm256_setzero_si256();
         for (int j = 0; j < 4; j++) {
             __m256i bits = _mm256_loadu_si256((const __m256i *)(q + 32 * j));
@@ -222,6 +269,7 @@ static inline __attribute__((always_inline)) void tile(const job_t *J, int n, in
                 KEEP_IN_REGISTER(sumi[i]);
             }
         }
+#endif
         /* the mins: m[j] (int16) times each activation row's sub-block sums, 4 int32 lanes */
         const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(sc + NSUB)));
         for (int i = 0; i < mt; i++) {
@@ -250,7 +298,7 @@ int specbench_q4k_linear(const float *x, int M, int K, const uint8_t *qs, const 
     if (M < 1 || K < 1 || N < 1) return -1;
     const int KP = (K + QK - 1) / QK * QK;
     quantized_t Q;
-    if (quantize_rows(x, M, K, KP, 0, &Q) != 0) return -1;
+    if (quantize_rows(x, M, K, KP, Q4K_LANES, 0, &Q) != 0) return -1;
     job_t J = {Q.xq, Q.xs, Q.bsum, qs, sm, d, dmin, bias, M, N, KP, y};
     SPLIT_ROWS(rows, &J, N)
     free_quantized(&Q);
@@ -260,6 +308,7 @@ int specbench_q4k_linear(const float *x, int M, int K, const uint8_t *qs, const 
 #else
 
 int specbench_q4k_ready(void) { return 0; }
+int specbench_q4k_lanes(void) { return 0; }
 
 int specbench_q4k_linear(const float *x, int M, int K, const uint8_t *qs, const uint8_t *sm, const float *d,
                          const float *dmin, const float *bias, int N, float *y) {

@@ -121,7 +121,7 @@ int specbench_q6k_linear(const float *x, int M, int K, const uint8_t *ql, const 
                          const float *bias, int N, float *y) {
     if (M < 1 || K < 1 || N < 1 || K % QK != 0) return -1;
     quantized_t Q;
-    if (quantize_rows(x, M, K, K, 1, &Q) != 0) return -1;
+    if (quantize_rows(x, M, K, K, 0, 1, &Q) != 0) return -1;
     q6k_job_t J = {Q.xq, Q.xs, Q.bsum16, ql, qh, sc, d, bias, M, N, K, y};
     SPLIT_ROWS(q6k_rows, &J, N)
     free_quantized(&Q);

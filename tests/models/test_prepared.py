@@ -1,5 +1,6 @@
 """A prepared q4k target (models/prepared.py): saved once, mapped back with every layer and
-every logit as it was, and not used when the file is from another format or damaged."""
+every logit as it was, and not used when the file is from another format, holds Q4_K
+nibbles in another order than this build reads, or is damaged."""
 
 from __future__ import annotations
 
@@ -51,3 +52,12 @@ def test_a_prepared_file_of_another_format_or_damaged_is_not_used(tmp_path, monk
     path.write_bytes(path.read_bytes()[:100])
     assert load_prepared(str(folder), path) is None
     assert load_prepared(str(folder), folder / "missing.safetensors") is None
+
+
+def test_a_prepared_file_with_q4k_nibbles_in_another_order_is_not_used(tmp_path, monkeypatch):
+    """A file saved by a build that reads Q4_K nibbles in the other order (q4k_linear.c: a
+    build for AVX2 alone reads lane order) is rebuilt, not run with the wrong products."""
+    _, folder, path = prepared_tiny(tmp_path)
+    assert load_prepared(str(folder), path) is not None
+    monkeypatch.setattr(native, "q4k_lanes", lambda: not native.q4k_kernel().specbench_q4k_lanes())
+    assert load_prepared(str(folder), path) is None

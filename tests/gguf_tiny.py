@@ -51,8 +51,9 @@ def _hsum(acc: torch.Tensor) -> torch.Tensor:
 def q6k_reference(x: torch.Tensor, layer: Q6KLinear) -> torch.Tensor:
     """q6k_linear.c's contract in PyTorch, operation for operation: int8 activations per 256
     columns; each super-block's integer sums in the kernel's 8 lanes (lane l: columns 4l to
-    4l + 3 of every 32, times their sub-block's scale, less 32 times sub-blocks 2l and 2l + 1's
-    activation sums times their scales); then float32 accumulation and the fixed horizontal sum."""
+    4l + 3 of every 32 in the file's order, sub-blocks 2l and 2l + 1 in the lane order, times
+    their sub-block's scale, less 32 times sub-blocks 2l and 2l + 1's activation sums times
+    their scales); then float32 accumulation and the fixed horizontal sum."""
     rows, width = x.shape
     nsb = width // QK
     xq, scale = _int8_activations(x)
@@ -60,8 +61,11 @@ def q6k_reference(x: torch.Tensor, layer: Q6KLinear) -> torch.Tensor:
     sc = layer.sc.long()  # [N, nsb, 16]
     acc = torch.zeros(rows, layer.out_features, 8)
     for s in range(nsb):
-        per_column = (q[:, s] * sc[:, s].repeat_interleave(16, dim=-1)).reshape(-1, 8, 8, 4)  # [N, chunk, lane, 4]
-        lanes = torch.einsum("mklc,nklc->mnl", xq[:, s].reshape(rows, 8, 8, 4), per_column)  # exact int64
+        per_column = q[:, s] * sc[:, s].repeat_interleave(16, dim=-1)  # [N, 256]
+        if layer.lanes:  # lane l: sub-blocks 2l and 2l + 1
+            lanes = torch.einsum("mlc,nlc->mnl", xq[:, s].reshape(rows, 8, 32), per_column.reshape(-1, 8, 32))
+        else:  # lane l: columns 4l..4l+3 of every 32 ([chunk, lane, 4])
+            lanes = torch.einsum("mklc,nklc->mnl", xq[:, s].reshape(rows, 8, 8, 4), per_column.reshape(-1, 8, 8, 4))  # exact int64
         bsum16 = xq[:, s].reshape(rows, 16, 16).sum(-1)  # [M, sub-block]
         offset = (sc[None, :, s] * bsum16[:, None, :]).reshape(rows, -1, 8, 2).sum(-1)  # [M, N, 8]
         ds = layer.d[None, :, s] * scale[:, s, None]  # float32 products, as in the kernel

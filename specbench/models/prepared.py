@@ -10,9 +10,8 @@ or Int8Linear shells, and the file's tensors are assigned to them without a copy
 (safetensors memory-maps; the embedding's unused rows are never read in).
 
 Knows nothing about which dtype is asked for; loading.py decides when to use it. A file
-from another layout (PREPARED_FORMAT), with its Q4_K nibbles in another order than this
-build's kernel reads (gguf_blocks.to_kernel_order), or with missing tensors is not used,
-and rebuilt.
+from another layout (PREPARED_FORMAT), with its blocks in another order than this build's
+kernels read (gguf_blocks.to_kernel_order), or with missing tensors is not used, and rebuilt.
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ def save_prepared(model, path: Path) -> None:
 
     layers = {name: [kind, module.in_features] for name, module in model.named_modules() for kind, cls in _LAYERS.items() if type(module) is cls}
     state = {name: tensor.contiguous() for name, tensor in model.state_dict().items()}
-    metadata = {"format": str(PREPARED_FORMAT), "layers": json.dumps(layers), "dtype": str(model.dtype).removeprefix("torch."), "q4k_lanes": str(int(native.q4k_lanes()))}
+    metadata = {"format": str(PREPARED_FORMAT), "layers": json.dumps(layers), "dtype": str(model.dtype).removeprefix("torch."), "lane_order": str(int(native.lane_order()))}
     partial = path.with_name(f".tmp-{os.getpid()}-{path.name}")
     try:
         save_file(_untie(state), str(partial), metadata=metadata)
@@ -72,8 +71,8 @@ def load_prepared(folder: str, path: Path):
     try:
         with safe_open(str(path), framework="pt") as handle:
             metadata = handle.metadata() or {}
-        if metadata.get("format") != str(PREPARED_FORMAT) or metadata.get("q4k_lanes", "0") != str(int(native.q4k_lanes())):
-            return None  # another layout, or Q4_K nibbles in another order than this build's kernel reads
+        if metadata.get("format") != str(PREPARED_FORMAT) or metadata.get("lane_order", "0") != str(int(native.lane_order())):
+            return None  # another layout, or blocks in another order than this build's kernels read
         layers = json.loads(metadata["layers"])
         state = load_file(str(path))
     except (OSError, ValueError, KeyError, SafetensorError):
@@ -109,8 +108,8 @@ def _shell(cls, name: str, in_features: int, state: dict[str, torch.Tensor]) -> 
         module.register_buffer("bias", None)
     module.out_features = (module.d if cls in (Q4KLinear, Q6KLinear) else module.qweight).shape[0]
     module.in_features = in_features
-    if cls is Q4KLinear:
-        module.lanes = native.q4k_lanes()  # load_prepared checked the file's order against it
+    if cls in (Q4KLinear, Q6KLinear):
+        module.lanes = native.lane_order()  # load_prepared checked the file's order against it
     return module
 
 

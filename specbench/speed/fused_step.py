@@ -104,6 +104,7 @@ def _linear_args(linear) -> LinearArgs:
         check_order(linear)
         return LinearArgs(linear.qs.data_ptr(), linear.sm.data_ptr(), None, linear.d.data_ptr(), linear.dmin.data_ptr(), bias, linear.out_features, linear.in_features, Q4K_BLOCKS)
     if isinstance(linear, Q6KLinear):
+        check_order(linear)
         return LinearArgs(linear.ql.data_ptr(), linear.qh.data_ptr(), linear.sc.data_ptr(), linear.d.data_ptr(), None, bias, linear.out_features, linear.in_features, Q6K_BLOCKS)
     return LinearArgs(linear.qweight.data_ptr(), None, None, linear.scales.data_ptr(), None, bias, linear.out_features, linear.in_features, INT8_ROWS)
 

@@ -3,9 +3,9 @@
 Why: a CPU decoding step is bound by reading weights. The int8 target (quantize.py) reads
 8 bits a weight and rounds the file's 4-bit weights a second time; the Q4_K blocks the
 GGUF file already holds are 4.5 bits a weight and are the weights themselves. Q4KLinear
-keeps those blocks as they are (repacked into four arrays, no value changed; a kernel built
-for AVX2 alone reads each super-block's nibbles in another order, to_kernel_order) and runs
-them through q4k_linear.c, which, like int8_linear.c, gives a row the same bits whatever else
+keeps those blocks as they are (repacked into four arrays, no value changed; kernels built
+for AVX2 alone read each super-block's values in another order: to_kernel_order,
+q6k_to_kernel_order) and runs them through q4k_linear.c, which, like int8_linear.c, gives a row the same bits whatever else
 shares the call, so greedy speculative decoding of a q4k target still equals its plain
 decoding token for token. Activations are rounded to int8 per 256 columns (llama.cpp's
 Q8_K rule): that, not the weights, is where a q4k target's logits differ from the float32
@@ -92,12 +92,12 @@ def _pack(values: torch.Tensor) -> torch.Tensor:
 def to_kernel_order(qs: torch.Tensor) -> torch.Tensor:
     """Nibbles in the file's order -> the order the Q4_K kernel built here reads (the same
     tensor where that is the file's)."""
-    return _pack(nibbles(qs)[..., LANE_SOURCE]) if native.q4k_lanes() else qs
+    return _pack(nibbles(qs)[..., LANE_SOURCE]) if native.lane_order() else qs
 
 
 def to_file_order(qs: torch.Tensor) -> torch.Tensor:
     """to_kernel_order's inverse."""
-    return _pack(nibbles(qs)[..., FILE_SOURCE]) if native.q4k_lanes() else qs
+    return _pack(nibbles(qs)[..., FILE_SOURCE]) if native.lane_order() else qs
 
 
 def dequantize(qs: torch.Tensor, sm: torch.Tensor, d: torch.Tensor, dmin: torch.Tensor) -> torch.Tensor:
@@ -112,27 +112,57 @@ def dequantize(qs: torch.Tensor, sm: torch.Tensor, d: torch.Tensor, dmin: torch.
 
 def repack_q6k(raw: np.ndarray) -> dict[str, torch.Tensor]:
     """A Q6_K tensor's bytes [N, K / 256 * 210] -> the kernel's arrays, no value changed:
-    ql [N, K/256, 128] and qh [N, K/256, 64] as stored, sc [N, K/256, 16] int8, d [N, K/256]
-    float32 (an exact widening of the file's float16)."""
+    ql [N, K/256, 128] and qh [N, K/256, 64] in the kernel's order (q6k_to_kernel_order), sc
+    [N, K/256, 16] int8, d [N, K/256] float32 (an exact widening of the file's float16)."""
     rows = raw.shape[0]
     blocks = np.ascontiguousarray(raw, dtype=np.uint8).reshape(rows, -1, Q6K_BLOCK_BYTES)
     d = blocks[..., 208:210].copy().view(np.float16)[..., 0].astype(np.float32)
+    ql, qh = q6k_to_kernel_order(torch.from_numpy(np.ascontiguousarray(blocks[..., :128])), torch.from_numpy(np.ascontiguousarray(blocks[..., 128:192])))
     return {
-        "ql": torch.from_numpy(np.ascontiguousarray(blocks[..., :128])),
-        "qh": torch.from_numpy(np.ascontiguousarray(blocks[..., 128:192])),
+        "ql": ql,
+        "qh": qh,
         "sc": torch.from_numpy(np.ascontiguousarray(blocks[..., 192:208]).view(np.int8)),
         "d": torch.from_numpy(np.ascontiguousarray(d)),
     }
 
 
-def q6k_values(ql: torch.Tensor, qh: torch.Tensor) -> torch.Tensor:
-    """The 6-bit values q (0..63) [N, nsb, 256] in column order, from repack_q6k's ql and qh:
-    each half of 128 columns takes ql's 64 bytes' low then high nibbles, and qh's 32 bytes'
-    bit pairs 0-1, 2-3, 4-5, 6-7 as the top two bits of each 32 columns."""
+# The Q6_K lane order (q6k_linear.c): stored value 32v + 2p + t of a super-block is column
+# 2v + t of sub-block p (of 16), where the file's order stores column 32v + 2p + t there.
+_V, _P6, _T = np.meshgrid(np.arange(8), np.arange(16), np.arange(2), indexing="ij")
+Q6K_LANE_SOURCE = torch.from_numpy((16 * _P6 + 2 * _V + _T).reshape(-1))
+Q6K_FILE_SOURCE = torch.argsort(Q6K_LANE_SOURCE)
+
+
+def _stored_q6k_values(ql: torch.Tensor, qh: torch.Tensor) -> torch.Tensor:
+    """The 6-bit values q (0..63) [N, nsb, 256] in the order ql and qh store them: each half
+    of 128 takes ql's 64 bytes' low then high nibbles, and qh's 32 bytes' bit pairs 0-1, 2-3,
+    4-5, 6-7 as the top two bits of each 32."""
     rows, nsb = ql.shape[:2]
     low = (ql.reshape(rows, nsb, 2, 1, 64) >> torch.tensor([0, 4], dtype=torch.uint8).reshape(1, 1, 1, 2, 1)) & 0x0F
     high = (qh.reshape(rows, nsb, 2, 1, 32) >> torch.tensor([0, 2, 4, 6], dtype=torch.uint8).reshape(1, 1, 1, 4, 1)) & 0x03
     return low.reshape(rows, nsb, QK) | (high.reshape(rows, nsb, QK) << 4)
+
+
+def _store_q6k_values(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """_stored_q6k_values' inverse: [N, nsb, 256] values 0..63 -> (ql, qh)."""
+    lead = values.shape[:-1]
+    low = (values & 0x0F).reshape(*lead, 2, 2, 64)
+    high = (values >> 4).reshape(*lead, 2, 4, 32)
+    ql = low[..., 0, :] | (low[..., 1, :] << 4)
+    qh = high[..., 0, :] | (high[..., 1, :] << 2) | (high[..., 2, :] << 4) | (high[..., 3, :] << 6)
+    return ql.reshape(*lead, 128).contiguous(), qh.reshape(*lead, 64).contiguous()
+
+
+def q6k_to_kernel_order(ql: torch.Tensor, qh: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A Q6_K tensor's ql and qh in the file's order -> the order the kernel built here reads
+    (the same tensors where that is the file's)."""
+    return _store_q6k_values(_stored_q6k_values(ql, qh)[..., Q6K_LANE_SOURCE]) if native.lane_order() else (ql, qh)
+
+
+def q6k_values(ql: torch.Tensor, qh: torch.Tensor) -> torch.Tensor:
+    """The 6-bit values q (0..63) [N, nsb, 256] in column order, from repack_q6k's ql and qh."""
+    values = _stored_q6k_values(ql, qh)
+    return values[..., Q6K_FILE_SOURCE] if native.lane_order() else values
 
 
 def dequantize_q6k(ql: torch.Tensor, qh: torch.Tensor, sc: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
@@ -190,7 +220,7 @@ class Q4KLinear(torch.nn.Module):
         for name in Q4K_BUFFERS:
             self.register_buffer(name, blocks[name].contiguous())
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone().contiguous())
-        self.lanes = native.q4k_lanes()  # the order its qs is in (to_kernel_order)
+        self.lanes = native.lane_order()  # the order its qs is in (to_kernel_order)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return q4k_linear(x, self)
@@ -210,6 +240,7 @@ class Q6KLinear(torch.nn.Module):
         for name in Q6K_BUFFERS:
             self.register_buffer(name, blocks[name].contiguous())
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone().contiguous())
+        self.lanes = native.lane_order()  # the order its ql and qh are in (q6k_to_kernel_order)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return q6k_linear(x, self)
@@ -228,15 +259,16 @@ def q4k_linear(x: torch.Tensor, layer: Q4KLinear) -> torch.Tensor:
     return _block_linear(x, layer, native.q4k_kernel(), "specbench_q4k_linear", blocks, native.q4k_why_not)
 
 
-def check_order(layer: Q4KLinear) -> None:
-    """Raises where the layer's nibbles are not in the order the kernel built here reads (a
+def check_order(layer: Q4KLinear | Q6KLinear) -> None:
+    """Raises where the layer's weights are not in the order the kernel built here reads (a
     layer made before SPECBENCH_MARCH changed the build): its products would be wrong."""
-    if layer.lanes != native.q4k_lanes():
-        raise RuntimeError("a Q4_K layer's blocks are in another order than the kernel built here reads: load the model again")
+    if layer.lanes != native.lane_order():
+        raise RuntimeError("a layer's blocks are in another order than the kernel built here reads: load the model again")
 
 
 def q6k_linear(x: torch.Tensor, layer: Q6KLinear) -> torch.Tensor:
     """x [..., in] times the layer's Q6_K weight, plus its bias, through q6k_linear.c."""
+    check_order(layer)
     return _block_linear(x, layer, native.q6k_kernel(), "specbench_q6k_linear", (layer.ql, layer.qh, layer.sc, layer.d), native.q6k_why_not)
 
 

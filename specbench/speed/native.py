@@ -93,7 +93,7 @@ LINEAR = Library(
 )
 
 
-Q4K = Library("q4k_linear.c", "specbench_q4k_ready", "AVX2", (("specbench_q4k_linear", (_P, _I, _I, _P, _P, _P, _P, _P, _I, _P)), ("specbench_q4k_lanes", ())))
+Q4K = Library("q4k_linear.c", "specbench_q4k_ready", "AVX2", (("specbench_q4k_linear", (_P, _I, _I, _P, _P, _P, _P, _P, _I, _P)), ("specbench_lane_order", ())))
 Q6K = Library("q6k_linear.c", "specbench_q6k_ready", "AVX2", (("specbench_q6k_linear", (_P, _I, _I, _P, _P, _P, _P, _P, _I, _P)),), includes=("q4k_linear.c",))
 _L = ctypes.c_long
 LAYER = Library(
@@ -135,11 +135,11 @@ def q4k_why_not() -> str | None:
     return _load(Q4K)[1]
 
 
-def q4k_lanes() -> bool:
+def lane_order() -> bool:
     """Whether the Q4_K kernel built here reads its nibbles in lane order (q4k_linear.c: a
     build for AVX2 alone) rather than the file's; False where it is not built."""
     lib = q4k_kernel()
-    return lib is not None and bool(lib.specbench_q4k_lanes())
+    return lib is not None and bool(lib.specbench_lane_order())
 
 
 def q6k_kernel() -> ctypes.CDLL | None:

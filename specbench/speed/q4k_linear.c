@@ -65,9 +65,24 @@ int specbench_q4k_ready(void) { return 1; }
  * absmax / 127; an all-zero super-block gets scale 1), with the sum of each sub-block of 32
  * (bsum) and, where bsum16 is not NULL, of each 16 columns (q6k_linear.c's sub-blocks).
  * Columns K..KP-1 (a width that is not a multiple of 256) are zeros: they add nothing.
- * lanes: xq in the nibbles' lane order (column 8j + 4h + t of sub-block p at 64j + 32h +
- * 4p + t of its super-block), else in column order. */
-static void quantize_row(const float *x, int K, int KP, int lanes, int8_t *xq, float *xs, int16_t *bsum, int16_t *bsum16) {
+ * order: where xq puts each column of a super-block: COLUMNS in place, Q4K_LANES as a lane
+ * order Q4_K tile reads its nibbles (column 8j + 4h + t of sub-block p of 32 at 64j + 32h +
+ * 4p + t), Q6K_LANES as a lane-order Q6_K tile reads its values (column 2v + t of sub-block
+ * p of 16 at 32v + 2p + t). */
+enum { COLUMNS = 0, Q4K_LANES = 1, Q6K_LANES = 2 };
+static inline int position(int order, int column) {
+    if (order == Q4K_LANES) {
+        const int p = column >> 5, i = column & 31;
+        return 64 * (i >> 3) + 32 * ((i >> 2) & 1) + 4 * p + (i & 3);
+    }
+    if (order == Q6K_LANES) {
+        const int p = column >> 4, i = column & 15;
+        return 32 * (i >> 1) + 2 * p + (i & 1);
+    }
+    return column;
+}
+
+static void quantize_row(const float *x, int K, int KP, int order, int8_t *xq, float *xs, int16_t *bsum, int16_t *bsum16) {
     float v[QK];
     for (int s = 0; s < KP / QK; s++) {
         const int k0 = s * QK, n = K - k0 < QK ? K - k0 : QK;
@@ -85,8 +100,7 @@ static void quantize_row(const float *x, int K, int KP, int lanes, int8_t *xq, f
             for (int i = 0; i < 32; i++) {
                 long q = lrintf(v[j * 32 + i] * inv); /* round half to even */
                 q = q > 127 ? 127 : (q < -127 ? -127 : q);
-                const int at = lanes ? 64 * (i >> 3) + 32 * ((i >> 2) & 1) + 4 * j + (i & 3) : j * 32 + i;
-                xq[(size_t)k0 + at] = (int8_t)q;
+                xq[(size_t)k0 + position(order, j * 32 + i)] = (int8_t)q;
                 sum += (int32_t)q;
                 if (i == 15) half = sum;
             }
@@ -115,8 +129,8 @@ static void free_quantized(quantized_t *Q) {
     free(Q->bsum16);
 }
 
-/* x [M, K] -> Q (lanes: quantize_row's); 0, or -1 when memory is short */
-static int quantize_rows(const float *x, int M, int K, int KP, int lanes, int sums16, quantized_t *Q) {
+/* x [M, K] -> Q (order: quantize_row's); 0, or -1 when memory is short */
+static int quantize_rows(const float *x, int M, int K, int KP, int order, int sums16, quantized_t *Q) {
     Q->xq = (int8_t *)malloc((size_t)M * KP);
     Q->xs = (float *)malloc((size_t)M * (KP / QK) * sizeof(float));
     Q->bsum = (int16_t *)malloc((size_t)M * (KP / 32) * sizeof(int16_t));
@@ -127,7 +141,7 @@ static int quantize_rows(const float *x, int M, int K, int KP, int lanes, int su
     }
 #pragma omp parallel for schedule(static) if (M > 8)
     for (int m = 0; m < M; m++)
-        quantize_row(x + (size_t)m * K, K, KP, lanes, Q->xq + (size_t)m * KP, Q->xs + (size_t)m * (KP / QK), Q->bsum + (size_t)m * (KP / 32),
+        quantize_row(x + (size_t)m * K, K, KP, order, Q->xq + (size_t)m * KP, Q->xs + (size_t)m * (KP / QK), Q->bsum + (size_t)m * (KP / 32),
                      sums16 ? Q->bsum16 + (size_t)m * (KP / 16) : NULL);
     return 0;
 }
@@ -166,7 +180,7 @@ typedef struct {
     const int8_t *xq;     /* [M, K] */
     const float *xs;      /* [M, K / QK] */
     const int16_t *bsum;  /* [M, K / 32] */
-    const uint8_t *qs;    /* [N, K / QK, 128] nibbles, in Q4K_LANES's order */
+    const uint8_t *qs;    /* [N, K / QK, 128] nibbles, in the order LANE_ORDER says */
     const uint8_t *sm;    /* [N, K / QK, 16]: sc[8] then m[8] */
     const float *d, *dmin;/* [N, K / QK] */
     const float *bias;    /* [N] or NULL */
@@ -202,14 +216,15 @@ static inline float hsum(__m256 v) { /* (l0 + l4) + (l2 + l6) + ((l1 + l5) + (l3
 #define MADD_ACC(sum, a, b) _mm256_add_epi32(sum, _mm256_madd_epi16(a, b))
 #endif
 
-/* which order this build reads Q4_K nibbles in (the module comment): 1 lane order, 0 the file's */
+/* which order this build reads Q4_K and Q6_K weights in (this comment and q6k_linear.c's):
+ * 1 lane order, 0 the file's */
 #if defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__))
-#define Q4K_LANES 0
+#define LANE_ORDER 0
 #else
-#define Q4K_LANES 1
+#define LANE_ORDER 1
 #endif
 
-int specbench_q4k_lanes(void) { return Q4K_LANES; }
+int specbench_lane_order(void) { return LANE_ORDER; }
 
 static inline float hsum4(__m128 s) { /* (l0 + l2) + (l1 + l3), fixed */
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -235,7 +250,7 @@ static inline __attribute__((always_inline)) void tile(const job_t *J, int n, in
         _mm_prefetch((const char *)(q + (size_t)PREFETCH * nsb * 128), _MM_HINT_T0);
         _mm_prefetch((const char *)(q + (size_t)PREFETCH * nsb * 128 + 64), _MM_HINT_T0);
         __m256i sumi[MT];
-#if Q4K_LANES
+#if LANE_ORDER
         /* int16 sums of the 8 products (lanes 2p and 2p + 1: sub-block p), then one vpmaddwd
          * by sc[p] in both */
         for (int i = 0; i < mt; i++) sumi[i] = _mm256_setzero_si256();
@@ -298,7 +313,7 @@ int specbench_q4k_linear(const float *x, int M, int K, const uint8_t *qs, const 
     if (M < 1 || K < 1 || N < 1) return -1;
     const int KP = (K + QK - 1) / QK * QK;
     quantized_t Q;
-    if (quantize_rows(x, M, K, KP, Q4K_LANES, 0, &Q) != 0) return -1;
+    if (quantize_rows(x, M, K, KP, LANE_ORDER ? Q4K_LANES : COLUMNS, 0, &Q) != 0) return -1;
     job_t J = {Q.xq, Q.xs, Q.bsum, qs, sm, d, dmin, bias, M, N, KP, y};
     SPLIT_ROWS(rows, &J, N)
     free_quantized(&Q);
@@ -308,7 +323,7 @@ int specbench_q4k_linear(const float *x, int M, int K, const uint8_t *qs, const 
 #else
 
 int specbench_q4k_ready(void) { return 0; }
-int specbench_q4k_lanes(void) { return 0; }
+int specbench_lane_order(void) { return 0; }
 
 int specbench_q4k_linear(const float *x, int M, int K, const uint8_t *qs, const uint8_t *sm, const float *d,
                          const float *dmin, const float *bias, int N, float *y) {

@@ -22,6 +22,14 @@
  * one vpmaddwd by the scales. Each weight row's 6-bit values are unpacked once per tile and
  * used by up to MT activation rows. Batch-invariant for q4k_linear.c's reasons: exact
  * integers, then the same float operations in the same order for every (m, n).
+ *
+ * The two orders (q4k_linear.c's LANE_ORDER): a VNNI build reads the file's order, where the
+ * 32 values of a vpmaddubsw are two sub-blocks and each product gets its own scale vector.
+ * A build for AVX2 alone reads lane order: gguf_blocks.py stores the values so that bytes 2p
+ * and 2p + 1 of every 32 are sub-block p (value 32v + 2p + t is column 2v + t of sub-block p),
+ * and the activations likewise; two products then add as int16 (at most 2 * 16002 < 2^15)
+ * before one vpmaddwd by the 16 scales: 12 multiplies a super-block and row instead of 16.
+ * Lane l then holds sub-blocks 2l and 2l + 1, as the offset's lanes do in both orders.
  */
 #include "q4k_linear.c"
 
@@ -33,8 +41,8 @@ typedef struct {
     const int8_t *xq;      /* [M, K] */
     const float *xs;       /* [M, K / QK] */
     const int16_t *bsum16; /* [M, K / 16] */
-    const uint8_t *ql;     /* [N, K / QK, 128]: low 4 bits, the file's order */
-    const uint8_t *qh;     /* [N, K / QK, 64]: high 2 bits, the file's order */
+    const uint8_t *ql;     /* [N, K / QK, 128]: low 4 bits, in the order LANE_ORDER says */
+    const uint8_t *qh;     /* [N, K / QK, 64]: high 2 bits, likewise */
     const int8_t *sc;      /* [N, K / QK, 16] */
     const float *d;        /* [N, K / QK] */
     const float *bias;     /* [N] or NULL */
@@ -81,11 +89,29 @@ static inline __attribute__((always_inline)) void q6k_tile(const q6k_job_t *J, i
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)sc);
         __m256i sumi[MT];
         for (int i = 0; i < mt; i++) sumi[i] = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) { /* columns 128h..128h+127: ql[64h..], qh[32h..], sc[8h..] */
+#if LANE_ORDER
+        /* int16 lane p of every product is sub-block p: two products add as int16, then one
+         * vpmaddwd by the 16 scales */
+        const __m256i scales16 = _mm256_cvtepi8_epi16(sc8);
+        __m256i first[MT];
+#endif
+        for (int h = 0; h < 2; h++) { /* values 128h..128h+127: ql[64h..], qh[32h..] */
             const __m256i hb = _mm256_loadu_si256((const __m256i *)(qh + 32 * h));
             for (int c = 0; c < 4; c++) {
                 const __m256i bits = _mm256_loadu_si256((const __m256i *)(ql + 64 * h + 32 * (c % 2)));
                 const __m256i q = q6_values(bits, hb, c);
+#if LANE_ORDER
+                for (int i = 0; i < mt; i++) {
+                    const int8_t *x = J->xq + (size_t)(m0 + i) * J->K + (size_t)s * QK + 128 * h + 32 * c;
+                    const __m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)x));
+                    if (c % 2 == 0) {
+                        first[i] = p;
+                    } else {
+                        sumi[i] = MADD_ACC(sumi[i], _mm256_add_epi16(first[i], p), scales16);
+                        KEEP_IN_REGISTER(sumi[i]);
+                    }
+                }
+#else
                 /* sub-blocks 8h + 2c (lanes 0-3) and 8h + 2c + 1 (lanes 4-7) */
                 const __m256i scale = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, _mm_loadu_si128((const __m128i *)pair_masks[4 * h + c])));
                 for (int i = 0; i < mt; i++) {
@@ -94,6 +120,7 @@ static inline __attribute__((always_inline)) void q6k_tile(const q6k_job_t *J, i
                     sumi[i] = MADD_ACC(sumi[i], p, scale);
                     KEEP_IN_REGISTER(sumi[i]);
                 }
+#endif
             }
         }
         /* the offset: 32 * sum_j sc[j] * (sum of sub-block j's activations), in the same 8 lanes */
@@ -121,7 +148,7 @@ int specbench_q6k_linear(const float *x, int M, int K, const uint8_t *ql, const 
                          const float *bias, int N, float *y) {
     if (M < 1 || K < 1 || N < 1 || K % QK != 0) return -1;
     quantized_t Q;
-    if (quantize_rows(x, M, K, K, 0, 1, &Q) != 0) return -1;
+    if (quantize_rows(x, M, K, K, LANE_ORDER ? Q6K_LANES : COLUMNS, 1, &Q) != 0) return -1;
     q6k_job_t J = {Q.xq, Q.xs, Q.bsum16, ql, qh, sc, d, bias, M, N, K, y};
     SPLIT_ROWS(q6k_rows, &J, N)
     free_quantized(&Q);

@@ -59,5 +59,5 @@ def test_a_prepared_file_with_q4k_nibbles_in_another_order_is_not_used(tmp_path,
     build for AVX2 alone reads lane order) is rebuilt, not run with the wrong products."""
     _, folder, path = prepared_tiny(tmp_path)
     assert load_prepared(str(folder), path) is not None
-    monkeypatch.setattr(native, "q4k_lanes", lambda: not native.q4k_kernel().specbench_q4k_lanes())
+    monkeypatch.setattr(native, "lane_order", lambda: not native.q4k_kernel().specbench_lane_order())
     assert load_prepared(str(folder), path) is None

@@ -110,13 +110,13 @@ def avx2_build(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("kind", EACH_KIND)
 def test_built_for_avx2_alone_the_kernel_equals_its_reference(kind, avx2_build):
-    """Built for AVX2 alone, q4k_linear.c reads Q4_K nibbles in lane order (to_kernel_order);
-    a layer made there still equals the kernel's reference bit for bit at every tile height,
-    and its blocks still stand for the file's weights. On an AVX2 CPU this is also what the
+    """Built for AVX2 alone, the kernels read Q4_K and Q6_K values in lane order
+    (to_kernel_order, q6k_to_kernel_order); a layer made there still equals its kernel's
+    reference bit for bit at every tile height, and its blocks still stand for the file's weights. On an AVX2 CPU this is also what the
     other tests run; on a VNNI CPU it is the only test of that build's code."""
     assert (native.q4k_why_not(), native.q6k_why_not()) == (None, None)
     assert native.why_not() == f"-march=x86-64-v3 lacks {native.GEMV.needs}"  # the build's target, not this CPU
-    assert native.q4k_lanes()
+    assert native.lane_order()
     layer = layer_of(kind, 37, 768, seed=8, bias=True)
     x = torch.randn(13, 768, generator=torch.Generator().manual_seed(9)) * 2
     x[1, :QK] = 0.0
@@ -124,40 +124,38 @@ def test_built_for_avx2_alone_the_kernel_equals_its_reference(kind, avx2_build):
         assert torch.equal(layer(x[:rows]), reference(x[:rows], layer) if kind == "Q4_K" else q6k_reference(x[:rows], layer))
     assert torch.equal(layer(x), torch.cat([layer(x[i : i + 1]) for i in range(13)]))
     assert len(list((avx2_build / "native").glob(f"{kind.lower().replace('_', '')}_linear-*.so"))) == 1  # that build ran
-    if kind == "Q4_K":
-        from gguf import GGMLQuantizationType
-        from gguf.quants import dequantize as gguf_dequantize
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize as gguf_dequantize
 
-        raw = random_q4k(6, 512, seed=1)
-        blocks = repack(raw)
-        assert not torch.equal(blocks["qs"], torch.from_numpy(raw.reshape(6, 2, 144)[..., 16:].copy()))  # reordered
-        assert torch.equal(dequantize(**blocks), torch.from_numpy(gguf_dequantize(raw, GGMLQuantizationType.Q4_K).reshape(6, 512)))
+    random_blocks, make, _, dense = KINDS[kind]
+    raw = random_blocks(6, 512, seed=1)
+    layer = make(raw, None)
+    stored = layer.qs if kind == "Q4_K" else layer.ql
+    assert not torch.equal(stored, torch.from_numpy(raw.reshape(6, 2, -1)[..., 16 : 16 + 128] if kind == "Q4_K" else raw.reshape(6, 2, -1)[..., :128]))  # reordered
+    assert torch.equal(dense(layer), torch.from_numpy(gguf_dequantize(raw, getattr(GGMLQuantizationType, kind)).reshape(6, 512)))
 
 
-def test_the_two_builds_give_q6k_the_same_bits_and_q4k_the_same_sums(monkeypatch, tmp_path):
-    """Q6_K: the same bits from either build (vpdpwssd or vpmaddwd then vpaddd: the same
-    integers in the same lanes). Q4_K: the same exact integer sums in other lanes, so the
-    two builds' floats differ in their last bits at most; and a layer made for one build's
+@pytest.mark.parametrize("kind", EACH_KIND)
+def test_the_two_builds_give_the_same_sums_and_refuse_each_others_layers(kind, monkeypatch, tmp_path):
+    """Both builds sum the same exact integers, a VNNI build in the file's order's lanes and
+    one for AVX2 alone in lane order's, so their floats differ in the last bits at most (and
+    not at all where this CPU's build is itself lane order); a layer made for one build's
     order refuses to run on the other's."""
-    if native.q4k_kernel() is None or native.q6k_kernel() is None:
-        pytest.skip(f"the kernels are not built here: {native.q4k_why_not()}")
     x = torch.randn(6, 768, generator=torch.Generator().manual_seed(9)) * 2
-    q6k_layer, q4k_native = layer_of("Q6_K", 37, 768, seed=8, bias=True), layer_of("Q4_K", 37, 768, seed=8, bias=True)
-    native_bits = [(q6k_layer(x[:rows]), q4k_native(x[:rows])) for rows in range(1, 7)]
-    lanes_here = native.q4k_lanes()
+    here = layer_of(kind, 37, 768, seed=8, bias=True)
+    native_out = [here(x[:rows]) for rows in range(1, 7)]
+    lanes_here = native.lane_order()
     monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path))
     monkeypatch.setenv(native.MARCH_ENV, "x86-64-v3")
     native._load.cache_clear()
     try:
-        q4k_avx2 = layer_of("Q4_K", 37, 768, seed=8, bias=True)
+        avx2 = layer_of(kind, 37, 768, seed=8, bias=True)
         for rows in range(1, 7):
-            q6k_bits, q4k_bits = native_bits[rows - 1]
-            assert torch.equal(q6k_layer(x[:rows]), q6k_bits)
-            got = q4k_avx2(x[:rows])
-            assert torch.equal(got, q4k_bits) if lanes_here else torch.allclose(got, q4k_bits, rtol=1e-5, atol=1e-5 * q4k_bits.abs().max().item())
+            got, want = avx2(x[:rows]), native_out[rows - 1]
+            assert torch.equal(got, want) if lanes_here else torch.allclose(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
         if not lanes_here:
             with pytest.raises(RuntimeError, match="another order"):
-                q4k_native(x[:1])
+                here(x[:1])
     finally:
         monkeypatch.undo()
         native._load.cache_clear()

@@ -136,8 +136,9 @@ def q4k_why_not() -> str | None:
 
 
 def lane_order() -> bool:
-    """Whether the Q4_K kernel built here reads its nibbles in lane order (q4k_linear.c: a
-    build for AVX2 alone) rather than the file's; False where it is not built."""
+    """Whether the Q4_K and Q6_K kernels built here read their blocks' values in lane order
+    (q4k_linear.c, q6k_linear.c: a build for AVX2 alone) rather than the file's; False where
+    they are not built."""
     lib = q4k_kernel()
     return lib is not None and bool(lib.specbench_lane_order())
 

@@ -250,40 +250,31 @@ static inline __attribute__((always_inline)) void tile(const job_t *J, int n, in
         _mm_prefetch((const char *)(q + (size_t)PREFETCH * nsb * 128), _MM_HINT_T0);
         _mm_prefetch((const char *)(q + (size_t)PREFETCH * nsb * 128 + 64), _MM_HINT_T0);
         __m256i sumi[MT];
-#if LANE_ORDER
-        /* int16 sums of the 8 products (lanes 2p and 2p + 1: sub-block p), then one vpmaddwd
-         * by sc[p] in both */
         for (int i = 0; i < mt; i++) sumi[i] = _mm256_setzero_si256();
         for (int j = 0; j < 4; j++) {
             __m256i bits = _mm256_loadu_si256((const __m256i *)(q + 32 * j));
             __m256i lo = _mm256_and_si256(bits, low);
             __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), low);
+#if !LANE_ORDER
+            __m256i scl = _mm256_set1_epi16(sc[2 * j]), sch = _mm256_set1_epi16(sc[2 * j + 1]);
+#endif
             for (int i = 0; i < mt; i++) {
                 const int8_t *x = J->xq + (size_t)(m0 + i) * J->K + (size_t)s * QK + 64 * j;
                 __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)x));
                 __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x + 32)));
-                sumi[i] = _mm256_add_epi16(sumi[i], _mm256_add_epi16(pl, ph));
+#if LANE_ORDER
+                sumi[i] = _mm256_add_epi16(sumi[i], _mm256_add_epi16(pl, ph)); /* int16 lanes 2p, 2p + 1: sub-block p */
+#else
+                sumi[i] = MADD_ACC(MADD_ACC(sumi[i], pl, scl), ph, sch);
+#endif
                 KEEP_IN_REGISTER(sumi[i]);
             }
         }
+#if LANE_ORDER
+        /* the 8 products' int16 sums times sc[p] in lanes 2p and 2p + 1: one vpmaddwd */
         const __m128i sc8 = _mm_loadl_epi64((const __m128i *)sc);
         const __m256i scales = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sc8, sc8)); /* sc[0], sc[0], sc[1], sc[1], ... */
         for (int i = 0; i < mt; i++) sumi[i] = _mm256_madd_epi16(sumi[i], scales);
-#else
-        for (int i = 0; i < mt; i++) sumi[i] = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++) {
-            __m256i bits = _mm256_loadu_si256((const __m256i *)(q + 32 * j));
-            __m256i lo = _mm256_and_si256(bits, low);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), low);
-            __m256i scl = _mm256_set1_epi16(sc[2 * j]), sch = _mm256_set1_epi16(sc[2 * j + 1]);
-            for (int i = 0; i < mt; i++) {
-                const int8_t *x = J->xq + (size_t)(m0 + i) * J->K + (size_t)s * QK + 64 * j;
-                __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)x));
-                __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x + 32)));
-                sumi[i] = MADD_ACC(MADD_ACC(sumi[i], pl, scl), ph, sch);
-                KEEP_IN_REGISTER(sumi[i]);
-            }
-        }
 #endif
         /* the mins: m[j] (int16) times each activation row's sub-block sums, 4 int32 lanes */
         const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(sc + NSUB)));

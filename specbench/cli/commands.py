@@ -531,11 +531,11 @@ def sweep_command(
     out_dir = out or Path("results") / _datetime.now().strftime("sweep-%Y%m%d-%H%M%S")
     if not resume and (out_dir / sweep_results.RUNS_CSV).exists():
         raise SweepError(f"{out_dir / sweep_results.RUNS_CSV} already exists: pass --resume to continue that sweep, or choose another --out")
-    sweep_results.make_dir(out_dir, SweepError)  # a bad --out fails now, not after loading the models
     specs = list(dict.fromkeys(drafter_model or ["default"]))
     for spec in specs if len(specs) > 1 else ():
         if models.drafter_kind(spec) != "model":
             raise OptionError(f"--drafter-model {spec}: each of several drafter models must be a model (default, a folder, a .gguf file or a hub id)")
+    sweep_results.make_dir(out_dir, SweepError)  # a bad --out fails now, not after loading the models
     # 2. the models, loaded as `generate` loads them (the drafters only when the sweep drafts with them)
     needed = plan.needs_drafter_model(config)
     dtypes = {k: v for k, v in (("dtype", dtype), ("draft_dtype", draft_dtype)) if v}  # else the pair's defaults

@@ -615,8 +615,9 @@ def test_sweep_command_end_to_end(patched_models, tmp_path):
         (["--drafter-model", "default", "--drafter-model", "none"], "--drafter-model none: each of several"),
     ],
 )
-def test_sweep_command_rejects_bad_input_in_one_line(patched_models, args, message):
+def test_sweep_command_rejects_bad_input_in_one_line(patched_models, args, message, tmp_path, monkeypatch):
     """User errors are one line on stderr, exit 2, and come before any model loads."""
+    monkeypatch.chdir(tmp_path)  # the default --out is results/ under the working directory
     result = CliRunner().invoke(cli.app, ["sweep", *args])
     assert result.exit_code == 2
     assert message in result.output and len(result.output.strip().splitlines()) == 1
@@ -634,10 +635,11 @@ def test_sweep_command_refuses_an_out_it_cannot_write_before_loading(patched_mod
     assert patched_models == []
 
 
-def test_sweep_command_model_error_is_one_line(monkeypatch):
+def test_sweep_command_model_error_is_one_line(monkeypatch, tmp_path):
     def broken(*args, **kwargs):
         raise ModelError("cannot load target /nowhere: no such folder")
 
+    monkeypatch.chdir(tmp_path)  # the default --out is results/ under the working directory
     monkeypatch.setattr(cli, "load_pair_with_progress", broken)
     result = CliRunner().invoke(cli.app, ["sweep", "--prompts", "quick", "--gamma", "2"])
     assert result.exit_code == 2 and result.output.strip() == "error: cannot load target /nowhere: no such folder"

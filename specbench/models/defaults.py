@@ -20,9 +20,10 @@ import os
 import shutil
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 from specbench.errors import ChecksumError, DefaultModelError
 
 CACHE_ENV = "SPECBENCH_CACHE"
@@ -326,6 +327,34 @@ def ensure_gguf(model: EmbeddedModel, progress: Progress = _no_progress) -> Path
         finally:
             partial.unlink(missing_ok=True)
     return path
+
+
+LOCK_FILE = ".preparing.lock"
+
+
+@contextmanager
+def preparing(folder: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold `folder`'s lock while the block runs, so that one process at a time prepares
+    the model cached there (loading.py). Two at once raced: the first to finish deleted the
+    GGUF the other was still reading. The lock is flock(2) on a file in the folder, so it
+    goes with the process: a killed run never leaves it held. on_wait() is called once
+    before waiting for another holder. Where fcntl is missing (Windows) there is no lock."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on Linux or macOS
+        yield
+        return
+    with open(folder / LOCK_FILE, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 _TEMP_PREFIX = ".tmp-"

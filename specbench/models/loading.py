@@ -172,7 +172,7 @@ def _load_model(spec: ModelSpec, role: str, dtype: str, device: str, progress: P
     task = f"loading {role} {name} ({dtype})"
     progress(task, 0, None)
     if prepares:
-        model = load_prepared(folder, prepared_path(Path(folder), Q4K)) or _prepare_default(folder, role, name, progress)
+        model = load_prepared(folder, prepared_path(Path(folder), Q4K)) or _prepare_default_once(folder, role, name, progress)
     else:
         q4k_target = dtype.lower() == Q4K and role == "target"
         if q4k_target and spec.kind != "gguf":  # refused before the weights are loaded
@@ -210,6 +210,14 @@ def _locate(spec: ModelSpec, role: str, progress: Progress, weights: bool = True
     if spec.kind == "hub":
         return spec.source, {"local_files_only": True}, spec.source
     return spec.source, {}, Path(spec.source).name
+
+
+def _prepare_default_once(folder: str, role: str, name: str, progress: Progress):
+    """_prepare_default under the cache folder's lock (defaults.preparing): a run that finds
+    another preparing the same model waits for it and maps the file it wrote."""
+    waiting = lambda: progress(f"waiting for another specbench run to prepare the {role} {name}", 0, None)  # noqa: E731
+    with defaults.preparing(Path(folder), on_wait=waiting):
+        return load_prepared(folder, prepared_path(Path(folder), Q4K)) or _prepare_default(folder, role, name, progress)
 
 
 def _prepare_default(folder: str, role: str, name: str, progress: Progress):

@@ -502,6 +502,44 @@ def test_the_default_q4k_drafter_is_prepared_once_and_mapped_after(tmp_path, mon
     assert next(again.model.parameters()).dtype is torch.bfloat16
 
 
+def test_one_run_at_a_time_prepares_a_default_model(tmp_path):
+    """Two runs preparing one model raced (the first to finish deleted the GGUF the other was
+    reading): a second run now waits for the first's lock, and is told that it waits."""
+    import threading
+
+    holding, release, order, waited = threading.Event(), threading.Event(), [], []
+
+    def first() -> None:
+        with defaults.preparing(tmp_path):
+            holding.set()
+            release.wait(30)
+            order.append("first done")
+
+    def on_wait() -> None:
+        waited.append(True)
+        release.set()
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert holding.wait(30)
+    with defaults.preparing(tmp_path, on_wait=on_wait):
+        order.append("second in")
+    thread.join()
+    assert waited == [True] and order == ["first done", "second in"]
+    with defaults.preparing(tmp_path, on_wait=lambda: pytest.fail("nobody holds the lock now")):
+        pass
+
+
+def test_a_run_that_waited_maps_the_file_the_other_prepared(tmp_path, monkeypatch):
+    from specbench.models import loading
+
+    found = iter([None, "the other run's model"])  # before the lock: no file; inside it: the other's
+    monkeypatch.setattr(loading, "load_prepared", lambda folder, path: next(found))
+    monkeypatch.setattr(loading, "_prepare_default", lambda *args: pytest.fail("prepared a second time"))
+    model = loading.load_prepared(str(tmp_path), tmp_path / "q4k.safetensors") or loading._prepare_default_once(str(tmp_path), "target", "Tiny", lambda *a: None)
+    assert model == "the other run's model"
+
+
 def test_failed_build_leaves_no_entry(tmp_path, monkeypatch):
     model, _ = _fake_pair_model(tmp_path, monkeypatch)
 

@@ -279,7 +279,19 @@ def _load_weights(folder: str, kwargs: dict, dtype: torch.dtype, device: str, ro
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kwargs, **placement)
     except (OSError, ValueError, KeyError, ImportError) as error:
         raise ModelError(f"cannot load {role} {name}: {_first_line(error, kwargs)}") from error
+    check_left_to_right(model.config, role, name)
     return model.eval()
+
+
+def check_left_to_right(config, role: str, name: str) -> None:
+    """Refuse an encoder loaded as a causal LM: transformers maps BERT-like checkpoints to
+    their *LMHeadModel, which attends both ways unless the config says is_decoder, so it
+    would "generate" text no left-to-right model wrote. Told by the model type having a
+    masked-LM head in transformers and is_decoder false (BartForCausalLM and kin set it)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    if config.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES and getattr(config, "is_decoder", None) is False:
+        raise ModelError(f"cannot load {role} {name}: a {config.model_type} encoder attends both ways, so it cannot decode left to right (its config says is_decoder false)")
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")

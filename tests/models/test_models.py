@@ -502,6 +502,22 @@ def test_the_default_q4k_drafter_is_prepared_once_and_mapped_after(tmp_path, mon
     assert next(again.model.parameters()).dtype is torch.bfloat16
 
 
+def test_an_encoder_is_refused_in_one_line_and_an_encoder_decoder_s_decoder_is_not(tmp_path):
+    """BERT-like checkpoints load as *LMHeadModel and would attend both ways: refused."""
+    from transformers import BartConfig, BartForCausalLM, BertConfig, BertLMHeadModel
+
+    small = dict(vocab_size=64, max_position_embeddings=64)
+    BertLMHeadModel(BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, **small)).save_pretrained(tmp_path / "bert")
+    with pytest.raises(models.ModelError, match="bert encoder attends both ways"):
+        models.load_model(models.ModelSpec("folder", str(tmp_path / "bert")), role="drafter", dtype="float32", require_tokenizer=False)
+    bart = dict(d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32)
+    BartForCausalLM(BartConfig(**bart, **small)).save_pretrained(tmp_path / "bart")
+    config = json.loads((tmp_path / "bart" / "config.json").read_text())
+    (tmp_path / "bart" / "config.json").write_text(json.dumps({**config, "is_decoder": False}))  # as a seq2seq checkpoint says
+    loaded = models.load_model(models.ModelSpec("folder", str(tmp_path / "bart")), role="drafter", dtype="float32", require_tokenizer=False)
+    assert loaded.model.config.is_decoder
+
+
 def test_one_run_at_a_time_prepares_a_default_model(tmp_path):
     """Two runs preparing one model raced (the first to finish deleted the GGUF the other was
     reading): a second run now waits for the first's lock, and is told that it waits."""

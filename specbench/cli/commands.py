@@ -535,18 +535,36 @@ def sweep_command(
     for spec in specs if len(specs) > 1 else ():
         if models.drafter_kind(spec) != "model":
             raise OptionError(f"--drafter-model {spec}: each of several drafter models must be a model (default, a folder, a .gguf file or a hub id)")
-    sweep_results.make_dir(out_dir, SweepError)  # a bad --out fails now, not after loading the models
-    # 2. the models, loaded as `generate` loads them (the drafters only when the sweep drafts with them)
-    needed = plan.needs_drafter_model(config)
-    dtypes = {k: v for k, v in (("dtype", dtype), ("draft_dtype", draft_dtype)) if v}  # else the pair's defaults
-    pair_config = models.PairConfig(target=target, drafter=specs[0] if needed else models.NONE, device=device, draft_vocab=draft_vocab, **dtypes)
-    hint = "pick a --drafter-model with a tokenizer that shares text with the target's"
-    pair = load_pair_with_progress(pair_config, mismatch_hint=hint)
-    pair.use_kernels(kernels)
-    drafters = _more_drafters(pair, pair_config, specs[1:] if needed else [], kernels, hint)
-    config = _replace(config, **_drafter_settings(bench, pair, drafters, config.temperature))
-    # 3. the sweep, then its table
-    _run_sweep(bench, pair, prompt_list, config, out_dir, resume=resume, prompts_source=prompts, drafters=drafters)
+    with _out_folder(out_dir):  # a bad --out fails now, not after loading the models
+        # 2. the models, loaded as `generate` loads them (the drafters only when the sweep drafts with them)
+        needed = plan.needs_drafter_model(config)
+        dtypes = {k: v for k, v in (("dtype", dtype), ("draft_dtype", draft_dtype)) if v}  # else the pair's defaults
+        pair_config = models.PairConfig(target=target, drafter=specs[0] if needed else models.NONE, device=device, draft_vocab=draft_vocab, **dtypes)
+        hint = "pick a --drafter-model with a tokenizer that shares text with the target's"
+        pair = load_pair_with_progress(pair_config, mismatch_hint=hint)
+        pair.use_kernels(kernels)
+        drafters = _more_drafters(pair, pair_config, specs[1:] if needed else [], kernels, hint)
+        config = _replace(config, **_drafter_settings(bench, pair, drafters, config.temperature))
+        # 3. the sweep, then its table
+        _run_sweep(bench, pair, prompt_list, config, out_dir, resume=resume, prompts_source=prompts, drafters=drafters)
+
+
+@contextmanager
+def _out_folder(out_dir: Path) -> Iterator[Path]:
+    """Make a sweep's --out folder before the models load (one line if it cannot be one), and
+    remove it again if the command fails before writing anything there (a model that does
+    not load, Ctrl-C while loading): a failed start leaves no empty results folder behind."""
+    existed = out_dir.exists()
+    sweep_results.make_dir(out_dir, SweepError)
+    try:
+        yield out_dir
+    except BaseException:
+        if not existed:
+            try:
+                out_dir.rmdir()  # only an empty folder: a sweep that wrote rows keeps them
+            except OSError:
+                pass
+        raise
 
 
 def _more_drafters(pair, pair_config, specs: list[str], kernels: str, hint: str) -> dict:

@@ -711,13 +711,16 @@ def _costs_lines(measured: dict, pooled: dict) -> list[str]:
     lines = []
     for name, (costs, count) in pooled.items():
         lines.append(pricing_line(name, costs, count))
-        blocks = [m for key, m in measured.items() if sweep_results.label_parts(key)[1] == (name or "")]
+        keys = [key for key in measured if sweep_results.label_parts(key)[1] == (name or "")]
+        blocks = [measured[key] for key in keys]
         cs = [m.c for m in blocks if m.c is not None]
         if len(blocks) > 1:
             steps = sorted(m.target_step_seconds * 1000 for m in blocks)
             spread = f"c {min(cs):.3f} to {max(cs):.3f}, " if cs else ""
             digits = 0 if steps[0] >= 10 else 2  # a tiny model's steps take under a millisecond
-            lines.append(f"  its {len(blocks)} measurements, one per prompt: {spread}target step {steps[0]:.{digits}f} to {steps[-1]:.{digits}f} ms")
+            prompts = {sweep_results.label_parts(key)[0].rsplit("/", 1)[0] for key in keys}  # keys are PROMPT/REPEAT[@NAME]
+            each = "one per prompt" if len(prompts) == len(blocks) else "one per prompt and repeat"
+            lines.append(f"  its {len(blocks)} measurements, {each}: {spread}target step {steps[0]:.{digits}f} to {steps[-1]:.{digits}f} ms")
     return lines
 
 

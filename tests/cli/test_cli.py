@@ -370,6 +370,8 @@ def test_sweep_end_reports_what_each_drafter_model_was_priced_with():
     assert cli._costs_lines({}, {}) == []
     tiny = cli._costs_lines({"a/0": costs(0.5, 0.31), "b/0": costs(0.6, 0.46)}, {"": (costs(0.55, 0.4), 2)})
     assert tiny[1] == "  its 2 measurements, one per prompt: c 0.500 to 0.600, target step 0.31 to 0.46 ms"
+    repeated = cli._costs_lines({"a/0": costs(0.5, 30), "a/1": costs(0.6, 40), "b/0": costs(0.5, 30), "b/1": costs(0.6, 40)}, {"": (costs(0.55, 35), 4)})
+    assert repeated[1] == "  its 4 measurements, one per prompt and repeat: c 0.500 to 0.600, target step 30 to 40 ms"  # --repeats 2
 
 
 def test_sweep_end_judges_points_on_their_repeats_only_when_they_have_several():

@@ -215,8 +215,11 @@ def _locate(spec: ModelSpec, role: str, progress: Progress, weights: bool = True
 def _prepare_default_once(folder: str, role: str, name: str, progress: Progress):
     """_prepare_default under the cache folder's lock (defaults.preparing): a run that finds
     another preparing the same model waits for it and maps the file it wrote."""
-    waiting = lambda: progress(f"waiting for another specbench run to prepare the {role} {name}", 0, None)  # noqa: E731
-    with defaults.preparing(Path(folder), on_wait=waiting):
+    task = f"waiting for another specbench run to prepare the {role} {name}"
+    waited = []
+    with defaults.preparing(Path(folder), on_wait=lambda: waited.append(progress(task, 0, None))):
+        if waited:
+            progress(task, 1, 1)
         return load_prepared(folder, prepared_path(Path(folder), Q4K)) or _prepare_default(folder, role, name, progress)
 
 

@@ -546,7 +546,8 @@ def test_one_run_at_a_time_prepares_a_default_model(tmp_path):
         pass
 
 
-def test_a_run_that_waited_maps_the_file_the_other_prepared(tmp_path, monkeypatch):
+def test_the_prepared_file_is_looked_for_again_once_the_lock_is_held(tmp_path, monkeypatch):
+    """A run that finds no file, then waits, maps the file the other run wrote meanwhile."""
     from specbench.models import loading
 
     found = iter([None, "the other run's model"])  # before the lock: no file; inside it: the other's
@@ -554,6 +555,33 @@ def test_a_run_that_waited_maps_the_file_the_other_prepared(tmp_path, monkeypatc
     monkeypatch.setattr(loading, "_prepare_default", lambda *args: pytest.fail("prepared a second time"))
     model = loading.load_prepared(str(tmp_path), tmp_path / "q4k.safetensors") or loading._prepare_default_once(str(tmp_path), "target", "Tiny", lambda *a: None)
     assert model == "the other run's model"
+
+
+def test_a_run_that_waits_for_the_lock_says_so_and_ends_that_line(tmp_path, monkeypatch):
+    """The wait is one progress task, finished once the lock is ours."""
+    import threading
+
+    from specbench.models import loading
+
+    monkeypatch.setattr(loading, "load_prepared", lambda folder, path: "mapped")
+    holding, release, reports = threading.Event(), threading.Event(), []
+
+    def other_run() -> None:
+        with defaults.preparing(tmp_path):
+            holding.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=other_run)
+    thread.start()
+    assert holding.wait(30)
+
+    def progress(task: str, done: float, total) -> None:
+        reports.append((task, done, total))
+        release.set()  # the other run finishes once this one has said it waits
+
+    assert loading._prepare_default_once(str(tmp_path), "target", "Tiny", progress) == "mapped"
+    thread.join()
+    assert reports == [("waiting for another specbench run to prepare the target Tiny", 0, None), ("waiting for another specbench run to prepare the target Tiny", 1, 1)]
 
 
 def test_failed_build_leaves_no_entry(tmp_path, monkeypatch):

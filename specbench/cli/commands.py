@@ -553,17 +553,18 @@ def sweep_command(
 def _out_folder(out_dir: Path) -> Iterator[Path]:
     """Make a sweep's --out folder before the models load (one line if it cannot be one), and
     remove it again if the command fails before writing anything there (a model that does
-    not load, Ctrl-C while loading): a failed start leaves no empty results folder behind."""
-    existed = out_dir.exists()
+    not load, Ctrl-C while loading), with the parents it made: a failed start leaves no
+    empty results folder behind."""
+    made = [folder for folder in (out_dir, *out_dir.parents) if not folder.exists()]  # deepest first
     sweep_results.make_dir(out_dir, SweepError)
     try:
         yield out_dir
     except BaseException:
-        if not existed:
+        for folder in made:
             try:
-                out_dir.rmdir()  # only an empty folder: a sweep that wrote rows keeps them
+                folder.rmdir()  # only an empty folder: a sweep that wrote rows keeps them
             except OSError:
-                pass
+                break
         raise
 
 

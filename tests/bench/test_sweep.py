@@ -643,7 +643,9 @@ def test_sweep_command_model_error_is_one_line(monkeypatch, tmp_path):
     monkeypatch.setattr(cli, "load_pair_with_progress", broken)
     result = CliRunner().invoke(cli.app, ["sweep", "--prompts", "quick", "--gamma", "2"])
     assert result.exit_code == 2 and result.output.strip() == "error: cannot load target /nowhere: no such folder"
-    assert not (tmp_path / "results").exists() or list((tmp_path / "results").iterdir()) == []  # no empty sweep-* folder left
+    assert not (tmp_path / "results").exists()  # no empty results/sweep-* folder left
+    result = CliRunner().invoke(cli.app, ["sweep", "--prompts", "quick", "--gamma", "2", "--out", "a/b/c"])
+    assert result.exit_code == 2 and not (tmp_path / "a").exists()
     kept = tmp_path / "kept"
     kept.mkdir()
     result = CliRunner().invoke(cli.app, ["sweep", "--prompts", "quick", "--gamma", "2", "--out", str(kept)])

@@ -3,7 +3,8 @@
 Why: preparing a q4k model takes the longest part of a warm start: for the target, loading
 its weights and repacking the GGUF's Q4_K and Q6_K blocks; for the drafter, quantizing
 every layer to Q4_K (gguf_blocks.quantize_q4k). The result is deterministic, so the first
-run saves it (`q4k.safetensors` in the model's cache folder; most of the default target's
+run saves it (`q4k.safetensors` in the model's cache folder, `q4k-lanes.safetensors` for a
+build that reads lane order; most of the default target's
 is its blocks and its float32 embedding) and later runs map that file: the model is built
 on the meta device, its Linear layers become empty Q4KLinear, Q6KLinear, Int8TargetLinear
 or Int8Linear shells, and the file's tensors are assigned to them without a copy
@@ -31,7 +32,12 @@ _LAYERS = {"q4k": Q4KLinear, "q6k": Q6KLinear, "int8": Int8TargetLinear, "int8-d
 
 
 def prepared_path(folder: Path, dtype: str) -> Path:
-    return folder / f"{dtype}.safetensors"
+    """Where a prepared model lives in its cache folder: one file per block order, so that
+    builds of both orders (`SPECBENCH_MARCH=x86-64-v3` beside the native build, or one cache
+    shared by machines with and without VNNI) each keep their own instead of preparing the
+    model again, over the other's file, at every switch."""
+    order = "-lanes" if native.lane_order() else ""
+    return folder / f"{dtype}{order}.safetensors"
 
 
 def save_prepared(model, path: Path) -> None:

@@ -18,6 +18,7 @@ import torch
 
 from conftest import tiny_model
 from specbench.models import defaults
+from specbench.models.prepared import prepared_path
 from specbench import models
 from specbench.speed import native
 from tiny_hf import EOS, char_tokenizer, char_vocab, merge_tokenizer, one_thread, save_tiny, write_tiny_gguf
@@ -462,7 +463,7 @@ def test_the_default_q4k_target_is_prepared_from_its_gguf_without_float32_weight
     tasks = []
     first = models.load_model(models.ModelSpec("default", "default"), role="target", dtype="q4k", progress=lambda t, d, n: tasks.append(t))
     entry = defaults.cached_dir(model)
-    assert sorted(p.name for p in entry.glob("*.safetensors")) == ["q4k.safetensors"] and not list(entry.glob("*.gguf"))
+    assert sorted(p.name for p in entry.glob("*.safetensors")) == [prepared_path(entry, "q4k").name] and not list(entry.glob("*.gguf"))
     assert any(t.startswith("preparing the q4k target") for t in tasks) and not any(t.startswith("dequantizing") for t in tasks)
     assert sum(isinstance(m, Q4KLinear) for m in first.model.modules()) == 2 * 7 + 1 - len(Q4_K_M_LIKE)
     assert sum(isinstance(m, Q6KLinear) for m in first.model.modules()) == len(Q4_K_M_LIKE)
@@ -486,7 +487,7 @@ def test_the_default_q4k_drafter_is_prepared_once_and_mapped_after(tmp_path, mon
     tasks = []
     first = models.load_model(models.ModelSpec("default", "default"), role="drafter", dtype="q4k", progress=lambda t, d, n: tasks.append(t))
     entry = defaults.cached_dir(model)
-    assert sorted(p.name for p in entry.glob("*.safetensors")) == ["q4k.safetensors"] and not list(entry.glob("*.gguf"))
+    assert sorted(p.name for p in entry.glob("*.safetensors")) == [prepared_path(entry, "q4k").name] and not list(entry.glob("*.gguf"))
     assert any(t.startswith("preparing the q4k drafter") for t in tasks)
     layers = [m for m in first.model.modules() if isinstance(m, Q4KLinear)]
     assert len(layers) == 2 * 7 and {m.in_features for m in layers} == {32, 64}  # widths short of 256 columns
@@ -553,7 +554,7 @@ def test_the_prepared_file_is_looked_for_again_once_the_lock_is_held(tmp_path, m
     found = iter([None, "the other run's model"])  # before the lock: no file; inside it: the other's
     monkeypatch.setattr(loading, "load_prepared", lambda folder, path: next(found))
     monkeypatch.setattr(loading, "_prepare_default", lambda *args: pytest.fail("prepared a second time"))
-    model = loading.load_prepared(str(tmp_path), tmp_path / "q4k.safetensors") or loading._prepare_default_once(str(tmp_path), "target", "Tiny", lambda *a: None)
+    model = loading.load_prepared(str(tmp_path), prepared_path(tmp_path, "q4k")) or loading._prepare_default_once(str(tmp_path), "target", "Tiny", lambda *a: None)
     assert model == "the other run's model"
 
 

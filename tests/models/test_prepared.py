@@ -61,3 +61,13 @@ def test_a_prepared_file_with_q4k_nibbles_in_another_order_is_not_used(tmp_path,
     assert load_prepared(str(folder), path) is not None
     monkeypatch.setattr(native, "lane_order", lambda: not native.q4k_kernel().specbench_lane_order())
     assert load_prepared(str(folder), path) is None
+
+
+def test_each_block_order_keeps_its_own_prepared_file(tmp_path, monkeypatch):
+    """Switching between builds of both orders maps each build's own file, never the other's."""
+    monkeypatch.setattr(native, "lane_order", lambda: False)
+    file_order = prepared_path(tmp_path, "q4k")
+    monkeypatch.setattr(native, "lane_order", lambda: True)
+    lanes = prepared_path(tmp_path, "q4k")
+    assert (file_order.name, lanes.name) == ("q4k.safetensors", "q4k-lanes.safetensors")
+

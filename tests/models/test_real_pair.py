@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from specbench.models import defaults
+from specbench.models.prepared import prepared_path
 from specbench import models
 from specbench.core.generate import GenerationConfig
 from specbench.policies import make_policy
@@ -118,7 +119,7 @@ def test_the_default_drafter_is_q4k_where_the_kernels_build(pair):
     layers = [m for m in drafter.modules() if isinstance(m, Q4KLinear)]
     assert len(layers) == 24 * 7 and {m.in_features for m in layers} == {896, 4864}
     assert isinstance(drafter.lm_head, Int8Linear)
-    assert (defaults.cached_dir(defaults.DRAFTER) / "q4k.safetensors").is_file()
+    assert prepared_path(defaults.cached_dir(defaults.DRAFTER), "q4k").is_file()
 
 
 def test_greedy_parity_with_an_int8_target(pair):

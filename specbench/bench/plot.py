@@ -113,15 +113,36 @@ def gamma_span(runs: pd.DataFrame) -> list[int]:
     return list(range(int(gammas.min()), int(gammas.max()) + 1)) if len(gammas) else []
 
 
-def category_bars(runs: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+def category_bars(runs: pd.DataFrame, table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """The category pivot's rows for each method/drafter/policy at its best gamma (the summary
-    table is best first), at most MAX_CATEGORY_SERIES: geometric-mean speedup per category."""
+    table is best first), at most MAX_CATEGORY_SERIES: geometric-mean speedup per category;
+    and a title line saying so when there were more (category_series' words)."""
     speculative = table[(table["method"] != BASELINE_METHOD) & table["speedup"].notna()]
-    best = speculative.drop_duplicates("label").head(MAX_CATEGORY_SERIES)
-    return speedup_by_category(runs).reindex(labels(best, with_gamma=True))
+    every = speculative.drop_duplicates("label")
+    best = every.head(MAX_CATEGORY_SERIES)
+    return speedup_by_category(runs).reindex(labels(best, with_gamma=True)), _left_out(len(best), len(every))
+
+
+def _left_out(shown: int, every: int) -> str:
+    return f"\n(the {shown} fastest of {every} configurations)" if every > shown else ""
 
 
 # ---------------------------------------------------------------------------- drawing
+
+
+FOOTER_CHARS = 130  # of the 7.5-point subtitle, what an 8.5-inch figure holds on one line
+
+
+def footer_lines(subtitle: str, width: int = FOOTER_CHARS) -> list[str]:
+    """The subtitle's " · "-separated parts on as few lines as fit `width` characters each
+    (a long one ran off the figure's left edge)."""
+    lines: list[str] = []
+    for part in subtitle.split(" · "):
+        if lines and len(lines[-1]) + 3 + len(part) <= width:
+            lines[-1] += " · " + part
+        else:
+            lines.append(part)
+    return lines
 
 
 def _figure(title: str, subtitle: str, xlabel: str, ylabel: str):
@@ -129,7 +150,7 @@ def _figure(title: str, subtitle: str, xlabel: str, ylabel: str):
     ax = fig.add_subplot()
     ax.set_title(title, fontsize=13, loc="left")
     if subtitle:
-        fig.text(0.99, 0.01, subtitle, ha="right", va="bottom", fontsize=7.5, color="0.4")
+        fig.text(0.99, 0.01, "\n".join(footer_lines(subtitle)), ha="right", va="bottom", fontsize=7.5, color="0.4", gid="footer")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
@@ -162,7 +183,8 @@ def _finish(fig, ax, path: Path, beside: bool = False) -> Path:
         ax.legend(fontsize=8, loc="best", framealpha=0.85)
     else:
         ax.text(0.5, 0.5, "nothing to show in these results", ha="center", va="center", transform=ax.transAxes, color="0.4")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    footer = max((t.get_text().count("\n") + 1 for t in fig.texts if t.get_gid() == "footer"), default=1)
+    fig.tight_layout(rect=(0, 0.03 * footer, 1, 1))
     fig.savefig(path)
     return path
 
@@ -238,9 +260,9 @@ def chart_predicted_speedup(table, runs, meta, path: Path, subtitle: str) -> Pat
 
 
 def chart_category_speedup(table, runs, meta, path: Path, subtitle: str) -> Path:
-    bars = category_bars(runs, table)
+    bars, note = category_bars(runs, table)
     categories = list(bars.columns)
-    fig, ax = _figure("Speedup by prompt category (each configuration at its best gamma)", subtitle, "prompt category", "speedup (geometric mean over prompts)")
+    fig, ax = _figure(f"Speedup by prompt category (each configuration at its best gamma){note}", subtitle, "prompt category", "speedup (geometric mean over prompts)")
     width = 0.8 / max(1, len(bars))
     for i, (label, values) in enumerate(bars.iterrows()):
         xs = [j + (i - (len(bars) - 1) / 2) * width for j in range(len(categories))]
@@ -396,15 +418,26 @@ def chart_speedup_vs_gamma(table, path: Path, subtitle: str) -> Path:
     return chart_gamma_metric(table, "speedup", "speedup_lo", "speedup_hi", "Speedup over plain decoding vs gamma", "speedup (geometric mean over prompts)", path, subtitle, references=True)
 
 
+HF_DASHES = ("--", "-.", (0, (6, 2, 1, 2, 1, 2)), (0, (1, 1.5)))  # one per HF line, so that two stay apart
+HF_SETTINGS = {"hf-defaults": "its defaults", "hf-defaults-stock-kernels": "its defaults, PyTorch's kernels"}
+
+
 def _reference_lines(ax, table) -> None:
     ax.axhline(1.0, color="0.3", linewidth=1, label="plain decoding")
     hf = table[table["method"].str.startswith("hf-") & (table["source"] == MEASURED) & table["gamma"].isna() & table["speedup"].notna()]
-    for _, row in hf.iterrows():
-        drafter = "" if row["drafter"] == "model" else f" {row['drafter']}"
-        ax.axhline(row["speedup"], color="0.45", linestyle="--", linewidth=1.2, label=f"{row['method']}{drafter}, {row['policy']} ({row['speedup']:.2f}×)")
+    for i, (_, row) in enumerate(hf.iterrows()):
+        label = hf_line_label(row["method"], row["drafter"], row["policy"])
+        ax.axhline(row["speedup"], color="0.4", linestyle=HF_DASHES[i % len(HF_DASHES)], linewidth=1.2, label=f"{label} ({row['speedup']:.2f}×)")
     oracle = table[(table["policy"] == ORACLE_POLICY) & (table["source"] == PREDICTED) & table["speedup"].notna()]
     for i, (_, row) in enumerate(oracle.iterrows()):
         ax.axhline(row["speedup"], color=f"C{(i + 5) % 10}", linestyle=":", linewidth=1.4, label=f"oracle, {row['drafter']} drafter ({row['speedup']:.2f}×)")
+
+
+def hf_line_label(method: str, drafter: str, policy: str) -> str:
+    """An HF run's line in the legend: its method, the drafter where the method does not
+    already name it (model@NAME of several drafter models), and its settings in words."""
+    named = drafter == "model" or method.endswith(drafter)
+    return f"{method}{'' if named else ' ' + drafter}, {HF_SETTINGS.get(policy, policy)}"
 
 
 def position_rows(positions: pd.DataFrame) -> pd.DataFrame:
@@ -469,7 +502,7 @@ def category_series(table: pd.DataFrame) -> tuple[list[tuple[tuple[str, str], in
     first, at most MAX_CATEGORY_SERIES of them, and a title line saying so when there were more."""
     every = list(best_gammas(table).items())  # fastest first
     best = every[:MAX_CATEGORY_SERIES]
-    return best, (f"\n(the {len(best)} fastest of {len(every)} configurations)" if len(every) > len(best) else "")
+    return best, _left_out(len(best), len(every))
 
 
 def chart_category_predicted(table, runs, path: Path, subtitle: str) -> Path:

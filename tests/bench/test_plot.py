@@ -274,6 +274,9 @@ def test_category_chart_keeps_the_fastest_configurations_and_says_so(tmp_path, m
     assert plot.category_series(table) == ([(("model", "fixed"), 2), (("ngram", "fixed"), 2)], "")
     monkeypatch.setattr(plot, "MAX_CATEGORY_SERIES", 1)
     assert plot.category_series(table) == ([(("model", "fixed"), 2)], "\n(the 1 fastest of 2 configurations)")
+    measured = summary_frame(load_runs(tmp_path).query("source == 'measured'"))  # the measured chart's bars: the same cap, the same words
+    bars, note = plot.category_bars(load_runs(tmp_path).query("source == 'measured'"), measured)
+    assert len(bars) == 1 and note == "\n(the 1 fastest of 3 configurations)"  # model, ngram and HF's defaults
 
 
 def test_prediction_charts_without_positions(tmp_path):
@@ -317,3 +320,21 @@ def test_position_rows_pick_each_drafters_fixed_policy_at_its_largest_gamma():
     chosen = position_rows(positions)
     assert sorted(map(tuple, chosen[["drafter", "policy", "gamma"]].to_numpy().tolist())) == [("lookup", "oracle", 12.0), ("model", "fixed", 4.0), ("ngram", "cost", 3.0)]
     assert position_rows(positions.iloc[0:0]).empty
+
+
+def test_hf_lines_say_what_ran_once_and_in_words():
+    from specbench.bench.plot import hf_line_label
+
+    assert hf_line_label("hf-assisted", "model", "hf-defaults") == "hf-assisted, its defaults"
+    assert hf_line_label("hf-prompt-lookup", "prompt-lookup", "hf-defaults") == "hf-prompt-lookup, its defaults"
+    assert hf_line_label("hf-assisted", "model@small", "hf-defaults-stock-kernels") == "hf-assisted model@small, its defaults, PyTorch's kernels"
+
+
+def test_a_long_subtitle_breaks_between_its_parts():
+    from specbench.bench.plot import footer_lines
+
+    parts = ["target Qwen2.5-Coder-1.5B-Instruct", "drafter Qwen2.5-Coder-0.5B-Instruct", "temperature 0.7", "8 prompts", "c = 0.344 (median of 80 measurements, 0.323 to 0.373)"]
+    lines = footer_lines(" · ".join(parts), width=80)
+    assert lines == [" · ".join(parts[:2]), " · ".join(parts[2:4]), parts[4]]
+    assert footer_lines("short · enough") == ["short · enough"]
+

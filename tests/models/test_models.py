@@ -7,9 +7,11 @@ in about a second. No test here touches the real 1.5 GB of weights (see test_rea
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import json
+import threading
 import tomllib
 from pathlib import Path
 
@@ -519,36 +521,49 @@ def test_an_encoder_is_refused_in_one_line_and_an_encoder_decoder_s_decoder_is_n
     assert loaded.model.config.is_decoder
 
 
+@contextlib.contextmanager
+def _another_run_holds_the_lock(folder: Path, done: list | None = None):
+    """A thread holding `folder`'s preparing lock (as another run would) until the yielded
+    event is set; it appends "first done" to `done` as it lets go."""
+    holding, release = threading.Event(), threading.Event()
+
+    def other_run() -> None:
+        with defaults.preparing(folder):
+            holding.set()
+            release.wait(30)
+            if done is not None:
+                done.append("first done")
+
+    thread = threading.Thread(target=other_run)
+    thread.start()
+    assert holding.wait(30)
+    try:
+        yield release
+    finally:
+        release.set()
+        thread.join()
+
+
 def test_one_run_at_a_time_prepares_a_default_model(tmp_path):
     """Two runs preparing one model raced (the first to finish deleted the GGUF the other was
     reading): a second run now waits for the first's lock, and is told that it waits."""
-    import threading
+    order, waited = [], []
+    with _another_run_holds_the_lock(tmp_path, done=order) as release:
 
-    holding, release, order, waited = threading.Event(), threading.Event(), [], []
+        def on_wait() -> None:
+            waited.append(True)
+            release.set()
 
-    def first() -> None:
-        with defaults.preparing(tmp_path):
-            holding.set()
-            release.wait(30)
-            order.append("first done")
-
-    def on_wait() -> None:
-        waited.append(True)
-        release.set()
-
-    thread = threading.Thread(target=first)
-    thread.start()
-    assert holding.wait(30)
-    with defaults.preparing(tmp_path, on_wait=on_wait):
-        order.append("second in")
-    thread.join()
+        with defaults.preparing(tmp_path, on_wait=on_wait):
+            order.append("second in")
     assert waited == [True] and order == ["first done", "second in"]
     with defaults.preparing(tmp_path, on_wait=lambda: pytest.fail("nobody holds the lock now")):
         pass
 
 
 def test_the_prepared_file_is_looked_for_again_once_the_lock_is_held(tmp_path, monkeypatch):
-    """A run that finds no file, then waits, maps the file the other run wrote meanwhile."""
+    """A run that found no file looks again once it holds the lock, and maps the file another
+    run wrote meanwhile instead of preparing it a second time."""
     from specbench.models import loading
 
     found = iter([None, "the other run's model"])  # before the lock: no file; inside it: the other's
@@ -560,28 +575,17 @@ def test_the_prepared_file_is_looked_for_again_once_the_lock_is_held(tmp_path, m
 
 def test_a_run_that_waits_for_the_lock_says_so_and_ends_that_line(tmp_path, monkeypatch):
     """The wait is one progress task, finished once the lock is ours."""
-    import threading
-
     from specbench.models import loading
 
     monkeypatch.setattr(loading, "load_prepared", lambda folder, path: "mapped")
-    holding, release, reports = threading.Event(), threading.Event(), []
+    reports = []
+    with _another_run_holds_the_lock(tmp_path) as release:
 
-    def other_run() -> None:
-        with defaults.preparing(tmp_path):
-            holding.set()
-            release.wait(30)
+        def progress(task: str, done: float, total) -> None:
+            reports.append((task, done, total))
+            release.set()  # the other run finishes once this one has said it waits
 
-    thread = threading.Thread(target=other_run)
-    thread.start()
-    assert holding.wait(30)
-
-    def progress(task: str, done: float, total) -> None:
-        reports.append((task, done, total))
-        release.set()  # the other run finishes once this one has said it waits
-
-    assert loading._prepare_default_once(str(tmp_path), "target", "Tiny", progress) == "mapped"
-    thread.join()
+        assert loading._prepare_default_once(str(tmp_path), "target", "Tiny", progress) == "mapped"
     assert reports == [("waiting for another specbench run to prepare the target Tiny", 0, None), ("waiting for another specbench run to prepare the target Tiny", 1, 1)]
 
 

@@ -318,6 +318,17 @@ def verify_costs(meta: dict) -> dict[int, float]:
         raise ResultsError("meta.json: 'verify_cost' should map k to t(k)/t(1)") from None
 
 
+def plain_step(meta: dict) -> float:
+    """The plain decoding step in target steps t(1), from meta.json's costs (Costs.plain_step;
+    1.0 for a sweep from before it was measured)."""
+    costs = meta.get("costs") or {}
+    try:
+        plain, step = float(costs.get("plain_step_seconds") or 0), float(costs.get("target_step_seconds") or 0)
+    except (AttributeError, TypeError, ValueError):
+        raise ResultsError("meta.json: 'costs' should hold plain_step_seconds and target_step_seconds as seconds") from None
+    return plain / step if plain > 0 and step > 0 else 1.0
+
+
 # ---------------------------------------------------------------------------- aggregation
 
 

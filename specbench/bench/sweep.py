@@ -232,7 +232,8 @@ def predicted_speedup(run: PlannedRun, m: Measurement, costs: Costs | None) -> f
     costs in units of the target's single step t(1): c = drafter step / t(1), paid by each
     drafter forward the round ran, a forward over n tokens as u(n) steps
     (stats.drafter_cost; a copy or a table's guess runs none), v(k) as measured, v(1) = 1
-    (a round without drafts is a plain step). A plain step is taken to cost t(1): every
+    (a round without drafts is a single step among the round's others). Plain decoding is
+    priced by the measured plain step (Costs.plain_step), not by the plain run: every
     number here is a median of interleaved timings (costs.py), where the plain run is one
     run whose speed wanders from run to run on a shared CPU as much as the speedups
     being predicted (the sweep reports that noise floor); pricing in the plain run's own
@@ -244,7 +245,7 @@ def predicted_speedup(run: PlannedRun, m: Measurement, costs: Costs | None) -> f
     verify = lambda k: 1.0 if k == 1 else verify_cost_at(costs.verify_cost, k)  # noqa: E731
     step_cost = lambda n: verify_cost_at(costs.drafter_cost, n) if costs.drafter_cost else 1.0  # noqa: E731
     rounds = [(len(step.draft_tokens), len(step.tokens), drafter_cost(step.drafter_feeds, step_cost)) for step in m.steps if step.round > 0]
-    return walltime_speedup(rounds, c, verify)
+    return walltime_speedup(rounds, c, verify, costs.plain_step())
 
 
 def make_row(run: PlannedRun, m: Measurement, baseline: Baseline | None, *, c: float | None, prompt_tokens: int, seed: int, costs: Costs | None = None) -> dict:
@@ -546,10 +547,11 @@ class SweepResult:
 
 
 def costs_summary(costs: Costs) -> str:
-    """One line: c, t(1) and v(2..) of a measurement or a pool."""
+    """One line: c, t(1), v(2..) and the plain step of a measurement or a pool."""
     c = f"c = {costs.c:.3f}, " if costs.c is not None else ""
     curve = " ".join(f"{v:.2f}" for k, v in sorted(costs.verify_cost.items()) if k > 1)
-    return f"{c}target step {costs.target_step_seconds * 1000:.1f} ms, v(2..{max(costs.verify_cost, default=1)}) {curve}"
+    plain = f", plain step {costs.plain_step():.2f}" if costs.plain_step_seconds else ""
+    return f"{c}target step {costs.target_step_seconds * 1000:.1f} ms, v(2..{max(costs.verify_cost, default=1)}) {curve}{plain}"
 
 
 def pricing_line(name: str | None, costs: Costs, count: int) -> str:

@@ -124,7 +124,7 @@ def predicted_speedup(alpha: float, gamma: int, c: float, verify_cost: float = 1
     return expected_tokens_per_round(alpha, gamma) / (gamma * c + verify_cost)
 
 
-def walltime_speedup(rounds: list[tuple[int, int, float]], c: float, verify_cost) -> float | None:
+def walltime_speedup(rounds: list[tuple[int, int, float]], c: float, verify_cost, plain_step: float = 1.0) -> float | None:
     """The speedup over plain decoding that a run's own rounds predict.
 
     rounds: (k drafted, tokens emitted, s drafter steps) per round after the first-target
@@ -132,7 +132,8 @@ def walltime_speedup(rounds: list[tuple[int, int, float]], c: float, verify_cost
     forward that catches up on several tokens costs more than one step), 0 for a
     model-free drafter or a copy. A round costs s * c + v(k + 1) target single steps
     (verify_cost(k) gives v(k)) and emits its accepted drafts plus one token (fewer when a
-    stop cuts it); plain decoding emits one per step. This is Leviathan et al.'s walltime
+    stop cuts it); plain decoding emits one per step, of plain_step single steps (a step
+    in a row of plain steps can run faster than the t(1) the rest is priced in). This is Leviathan et al.'s walltime
     factor evaluated on the rounds that happened rather than on its expectation under a
     fixed gamma and i.i.d. acceptance, so it applies to adaptive policies too. What it
     leaves out (the loop's own overhead, sampling, cache copies, forwards slower than
@@ -140,7 +141,7 @@ def walltime_speedup(rounds: list[tuple[int, int, float]], c: float, verify_cost
     None for a run with no rounds.
     """
     cost = sum(s * c + verify_cost(k + 1) for k, _, s in rounds)
-    return sum(emitted for _, emitted, _ in rounds) / cost if rounds and cost > 0 else None
+    return sum(emitted for _, emitted, _ in rounds) * plain_step / cost if rounds and cost > 0 else None
 
 
 def drafter_cost(feeds: list[int], step_cost) -> float:

@@ -7,6 +7,8 @@ drafter's catch-up curve u(n).
     u(n) = drafter forward time over n new tokens (the last row's logits) / over 1 token:
            a model drafter feeds 2 tokens after a fully accepted round (its last draft was
            never fed) and more after a copy or a skipped round
+    plain step = what plain decoding pays a token: a single-token step that follows steps
+           like it on a growing cache, not one interleaved with forwards over k tokens
 
 Measured with the models as loaded (dtypes, kernels, device), by medians of timed forwards;
 a drafter forward is its draft step (drafters/step.py), the one the model drafter runs.
@@ -25,7 +27,12 @@ four, so on one AVX2 CPU v(2..4) was about 1.2, v(5) 1.5 and v(6..9) 1.9 to 2.1,
 fitted line put v(4) at 1.4 and v(6) at 1.7 (docs/log.md, "The verify curve has steps").
 t(1) keeps its own point: one row often runs a different kernel than several; so does the
 drafter's t(2) (a half-precision drafter runs two rows on its half weight,
-kernels.HybridLinear).
+kernels.HybridLinear). The plain step is timed apart from t(1), as PLAIN_STEPS steps in a row
+of which the first is not counted: on PyTorch's own kernels a single-token forward that
+follows one over 9 tokens ran about 5% slower than one that follows another single-token
+step (SmolLM2-135M; the default pair's kernels showed no such difference), so a plain run
+priced at the interleaved t(1) made every speedup look about that much better than it
+measured (docs/log.md, "The plain step is not t(1)").
 A sweep measures them on each prompt's context (or once), records every measurement in
 meta.json and prices with their median over similar contexts (pooled); `generate` with the
 cost policy measures them once per model pair and settings and keeps them in the cache
@@ -51,7 +58,8 @@ from specbench.core.sampling import SamplingConfig, choose, greedy_tokens, logit
 from specbench.drafters import DraftStep, draft_step, uses_model
 
 MAX_VERIFY_K = 9  # v(k) is measured for k = 1..MAX_VERIFY_K
-METHOD = 6  # how costs are measured; part of the on-disk cache key (1: one k at a time, no fit; 2: no u(n); 3: draft steps through HF's decoder and bf16 head rows; 4: PyTorch's int8 kernel in the draft step; 5: forwards without the work on their logits)
+PLAIN_STEPS = 3  # plain decoding steps timed in a row per round; the first, after a longer forward, is not counted
+METHOD = 7  # how costs are measured; part of the on-disk cache key (1: one k at a time, no fit; 2: no u(n); 3: draft steps through HF's decoder and bf16 head rows; 4: PyTorch's int8 kernel in the draft step; 5: forwards without the work on their logits; 6: no plain step)
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,14 @@ class Costs:
     context_tokens: int  # cache length the forwards ran over
     verify_measured: dict[int, float] | None = None  # the medians the fit was made from, / t(1)
     drafter_cost: dict[int, float] | None = None  # n -> u(n), the drafter's (fitted for n >= 3)
+    plain_step_seconds: float | None = None  # a plain decoding step (ForwardTimer.plain_steps); None: not measured
+
+    def plain_step(self) -> float:
+        """What plain decoding pays a token, in target steps t(1) (1.0 where it was not measured:
+        costs from before it was, as an older meta.json holds)."""
+        if not self.plain_step_seconds or not self.target_step_seconds:
+            return 1.0
+        return self.plain_step_seconds / self.target_step_seconds
 
     def as_meta(self) -> dict:
         meta = asdict(self)
@@ -82,6 +98,7 @@ class Costs:
             context_tokens=raw.get("context_tokens", 0),
             verify_measured=_curve(raw.get("verify_measured")),
             drafter_cost=_curve(raw.get("drafter_cost")),
+            plain_step_seconds=raw.get("plain_step_seconds"),
         )
 
 
@@ -130,6 +147,23 @@ class ForwardTimer:
         crop_cache(self.cache, len(self.context))
         return elapsed
 
+    def plain_steps(self, n: int) -> list[float]:
+        """n plain decoding steps in a row, each timed as plain_generate runs it (a forward
+        over the token the step before chose, on the cache it grew, then choose); the cache
+        is cropped back after the last. The target's only."""
+        if self.step is not None:
+            raise ValueError("plain steps are the target's")
+        token, times = self.context[-1], []
+        for _ in range(n):
+            start = time.perf_counter()
+            new = torch.tensor([[token]], device=self.device)
+            logits = self.model(input_ids=new, **cache_arg(self.model, self.cache), use_cache=True, logits_to_keep=1).logits[0, -1]
+            token, _ = choose(logits, self.sampling, self.generator)
+            sync(self.device)
+            times.append(time.perf_counter() - start)
+        crop_cache(self.cache, len(self.context))
+        return times
+
 
 def fit_verify_curve(seconds: dict[int, float], exact: int = 1) -> dict[int, float]:
     """v(k) = t(k) / t(1): t(k <= exact) as measured, t(k > exact) the isotonic (least-squares
@@ -172,14 +206,16 @@ def timing_context(prompt_ids: list[int], max_new_tokens: int, limit: int) -> li
 def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k: int = MAX_VERIFY_K, draft_vocab: int = 0, sampling: SamplingConfig | None = None) -> Costs:
     """c from single-token forwards of both models (the drafter's over draft_vocab ids when
     > 0, as the model drafter runs it); v(k) for k = 1..max_k from the target; u(n) for
-    n = 1..max_k from the drafter (last row's logits only, as a catch-up runs). Each with
-    the work on its logits under `sampling` (ForwardTimer; default greedy).
+    n = 1..max_k from the drafter (last row's logits only, as a catch-up runs); the plain
+    step from PLAIN_STEPS target steps in a row. Each with the work on its logits under
+    `sampling` (ForwardTimer; default greedy).
 
     repeats + 1 interleaved rounds; the first is a warm-up and is not counted."""
     target_timer = ForwardTimer(target, context, sampling=sampling)
     drafter_timer = ForwardTimer(drafter_model, context, draft_step(drafter_model, draft_vocab), sampling) if drafter_model is not None else None
     target_times: dict[int, list[float]] = {k: [] for k in range(1, max_k + 1)}
     drafter_times: dict[int, list[float]] = {n: [] for n in range(1, max_k + 1)} if drafter_timer else {}
+    plain_times: list[float] = []
     for round_ in range(repeats + 1):
         for k in range(1, max_k + 1):
             elapsed = target_timer.seconds(k)
@@ -189,6 +225,9 @@ def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k
                 elapsed = drafter_timer.seconds(k)
                 if round_:
                     drafter_times[k].append(elapsed)
+        steps = target_timer.plain_steps(PLAIN_STEPS)
+        if round_:
+            plain_times.extend(steps[1:])
     medians = {k: statistics.median(times) for k, times in target_times.items()}
     t1 = medians[1]
     drafter_medians = {n: statistics.median(times) for n, times in drafter_times.items()}
@@ -201,6 +240,7 @@ def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k
         context_tokens=len(context),
         verify_measured={k: t / t1 if t1 > 0 else 0.0 for k, t in medians.items()},
         drafter_cost=fit_verify_curve(drafter_medians, exact=2) if drafter_step else None,
+        plain_step_seconds=statistics.median(plain_times) if plain_times else None,
     )
 
 
@@ -218,7 +258,8 @@ def pooled(blocks: list[Costs], context_tokens: int) -> Costs:
     blocks drops such an outlier; the span keeps prompts of very different lengths apart,
     where attention makes the costs differ for real. c is the median of the blocks' c (each
     a ratio of interleaved timings, so drift cancels within a block), and the drafter step
-    is c times the median target step, so that c = drafter step / target step still holds.
+    is c times the median target step, so that c = drafter step / target step still holds;
+    the plain step likewise, from the blocks' plain step / t(1).
     The median of non-decreasing curves is non-decreasing, so the pooled v(k) and u(n) keep
     the fit's shape."""
     if not blocks:
@@ -238,6 +279,7 @@ def pooled(blocks: list[Costs], context_tokens: int) -> Costs:
         return {k: statistics.median(c[k] for c in curves) for k in keys} or None
 
     c, step = median([b.c for b in near]), median([b.target_step_seconds for b in near])
+    plain = median([b.plain_step() if b.plain_step_seconds else None for b in near])
     return Costs(
         c=c,
         target_step_seconds=step,
@@ -246,6 +288,7 @@ def pooled(blocks: list[Costs], context_tokens: int) -> Costs:
         context_tokens=context_tokens,
         verify_measured=curve("verify_measured"),
         drafter_cost=curve("drafter_cost"),
+        plain_step_seconds=plain * step if plain is not None else None,
     )
 
 

@@ -17,7 +17,9 @@ def test_measure_costs_on_tiny_models():
     assert costs.c is not None and costs.c > 0 and costs.target_step_seconds > 0
     assert sorted(costs.drafter_cost) == [1, 2, 3, 4] and costs.drafter_cost[1] == 1.0  # u(n)
     assert costs.drafter_cost[3] <= costs.drafter_cost[4]  # never falls past u(2)
+    assert costs.plain_step_seconds > 0 and costs.plain_step() == costs.plain_step_seconds / costs.target_step_seconds
     assert Costs.from_meta(costs.as_meta()) == costs
+    assert replace(costs, plain_step_seconds=None).plain_step() == 1.0  # costs from before it was measured
     alone = measure_costs(target, None, [1, 2, 3], repeats=1, max_k=2)
     assert alone.c is None and alone.drafter_cost is None
 
@@ -99,6 +101,39 @@ def test_model_free_drafters_pay_no_drafter_cost():
     assert for_drafter(costs, "ngram").c == 0.0 and for_drafter(costs, "prompt-lookup").verify_cost == costs.verify_cost
 
 
+def test_plain_steps_run_in_a_row_as_plain_decoding_does():
+    """Each step feeds the token the step before chose, on the cache the step before grew
+    (as plain_generate does), and the cache is back at the context afterwards; the sweep's
+    plain step counts all but the first of PLAIN_STEPS such steps (one per timed round)."""
+    from specbench.core.cache import cache_length
+    from specbench.core.generate import GenerationConfig, plain_generate
+    from specbench.speed import costs as costs_module
+
+    target = tiny_model(0, layers=2, hidden=32)
+    context = list(range(1, 12))
+    fed = []
+    forward = target.forward
+    target.forward = lambda *a, **kw: fed.append(kw["input_ids"][0].tolist()) or forward(*a, **kw)
+    timer = costs_module.ForwardTimer(target, context)
+    fed.clear()
+    times = timer.plain_steps(4)
+    steps_fed = list(fed)
+    assert len(times) == 4 and all(t > 0 for t in times)
+    plain = plain_generate(target, context + context[-1:], GenerationConfig(max_new_tokens=3, eos_token_ids=()))
+    assert steps_fed == [[context[-1]]] + [[t] for t in plain.token_ids]  # each step feeds what the one before chose
+    assert cache_length(timer.cache) == len(context)
+    with pytest.raises(ValueError):
+        costs_module.ForwardTimer(target, context, costs_module.draft_step(target, 0)).plain_steps(2)
+    calls = []
+    monkey = costs_module.ForwardTimer.plain_steps
+    costs_module.ForwardTimer.plain_steps = lambda self, n: calls.append(n) or monkey(self, n)
+    try:
+        measure_costs(target, None, context, repeats=2, max_k=2)
+    finally:
+        costs_module.ForwardTimer.plain_steps = monkey
+    assert calls == [costs_module.PLAIN_STEPS] * 3  # the warm-up round too, uncounted
+
+
 def _block(c, step, v5, context=150):
     return Costs(c=c, target_step_seconds=step, drafter_step_seconds=c * step, verify_cost={1: 1.0, 2: 1.2, 5: v5}, context_tokens=context, verify_measured={1: 1.0, 2: 1.3, 5: v5}, drafter_cost={1: 1.0, 2: 1.5})
 
@@ -117,6 +152,10 @@ def test_pooled_costs_are_each_costs_median_over_similar_contexts():
     assert pooled(blocks, 800) == blocks[-1]  # alone within twice its context
     assert pooled(blocks, 5000) == blocks[-1]  # none that near: the nearest
     assert pooled(blocks[:1], 150) == blocks[0]
+    assert got.plain_step_seconds is None and got.plain_step() == 1.0  # none of them measured it
+    plains = [replace(b, plain_step_seconds=b.target_step_seconds * r) for b, r in zip(blocks, (0.95, 0.9, 0.96, 1.2, 1.0))]
+    assert pooled(plains, 150).plain_step() == pytest.approx(0.955)  # the median ratio, like c
+    assert pooled(plains[:2] + blocks[2:], 150).plain_step() == pytest.approx(0.925)  # of the blocks that measured it
     no_drafter = [replace(b, c=None, drafter_step_seconds=None, drafter_cost=None) for b in blocks[:3]]
     alone = pooled(no_drafter, 150)
     assert alone.c is None and alone.drafter_step_seconds is None and alone.drafter_cost is None

@@ -27,12 +27,13 @@ four, so on one AVX2 CPU v(2..4) was about 1.2, v(5) 1.5 and v(6..9) 1.9 to 2.1,
 fitted line put v(4) at 1.4 and v(6) at 1.7 (docs/log.md, "The verify curve has steps").
 t(1) keeps its own point: one row often runs a different kernel than several; so does the
 drafter's t(2) (a half-precision drafter runs two rows on its half weight,
-kernels.HybridLinear). The plain step is timed apart from t(1), as PLAIN_STEPS steps in a row
-of which the first is not counted: on PyTorch's own kernels a single-token forward that
-follows one over 9 tokens ran about 5% slower than one that follows another single-token
-step (SmolLM2-135M; the default pair's kernels showed no such difference), so a plain run
-priced at the interleaved t(1) made every speedup look about that much better than it
-measured (docs/log.md, "The plain step is not t(1)").
+kernels.HybridLinear). The plain step is timed apart from t(1), after the interleaved rounds,
+as PLAIN_STEPS steps in a row of which the second half counts: on PyTorch's own kernels
+single-token steps that follow forwards over 2..9 tokens ran about 7% slower than in a
+long run of single-token steps, and took some 8 steps to settle (SmolLM2-135M; the default
+pair's kernels showed no such difference). A speculative round lives in the first state and
+plain decoding in the second, so a plain run priced at the interleaved t(1) made every
+speedup look that much better than it measured (docs/log.md, "The plain step is not t(1)").
 A sweep measures them on each prompt's context (or once), records every measurement in
 meta.json and prices with their median over similar contexts (pooled); `generate` with the
 cost policy measures them once per model pair and settings and keeps them in the cache
@@ -58,7 +59,7 @@ from specbench.core.sampling import SamplingConfig, choose, greedy_tokens, logit
 from specbench.drafters import DraftStep, draft_step, uses_model
 
 MAX_VERIFY_K = 9  # v(k) is measured for k = 1..MAX_VERIFY_K
-PLAIN_STEPS = 3  # plain decoding steps timed in a row per round; the first, after a longer forward, is not counted
+PLAIN_STEPS = 16  # plain decoding steps timed in a row once the rounds are done; the median of the second half counts
 METHOD = 7  # how costs are measured; part of the on-disk cache key (1: one k at a time, no fit; 2: no u(n); 3: draft steps through HF's decoder and bf16 head rows; 4: PyTorch's int8 kernel in the draft step; 5: forwards without the work on their logits; 6: no plain step)
 
 
@@ -198,7 +199,7 @@ def isotonic(values: list[float]) -> list[float]:
 
 def timing_context(prompt_ids: list[int], max_new_tokens: int, limit: int) -> list[int]:
     """A realistic cache for timing: the prompt, grown to where decoding spends its middle."""
-    length = max(1, min(len(prompt_ids) + max_new_tokens // 2, limit - MAX_VERIFY_K - 1))
+    length = max(1, min(len(prompt_ids) + max_new_tokens // 2, limit - max(MAX_VERIFY_K, PLAIN_STEPS) - 1))
     return (prompt_ids * (length // len(prompt_ids) + 1))[:length]
 
 
@@ -207,15 +208,14 @@ def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k
     """c from single-token forwards of both models (the drafter's over draft_vocab ids when
     > 0, as the model drafter runs it); v(k) for k = 1..max_k from the target; u(n) for
     n = 1..max_k from the drafter (last row's logits only, as a catch-up runs); the plain
-    step from PLAIN_STEPS target steps in a row. Each with the work on its logits under
-    `sampling` (ForwardTimer; default greedy).
+    step from PLAIN_STEPS target steps in a row, after those. Each with the work on its
+    logits under `sampling` (ForwardTimer; default greedy).
 
     repeats + 1 interleaved rounds; the first is a warm-up and is not counted."""
     target_timer = ForwardTimer(target, context, sampling=sampling)
     drafter_timer = ForwardTimer(drafter_model, context, draft_step(drafter_model, draft_vocab), sampling) if drafter_model is not None else None
     target_times: dict[int, list[float]] = {k: [] for k in range(1, max_k + 1)}
     drafter_times: dict[int, list[float]] = {n: [] for n in range(1, max_k + 1)} if drafter_timer else {}
-    plain_times: list[float] = []
     for round_ in range(repeats + 1):
         for k in range(1, max_k + 1):
             elapsed = target_timer.seconds(k)
@@ -225,9 +225,7 @@ def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k
                 elapsed = drafter_timer.seconds(k)
                 if round_:
                     drafter_times[k].append(elapsed)
-        steps = target_timer.plain_steps(PLAIN_STEPS)
-        if round_:
-            plain_times.extend(steps[1:])
+    plain_times = target_timer.plain_steps(PLAIN_STEPS)[PLAIN_STEPS // 2 :]
     medians = {k: statistics.median(times) for k, times in target_times.items()}
     t1 = medians[1]
     drafter_medians = {n: statistics.median(times) for n, times in drafter_times.items()}
@@ -240,7 +238,7 @@ def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k
         context_tokens=len(context),
         verify_measured={k: t / t1 if t1 > 0 else 0.0 for k, t in medians.items()},
         drafter_cost=fit_verify_curve(drafter_medians, exact=2) if drafter_step else None,
-        plain_step_seconds=statistics.median(plain_times) if plain_times else None,
+        plain_step_seconds=statistics.median(plain_times),
     )
 
 

@@ -39,7 +39,7 @@ from specbench.bench.results import (
     read_meta,
     speedup_by_category,
     summary_frame,
-    plain_step,
+    plain_and_loop,
     verify_costs,
 )
 from specbench.core.stats import expected_tokens_per_round, predicted_speedup, verify_cost_at
@@ -242,7 +242,7 @@ def chart_accepted_length(table, runs, meta, path: Path, subtitle: str) -> Path:
 
 
 def chart_predicted_speedup(table, runs, meta, path: Path, subtitle: str) -> Path:
-    costs, plain = verify_costs(meta), plain_step(meta)
+    costs, (plain, loop) = verify_costs(meta), plain_and_loop(meta)
     note = "v(γ+1) measured" if costs else "v = 1 (not measured)"
     fig, ax = _figure("Predicted vs measured speedup (model drafter, fixed gamma)", subtitle, GAMMA_AXIS, "speedup over plain decoding")
     measured = curves(table, "speedup")
@@ -253,7 +253,7 @@ def chart_predicted_speedup(table, runs, meta, path: Path, subtitle: str) -> Pat
             continue
         xs, ys = zip(*measured[label])
         color = ax.plot(xs, ys, marker="o", label=f"{label} (measured)")[0].get_color()
-        predicted = [plain * predicted_speedup(alpha, g, c, verify_cost_at(costs, g + 1) or 1.0) for g in gammas]
+        predicted = [plain * predicted_speedup(alpha, g, c, (verify_cost_at(costs, g + 1) or 1.0) + loop) for g in gammas]
         ax.plot(gammas, predicted, linestyle="--", marker="x", color=color, label=f"{label} (predicted: a={alpha:.2f}, c={c:.2f}, {note})")
     ax.axhline(1.0, color="black", linestyle=":", linewidth=1, label="plain decoding (1.0)")
     _gamma_axis(ax, gamma_span(runs))
@@ -286,7 +286,7 @@ def model_points(runs: pd.DataFrame) -> dict[str, list[tuple[float, float]]]:
 def chart_model_vs_measured(table, runs, meta, path: Path, subtitle: str) -> Path:
     """Each run's measured speedup against the walltime model of its own rounds
     (sweep.predicted_speedup: the sweep's c and v(k) in target steps t(1)); the band is +-10%."""
-    fig, ax = _figure("Measured speedup vs the walltime model, per run", subtitle, "modelled: tokens x plain step / sum over rounds of (k c + v(k+1)), in target steps t(1)", "measured speedup over plain decoding")
+    fig, ax = _figure("Measured speedup vs the walltime model, per run", subtitle, "modelled: tokens x plain step / sum over rounds of (k c + v(k+1) + loop), in target steps t(1)", "measured speedup over plain decoding")
     points = model_points(runs)
     for label, pairs in points.items():
         xs, ys = zip(*pairs)

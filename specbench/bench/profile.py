@@ -122,13 +122,13 @@ def predict(path: RecordedPath, drafter: str, policy: str, gamma: int, gen: Gene
 def oracle_pays(costs) -> Callable[[int, int], bool] | None:
     """Whether k accepted drafts from `forwards` drafter forwards are worth drafting: their
     price in target steps, c per forward (a catch-up is owed whether this round drafts or
-    not) and v(k + 1) for the verify, below the k + 1 plain steps they replace
-    (Costs.plain_step each). None without measured costs (the oracle then keeps every
-    accepted draft)."""
+    not) and v(k + 1) for the verify, below the k + 1 rounds without drafts they replace
+    (v(1) = 1 each, and each round the loop's own work, Costs.loop). None without measured
+    costs (the oracle then keeps every accepted draft)."""
     if costs is None or not costs.verify_cost or costs.c is None:
         return None
-    plain = costs.plain_step()
-    return lambda k, forwards: costs.c * forwards + verify_cost_at(costs.verify_cost, k + 1) < (k + 1) * plain
+    loop = costs.loop()
+    return lambda k, forwards: costs.c * forwards + verify_cost_at(costs.verify_cost, k + 1) + loop < (k + 1) * (1 + loop)
 
 
 def _drafter(path: RecordedPath, name: str, gen: GenerationConfig, draft_vocab: int):

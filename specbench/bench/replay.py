@@ -32,10 +32,11 @@ Where greedy predictions can miss a real run (each is a near tie, or the path's 
     cuts; the replay accepts nothing past the path's end.
 
 The oracle (`OracleDrafter`) knows each round's run length: it drafts exactly the drafts
-that will be accepted, or none where those would cost more than the plain steps they
-replace (c per drafter forward plus v(k + 1) against k + 1 steps: a drafter slower than
-the target never pays). So it does as well as plain decoding and, where accepted drafts
-pay, as every policy over that drafter: the reference the summary measures them against.
+that will be accepted, or none where those would cost more than the rounds without drafts
+they replace (c per drafter forward plus v(k + 1) against k + 1 single steps, each round
+with the loop's own work: a drafter slower than the target never pays). So it does as well
+as any policy that drafts nothing and, where accepted drafts pay, as every policy over
+that drafter: the reference the summary measures them against.
 It pays a drafter forward per kept draft and none for the catch-up of a round that drafts
 nothing (a slight overestimate).
 

@@ -318,15 +318,18 @@ def verify_costs(meta: dict) -> dict[int, float]:
         raise ResultsError("meta.json: 'verify_cost' should map k to t(k)/t(1)") from None
 
 
-def plain_step(meta: dict) -> float:
-    """The plain decoding step in target steps t(1), from meta.json's costs (Costs.plain_step;
-    1.0 for a sweep from before it was measured)."""
+def plain_and_loop(meta: dict) -> tuple[float, float]:
+    """The plain decoding step and the loop's own work per round, in target steps t(1), from
+    meta.json's costs (Costs.plain_step and Costs.loop; 1.0 and 0.0 for a sweep from before
+    they were measured)."""
     costs = meta.get("costs") or {}
     try:
-        plain, step = float(costs.get("plain_step_seconds") or 0), float(costs.get("target_step_seconds") or 0)
+        plain, loop, step = (float(costs.get(name) or 0) for name in ("plain_step_seconds", "loop_seconds", "target_step_seconds"))
     except (AttributeError, TypeError, ValueError):
-        raise ResultsError("meta.json: 'costs' should hold plain_step_seconds and target_step_seconds as seconds") from None
-    return plain / step if plain > 0 and step > 0 else 1.0
+        raise ResultsError("meta.json: 'costs' should hold its times as seconds") from None
+    if step <= 0:
+        return 1.0, 0.0
+    return (plain / step if plain > 0 else 1.0), max(0.0, loop / step)
 
 
 # ---------------------------------------------------------------------------- aggregation

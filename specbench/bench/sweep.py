@@ -232,7 +232,8 @@ def predicted_speedup(run: PlannedRun, m: Measurement, costs: Costs | None) -> f
     costs in units of the target's single step t(1): c = drafter step / t(1), paid by each
     drafter forward the round ran, a forward over n tokens as u(n) steps
     (stats.drafter_cost; a copy or a table's guess runs none), v(k) as measured, v(1) = 1
-    (a round without drafts is a single step among the round's others). Plain decoding is
+    (a round without drafts is a single step among the round's others), and the loop's own
+    work per round (Costs.loop; 0 for costs from before it was measured). Plain decoding is
     priced by the measured plain step (Costs.plain_step), not by the plain run: every
     number here is a median of interleaved timings (costs.py), where the plain run is one
     run whose speed wanders from run to run on a shared CPU as much as the speedups
@@ -245,7 +246,7 @@ def predicted_speedup(run: PlannedRun, m: Measurement, costs: Costs | None) -> f
     verify = lambda k: 1.0 if k == 1 else verify_cost_at(costs.verify_cost, k)  # noqa: E731
     step_cost = lambda n: verify_cost_at(costs.drafter_cost, n) if costs.drafter_cost else 1.0  # noqa: E731
     rounds = [(len(step.draft_tokens), len(step.tokens), drafter_cost(step.drafter_feeds, step_cost)) for step in m.steps if step.round > 0]
-    return walltime_speedup(rounds, c, verify, costs.plain_step())
+    return walltime_speedup(rounds, c, verify, costs.plain_step(), costs.loop())
 
 
 def make_row(run: PlannedRun, m: Measurement, baseline: Baseline | None, *, c: float | None, prompt_tokens: int, seed: int, costs: Costs | None = None) -> dict:
@@ -494,7 +495,7 @@ class SweepRunner:
         vocab = self.config.draft_vocab if drafts_with_model(self.config) and name not in self.config.translated else 0
         context = timing_ids(context, self.target, drafter)  # a drafter with another tokenizer reads fewer ids
         sampling = generation_config(self.config, self.eos_ids).sampling  # the runs' own
-        return measure_costs(self.target, drafter, context, self.config.timing_repeats, draft_vocab=vocab, sampling=sampling)
+        return measure_costs(self.target, drafter, context, self.config.timing_repeats, draft_vocab=vocab, sampling=sampling, loop=True)
 
 
 def run_plan(
@@ -551,6 +552,7 @@ def costs_summary(costs: Costs) -> str:
     c = f"c = {costs.c:.3f}, " if costs.c is not None else ""
     curve = " ".join(f"{v:.2f}" for k, v in sorted(costs.verify_cost.items()) if k > 1)
     plain = f", plain step {costs.plain_step():.2f}" if costs.plain_step_seconds else ""
+    plain += f", loop {costs.loop():.3f} a round" if costs.loop_seconds is not None else ""
     return f"{c}target step {costs.target_step_seconds * 1000:.1f} ms, v(2..{max(costs.verify_cost, default=1)}) {curve}{plain}"
 
 

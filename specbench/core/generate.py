@@ -184,6 +184,7 @@ def speculative_generate(
         t0 = time.perf_counter()
         verdict, target_probs = _verify(target, seq[-1:], draft, cache, sampling, generator)
         n = verdict.n_accepted
+        pass_seconds = time.perf_counter() - t0  # the verdict is a Python int: the pass has finished on any device
 
         # 4. roll both caches back to the accepted prefix; tell the drafter and the policy
         crop_cache(cache, seq.shape[0] + n)
@@ -194,6 +195,7 @@ def speculative_generate(
 
         stats.add_round(k, n, draft.seconds, verify_seconds)
         record = _round_record(stats.rounds, len(output), gamma, draft, verdict, target_probs, sampling, verify_seconds, policy.info())
+        record.pass_seconds = pass_seconds
         reason = emit(record, record.draft_tokens[:n] + [verdict.next_token])
 
     stats.decode_seconds = time.perf_counter() - decode_start

@@ -31,7 +31,8 @@ class StepRecord:
     emitted_prob: float  # its probability under the distribution it came from
     tokens: list[int]  # tokens this round appended to the output, after any stop cut
     draft_seconds: float = 0.0
-    verify_seconds: float = 0.0
+    verify_seconds: float = 0.0  # the verify pass, then both caches cropped and the drafter and policy told
+    pass_seconds: float = 0.0  # the verify pass alone: the target's forward, the work on its logits, the test
     drafter_feeds: list[int] = field(default_factory=list)  # tokens fed per drafter forward (Draft.feeds)
     policy_info: dict = field(default_factory=dict)  # why the policy chose gamma
     stop_reason: str | None = None  # "eos", "stop_string", "max_new_tokens", "context"
@@ -124,23 +125,24 @@ def predicted_speedup(alpha: float, gamma: int, c: float, verify_cost: float = 1
     return expected_tokens_per_round(alpha, gamma) / (gamma * c + verify_cost)
 
 
-def walltime_speedup(rounds: list[tuple[int, int, float]], c: float, verify_cost, plain_step: float = 1.0) -> float | None:
+def walltime_speedup(rounds: list[tuple[int, int, float]], c: float, verify_cost, plain_step: float = 1.0, loop: float = 0.0) -> float | None:
     """The speedup over plain decoding that a run's own rounds predict.
 
     rounds: (k drafted, tokens emitted, s drafter steps) per round after the first-target
     pass; s counts the round's drafter forwards in single-token steps (drafter_cost: a
     forward that catches up on several tokens costs more than one step), 0 for a
-    model-free drafter or a copy. A round costs s * c + v(k + 1) target single steps
-    (verify_cost(k) gives v(k)) and emits its accepted drafts plus one token (fewer when a
-    stop cuts it); plain decoding emits one per step, of plain_step single steps (a step
-    in a row of plain steps can run faster than the t(1) the rest is priced in). This is Leviathan et al.'s walltime
+    model-free drafter or a copy. A round costs s * c + v(k + 1) + loop target single
+    steps (verify_cost(k) gives v(k); loop is the loop's own work in a round) and emits its
+    accepted drafts plus one token (fewer when a stop cuts it); plain decoding emits one per
+    step, of plain_step single steps (a step in a row of plain steps can run faster than the
+    t(1) the rest is priced in). This is Leviathan et al.'s walltime
     factor evaluated on the rounds that happened rather than on its expectation under a
     fixed gamma and i.i.d. acceptance, so it applies to adaptive policies too. What it
-    leaves out (the loop's own overhead, sampling, cache copies, forwards slower than
-    measured) is what a measured speedup below it points to.
+    leaves out (forwards slower than measured, the Python of each draft step) is what a
+    measured speedup below it points to.
     None for a run with no rounds.
     """
-    cost = sum(s * c + verify_cost(k + 1) for k, _, s in rounds)
+    cost = sum(s * c + verify_cost(k + 1) + loop for k, _, s in rounds)
     return sum(emitted for _, emitted, _ in rounds) * plain_step / cost if rounds and cost > 0 else None
 
 

@@ -9,6 +9,8 @@ drafter's catch-up curve u(n).
            never fed) and more after a copy or a skipped round
     plain step = what plain decoding pays a token: a single-token step that follows steps
            like it on a growing cache, not one interleaved with forwards over k tokens
+    loop = what a speculative round spends outside its forwards (cropping both caches,
+           telling the drafter and the policy, recording the round), per round
 
 Measured with the models as loaded (dtypes, kernels, device), by medians of timed forwards;
 a drafter forward is its draft step (drafters/step.py), the one the model drafter runs.
@@ -33,7 +35,11 @@ single-token steps that follow forwards over 2..9 tokens ran about 7% slower tha
 long run of single-token steps, and took some 8 steps to settle (SmolLM2-135M; the default
 pair's kernels showed no such difference). A speculative round lives in the first state and
 plain decoding in the second, so a plain run priced at the interleaved t(1) made every
-speedup look that much better than it measured (docs/log.md, "The plain step is not t(1)").
+speedup look that much better than it measured (docs/log.md, "The plain step is not t(1)"). The loop's work is timed on the real
+loop (core/generate.py) over a short run with the prompt-lookup drafter, which runs no
+forward: each round's time less its verify pass (StepRecord.pass_seconds). It is mostly
+Python, about 0.1-0.3 ms a round whatever the model: 0.5% of a round of the default pair,
+a fifth of one of a model whose step takes 1 ms.
 A sweep measures them on each prompt's context (or once), records every measurement in
 meta.json and prices with their median over similar contexts (pooled); `generate` with the
 cost policy measures them once per model pair and settings and keeps them in the cache
@@ -56,9 +62,12 @@ import torch
 from specbench.core.cache import cache_arg, crop_cache, new_cache
 from specbench.core.generate import model_device, sync
 from specbench.core.sampling import SamplingConfig, choose, greedy_tokens, logits_to_probs
-from specbench.drafters import DraftStep, draft_step, uses_model
+from specbench.core.generate import GenerationConfig, speculative_generate
+from specbench.drafters import DraftStep, draft_step, make_drafter, uses_model
+from specbench.policies import FixedGamma
 
 MAX_VERIFY_K = 9  # v(k) is measured for k = 1..MAX_VERIFY_K
+LOOP_TOKENS = 16  # tokens of the short run the loop's work per round is timed on
 PLAIN_STEPS = 16  # plain decoding steps timed in a row once the rounds are done; the median of the second half counts
 METHOD = 7  # how costs are measured; part of the on-disk cache key (1: one k at a time, no fit; 2: no u(n); 3: draft steps through HF's decoder and bf16 head rows; 4: PyTorch's int8 kernel in the draft step; 5: forwards without the work on their logits; 6: no plain step)
 
@@ -73,6 +82,7 @@ class Costs:
     verify_measured: dict[int, float] | None = None  # the medians the fit was made from, / t(1)
     drafter_cost: dict[int, float] | None = None  # n -> u(n), the drafter's (fitted for n >= 3)
     plain_step_seconds: float | None = None  # a plain decoding step (ForwardTimer.plain_steps); None: not measured
+    loop_seconds: float | None = None  # the loop's own work per speculative round (loop_seconds()); None: not measured
 
     def plain_step(self) -> float:
         """What plain decoding pays a token, in target steps t(1) (1.0 where it was not measured:
@@ -80,6 +90,13 @@ class Costs:
         if not self.plain_step_seconds or not self.target_step_seconds:
             return 1.0
         return self.plain_step_seconds / self.target_step_seconds
+
+    def loop(self) -> float:
+        """The loop's own work per speculative round, in target steps t(1) (0.0 where it was
+        not measured)."""
+        if not self.loop_seconds or not self.target_step_seconds:
+            return 0.0
+        return self.loop_seconds / self.target_step_seconds
 
     def as_meta(self) -> dict:
         meta = asdict(self)
@@ -100,6 +117,7 @@ class Costs:
             verify_measured=_curve(raw.get("verify_measured")),
             drafter_cost=_curve(raw.get("drafter_cost")),
             plain_step_seconds=raw.get("plain_step_seconds"),
+            loop_seconds=raw.get("loop_seconds"),
         )
 
 
@@ -204,12 +222,27 @@ def timing_context(prompt_ids: list[int], max_new_tokens: int, limit: int) -> li
 
 
 @torch.inference_mode()
-def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k: int = MAX_VERIFY_K, draft_vocab: int = 0, sampling: SamplingConfig | None = None) -> Costs:
+def loop_seconds(target, context: list[int], tokens: int = LOOP_TOKENS, sampling: SamplingConfig | None = None) -> float | None:
+    """The decoding loop's own work per speculative round: a run of `tokens` new tokens with
+    the prompt-lookup drafter at gamma 2 on the end of `context` (at most 32 tokens of it),
+    its decode time less every round's verify pass, over its rounds. None when no round
+    ran (a stop at the first token)."""
+    config = GenerationConfig(max_new_tokens=tokens, eos_token_ids=(), sampling=sampling or SamplingConfig())
+    result = speculative_generate(target, make_drafter("prompt-lookup"), context[-32:], config, FixedGamma(2))
+    rounds = [step for step in result.steps if step.round > 0]
+    if not rounds:
+        return None
+    return max(0.0, result.stats.decode_seconds - sum(step.pass_seconds for step in rounds)) / len(rounds)
+
+
+@torch.inference_mode()
+def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k: int = MAX_VERIFY_K, draft_vocab: int = 0, sampling: SamplingConfig | None = None, loop: bool = False) -> Costs:
     """c from single-token forwards of both models (the drafter's over draft_vocab ids when
     > 0, as the model drafter runs it); v(k) for k = 1..max_k from the target; u(n) for
     n = 1..max_k from the drafter (last row's logits only, as a catch-up runs); the plain
-    step from PLAIN_STEPS target steps in a row, after those. Each with the work on its
-    logits under `sampling` (ForwardTimer; default greedy).
+    step from PLAIN_STEPS target steps in a row, after those; with `loop`, the loop's own
+    work per round (loop_seconds; what predictions need, the cost policy does not). Each
+    with the work on its logits under `sampling` (ForwardTimer; default greedy).
 
     repeats + 1 interleaved rounds; the first is a warm-up and is not counted."""
     target_timer = ForwardTimer(target, context, sampling=sampling)
@@ -226,6 +259,7 @@ def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k
                 if round_:
                     drafter_times[k].append(elapsed)
     plain_times = target_timer.plain_steps(PLAIN_STEPS)[PLAIN_STEPS // 2 :]
+    loop_time = loop_seconds(target, context, sampling=sampling) if loop else None
     medians = {k: statistics.median(times) for k, times in target_times.items()}
     t1 = medians[1]
     drafter_medians = {n: statistics.median(times) for n, times in drafter_times.items()}
@@ -239,6 +273,7 @@ def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k
         verify_measured={k: t / t1 if t1 > 0 else 0.0 for k, t in medians.items()},
         drafter_cost=fit_verify_curve(drafter_medians, exact=2) if drafter_step else None,
         plain_step_seconds=statistics.median(plain_times),
+        loop_seconds=loop_time,
     )
 
 
@@ -257,7 +292,7 @@ def pooled(blocks: list[Costs], context_tokens: int) -> Costs:
     where attention makes the costs differ for real. c is the median of the blocks' c (each
     a ratio of interleaved timings, so drift cancels within a block), and the drafter step
     is c times the median target step, so that c = drafter step / target step still holds;
-    the plain step likewise, from the blocks' plain step / t(1).
+    the plain step and the loop's work likewise, from the blocks' ratios to t(1).
     The median of non-decreasing curves is non-decreasing, so the pooled v(k) and u(n) keep
     the fit's shape."""
     if not blocks:
@@ -278,6 +313,7 @@ def pooled(blocks: list[Costs], context_tokens: int) -> Costs:
 
     c, step = median([b.c for b in near]), median([b.target_step_seconds for b in near])
     plain = median([b.plain_step() if b.plain_step_seconds else None for b in near])
+    loop = median([b.loop() if b.loop_seconds is not None else None for b in near])
     return Costs(
         c=c,
         target_step_seconds=step,
@@ -287,6 +323,7 @@ def pooled(blocks: list[Costs], context_tokens: int) -> Costs:
         verify_measured=curve("verify_measured"),
         drafter_cost=curve("drafter_cost"),
         plain_step_seconds=plain * step if plain is not None else None,
+        loop_seconds=loop * step if loop is not None else None,
     )
 
 

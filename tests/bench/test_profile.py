@@ -3,6 +3,8 @@ a replay must count what speculative_generate counts, for every drafter and fixe
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -112,6 +114,19 @@ def test_the_oracle_drafts_nothing_where_accepted_drafts_cannot_pay(pair):
     assert slow.stats.drafted == 0 and slow.stats.target_forwards == len(output)
     cheap = predict(path, "model", ORACLE_POLICY, 8, gen, costs=priced(0.1))
     assert (cheap.stats.drafted, cheap.stats.target_forwards) == (unpriced.stats.drafted, unpriced.stats.target_forwards)
+
+
+def test_the_oracle_weighs_the_loops_work_a_round_saves():
+    """One accepted draft from one drafter forward at c = 0.75 and v(2) = 1.3 costs 2.05
+    steps for 2 tokens, more than two rounds without drafts (2 steps) with no loop work, less
+    with 0.1 of a step of it per round (2.15 against 2.2): a round saved is worth its loop."""
+    from specbench.bench.profile import oracle_pays
+    from specbench.speed.costs import Costs
+
+    curve = {k: 1.0 + 0.3 * (k - 1) for k in range(1, 10)}
+    costs = Costs(c=0.75, target_step_seconds=0.01, drafter_step_seconds=0.0075, verify_cost=curve, context_tokens=9)
+    assert not oracle_pays(costs)(1, 1)
+    assert oracle_pays(replace(costs, loop_seconds=0.001))(1, 1)
 
 
 def test_greedy_acceptance_compares_with_the_path():

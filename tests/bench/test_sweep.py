@@ -233,6 +233,8 @@ def test_walltime_model_prices_each_round():
     assert walltime_speedup([], 0.25, v) is None
     # plain decoding's step measured at 0.95 t(1): the plain run it is compared with is that much faster
     assert walltime_speedup([(4, 5, 4), (4, 2, 4), (0, 1, 0)], 0.25, v, 0.95) == pytest.approx(8 * 0.95 / 5.8)
+    # the loop's own work, 0.1 of a step in each of the three rounds
+    assert walltime_speedup([(4, 5, 4), (4, 2, 4), (0, 1, 0)], 0.25, v, 1.0, 0.1) == pytest.approx(8 / 6.1)
 
 
 def test_predicted_speedup_prices_rounds_in_the_targets_step():
@@ -262,6 +264,8 @@ def test_predicted_speedup_prices_rounds_in_the_targets_step():
     assert bench.predicted_speedup(run, m, None) is None
     # a plain step measured at 0.36 s (0.9 t(1)): plain decoding is priced at it
     assert bench.predicted_speedup(run, m, replace(costs, plain_step_seconds=0.36)) == pytest.approx(8 * 0.9 / 6.375)
+    # and the loop's work measured at 0.02 s a round (0.05 t(1)), in each of the 3 rounds
+    assert bench.predicted_speedup(run, m, replace(costs, loop_seconds=0.02)) == pytest.approx(8 / 6.525)
     assert bench.predicted_speedup(PlannedRun("plain", "", "", None, 0.0, Prompt("a", "code", ("x",)), 0), m, costs) is None
     # model+lookup: round 1 copies its 4 drafts (no forward); round 2 catches up on the 5
     # tokens round 1 added, u(5) = 2.4 (the line past u(3)): (2.4 + 3) * 0.25 + 1.5

@@ -20,6 +20,10 @@ def test_measure_costs_on_tiny_models():
     assert costs.plain_step_seconds > 0 and costs.plain_step() == costs.plain_step_seconds / costs.target_step_seconds
     assert Costs.from_meta(costs.as_meta()) == costs
     assert replace(costs, plain_step_seconds=None).plain_step() == 1.0  # costs from before it was measured
+    assert costs.loop_seconds is None and costs.loop() == 0.0  # asked for by a sweep only
+    looped = measure_costs(target, None, list(range(1, 20)), repeats=1, max_k=2, loop=True)
+    assert looped.loop_seconds >= 0 and looped.loop() == looped.loop_seconds / looped.target_step_seconds
+    assert Costs.from_meta(looped.as_meta()) == looped
     alone = measure_costs(target, None, [1, 2, 3], repeats=1, max_k=2)
     assert alone.c is None and alone.drafter_cost is None
 
@@ -135,6 +139,24 @@ def test_plain_steps_run_in_a_row_as_plain_decoding_does():
     assert calls == [costs_module.PLAIN_STEPS]
 
 
+def test_the_loops_work_is_a_rounds_time_less_its_verify_pass(monkeypatch):
+    """loop_seconds runs the real loop (prompt lookup, gamma 2) and charges each round what
+    its verify pass (StepRecord.pass_seconds) did not take: with the pass made 5 ms slower
+    by a slow forward, the loop's work stays where it was, well under the 5 ms."""
+    import time
+
+    from specbench.core import generate
+    from specbench.speed.costs import loop_seconds
+
+    target = tiny_model(0, layers=2, hidden=32)
+    context = [5, 6, 7, 8, 5, 6, 7, 8] * 6
+    fast = loop_seconds(target, context, tokens=12)
+    forward = generate._target_forward
+    monkeypatch.setattr(generate, "_target_forward", lambda *a: time.sleep(0.005) or forward(*a))
+    slow = loop_seconds(target, context, tokens=12)
+    assert 0 <= fast < 0.004 and 0 <= slow < 0.004
+
+
 def _block(c, step, v5, context=150):
     return Costs(c=c, target_step_seconds=step, drafter_step_seconds=c * step, verify_cost={1: 1.0, 2: 1.2, 5: v5}, context_tokens=context, verify_measured={1: 1.0, 2: 1.3, 5: v5}, drafter_cost={1: 1.0, 2: 1.5})
 
@@ -157,6 +179,8 @@ def test_pooled_costs_are_each_costs_median_over_similar_contexts():
     plains = [replace(b, plain_step_seconds=b.target_step_seconds * r) for b, r in zip(blocks, (0.95, 0.9, 0.96, 1.2, 1.0))]
     assert pooled(plains, 150).plain_step() == pytest.approx(0.955)  # the median ratio, like c
     assert pooled(plains[:2] + blocks[2:], 150).plain_step() == pytest.approx(0.925)  # of the blocks that measured it
+    loops = [replace(b, loop_seconds=b.target_step_seconds * r) for b, r in zip(blocks, (0.01, 0.02, 0.03, 0.5, 0.0))]
+    assert pooled(loops, 150).loop() == pytest.approx(0.025) and got.loop() == 0.0
     no_drafter = [replace(b, c=None, drafter_step_seconds=None, drafter_cost=None) for b in blocks[:3]]
     alone = pooled(no_drafter, 150)
     assert alone.c is None and alone.drafter_step_seconds is None and alone.drafter_cost is None

@@ -9,8 +9,10 @@ knows nothing about the command line: progress goes through a callback, and the 
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -279,11 +281,33 @@ def _load_weights(folder: str, kwargs: dict, dtype: torch.dtype, device: str, ro
 
     placement = {} if device == "cpu" else {"device_map": device}
     try:
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kwargs, **placement)
+        with _no_gguf_bar():
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kwargs, **placement)
     except (OSError, ValueError, KeyError, ImportError) as error:
         raise ModelError(f"cannot load {role} {name}: {_first_line(error, kwargs)}") from error
     check_left_to_right(model.config, role, name)
     return model.eval()
+
+
+@contextmanager
+def _no_gguf_bar():
+    """transformers de-quantizes a GGUF file under a tqdm bar of its own, which its logging
+    switch (quiet_transformers) does not reach; the loader's progress line already says what
+    is loading. Left alone where a transformers release reads GGUF files otherwise."""
+    try:
+        from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:
+        yield
+        return
+    bar = getattr(gguf_utils, "tqdm", None)
+    if bar is None:
+        yield
+        return
+    gguf_utils.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = bar
 
 
 def check_left_to_right(config, role: str, name: str) -> None:

@@ -612,11 +612,12 @@ def drafters_of(config: SweepConfig, drafter_model, drafter_tokenizer=None) -> d
 
 
 def check_drafters(config: SweepConfig, drafters: dict[str, DrafterModel]) -> None:
-    """The drafter models a sweep needs are there, with a tokenizer where translated."""
+    """The drafter models a sweep's own drafters need are there, with a tokenizer where
+    translated. hf-assisted alone may go without one: it is then not run (hf_counterparts)."""
     if not needs_drafter_model(config):
         return
     missing = [name for name in config.drafter_models if name not in drafters]
-    if missing:
+    if missing and drafts_with_model(config):
         which = f"drafter model {missing[0]!r}" if missing[0] else "the drafter model"
         raise SweepError(f"this sweep drafts with {which} (the model drafter or hf-assisted) but none was given")
     if any(drafters[name].tokenizer is None for name in config.translated if name in drafters):

@@ -538,6 +538,10 @@ def sweep_command(
     with _out_folder(out_dir):  # a bad --out fails now, not after loading the models
         # 2. the models, loaded as `generate` loads them (the drafters only when the sweep drafts with them)
         needed = plan.needs_drafter_model(config)
+        why_no_hf = _why_no_hf_assisted(config, specs, drafter_model is not None, target) if needed else None
+        if why_no_hf:
+            needed = False
+            err_console.print(f"[dim]hf-assisted: not run: {why_no_hf}[/]", highlight=False, soft_wrap=True)
         dtypes = {k: v for k, v in (("dtype", dtype), ("draft_dtype", draft_dtype)) if v}  # else the pair's defaults
         pair_config = models.PairConfig(target=target, drafter=specs[0] if needed else models.NONE, device=device, draft_vocab=draft_vocab, **dtypes)
         hint = "pick a --drafter-model with a tokenizer that shares text with the target's"
@@ -547,6 +551,22 @@ def sweep_command(
         config = _replace(config, **_drafter_settings(bench, pair, drafters, config.temperature))
         # 3. the sweep, then its table
         _run_sweep(bench, pair, prompt_list, config, out_dir, resume=resume, prompts_source=prompts, drafters=drafters)
+
+
+def _why_no_hf_assisted(config, specs: list[str], named: bool, target: str) -> str | None:
+    """Why a sweep whose drafters run no drafter model goes without hf-assisted (which would be
+    the only one to draft with it), or None: --drafter-model none, or a target of the user's
+    with no --drafter-model (the embedded drafter is the default target's partner)."""
+    from specbench import models
+    from specbench.bench import plan
+
+    if plan.drafts_with_model(config):
+        return None
+    if specs == [models.NONE]:
+        return "--drafter-model none"
+    if not named and target != models.DEFAULT:
+        return "no --drafter-model given for this target (the embedded drafter pairs with the default target)"
+    return None
 
 
 @contextmanager

@@ -605,6 +605,32 @@ def test_sweep_command_end_to_end(patched_models, tmp_path):
     assert resumed.exit_code == 0 and "0 row(s) written, 10 already there" in resumed.output
 
 
+def test_a_sweep_of_a_users_target_with_model_free_drafters_loads_no_drafter_model(patched_models, tmp_path):
+    """hf-assisted is ngram's only HF counterpart and needs a drafter model; for a target of
+    the user's and no --drafter-model, the sweep does not pair it with the embedded drafter
+    (the default target's partner, another family): it says so and runs without it. Named,
+    or with the default target, the drafter model is loaded for hf-assisted as before."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "a", "category": "code", "turns": ["def f(x):"]}))
+    base = ["sweep", "--gamma", "1", "--drafter", "ngram", "--prompts", str(prompts), "--max-new-tokens", "4", "--timing-repeats", "1"]
+    result = CliRunner().invoke(cli.app, base + ["--target", str(tmp_path), "--out", str(tmp_path / "a")])
+    assert result.exit_code == 0, result.output
+    assert "hf-assisted: not run: no --drafter-model given for this target" in result.output
+    assert patched_models[-1] == (str(tmp_path), "none")
+    assert {r["method"] for r in read_rows(tmp_path / "a" / "runs.csv")} == {"plain", "specbench"}
+    named = CliRunner().invoke(cli.app, base + ["--target", str(tmp_path), "--drafter-model", "default", "--out", str(tmp_path / "b"), "--measure", "1"])
+    assert named.exit_code == 0, named.output
+    assert patched_models[-1] == (str(tmp_path), "default") and "hf-assisted: not run" not in named.output
+    assert "hf-assisted" in {r["method"] for r in read_rows(tmp_path / "b" / "runs.csv")}
+    assert CliRunner().invoke(cli.app, base + ["--out", str(tmp_path / "c"), "--measure", "1"]).exit_code == 0
+    assert patched_models[-1] == ("default", "default")
+    none = CliRunner().invoke(cli.app, base + ["--drafter-model", "none", "--out", str(tmp_path / "d")])
+    assert none.exit_code == 0, none.output  # was "drafts with the drafter model but none was given"
+    assert "hf-assisted: not run: --drafter-model none" in none.output and patched_models[-1] == ("default", "none")
+    model = CliRunner().invoke(cli.app, ["sweep", "--drafter", "model", "--drafter-model", "none", "--prompts", str(prompts), "--out", str(tmp_path / "e")])
+    assert model.exit_code == 2 and "but none was given" in model.output  # the model drafter cannot go without one
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

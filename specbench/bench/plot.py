@@ -36,10 +36,10 @@ from specbench.bench.results import (
     label_parts,
     labels,
     load_runs,
+    plain_and_loop,
     read_meta,
     speedup_by_category,
     summary_frame,
-    plain_and_loop,
     verify_costs,
 )
 from specbench.core.stats import expected_tokens_per_round, predicted_speedup, verify_cost_at

@@ -548,12 +548,12 @@ class SweepResult:
 
 
 def costs_summary(costs: Costs) -> str:
-    """One line: c, t(1), v(2..) and the plain step of a measurement or a pool."""
+    """One line: c, t(1), v(2..), the plain step and the loop's work of a measurement or a pool."""
     c = f"c = {costs.c:.3f}, " if costs.c is not None else ""
     curve = " ".join(f"{v:.2f}" for k, v in sorted(costs.verify_cost.items()) if k > 1)
-    plain = f", plain step {costs.plain_step():.2f}" if costs.plain_step_seconds else ""
-    plain += f", loop {costs.loop():.3f} a round" if costs.loop_seconds is not None else ""
-    return f"{c}target step {costs.target_step_seconds * 1000:.1f} ms, v(2..{max(costs.verify_cost, default=1)}) {curve}{plain}"
+    extra = f", plain step {costs.plain_step():.2f}" if costs.plain_step_seconds else ""
+    extra += f", loop {costs.loop():.3f} a round" if costs.loop_seconds is not None else ""
+    return f"{c}target step {costs.target_step_seconds * 1000:.1f} ms, v(2..{max(costs.verify_cost, default=1)}) {curve}{extra}"
 
 
 def pricing_line(name: str | None, costs: Costs, count: int) -> str:

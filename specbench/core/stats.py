@@ -135,9 +135,9 @@ def walltime_speedup(rounds: list[tuple[int, int, float]], c: float, verify_cost
     steps (verify_cost(k) gives v(k); loop is the loop's own work in a round) and emits its
     accepted drafts plus one token (fewer when a stop cuts it); plain decoding emits one per
     step, of plain_step single steps (a step in a row of plain steps can run faster than the
-    t(1) the rest is priced in). This is Leviathan et al.'s walltime
-    factor evaluated on the rounds that happened rather than on its expectation under a
-    fixed gamma and i.i.d. acceptance, so it applies to adaptive policies too. What it
+    t(1) the rest is priced in). This is Leviathan et al.'s walltime factor evaluated on the
+    rounds that happened rather than on its expectation under a fixed gamma and i.i.d.
+    acceptance, so it applies to adaptive policies too. What it
     leaves out (forwards slower than measured, the Python of each draft step) is what a
     measured speedup below it points to.
     None for a run with no rounds.

@@ -35,11 +35,12 @@ single-token steps that follow forwards over 2..9 tokens ran about 7% slower tha
 long run of single-token steps, and took some 8 steps to settle (SmolLM2-135M; the default
 pair's kernels showed no such difference). A speculative round lives in the first state and
 plain decoding in the second, so a plain run priced at the interleaved t(1) made every
-speedup look that much better than it measured (docs/log.md, "The plain step is not t(1)"). The loop's work is timed on the real
-loop (core/generate.py) over a short run with the prompt-lookup drafter, which runs no
-forward: each round's time less its verify pass (StepRecord.pass_seconds). It is mostly
-Python, about 0.1-0.3 ms a round whatever the model: 0.5% of a round of the default pair,
-a fifth of one of a model whose step takes 1 ms.
+speedup look that much better than it measured (docs/log.md, "The plain step is not t(1)").
+The loop's work is timed on the real loop (core/generate.py) over a short run with the
+prompt-lookup drafter, which runs no forward: each round's time less its verify pass
+(StepRecord.pass_seconds). It is mostly Python, about 0.1-0.3 ms a round whatever the
+model: 0.5% of a round of the default pair, a fifth of one of a model whose step takes
+1 ms (docs/log.md, "The loop's own work per round").
 A sweep measures them on each prompt's context (or once), records every measurement in
 meta.json and prices with their median over similar contexts (pooled); `generate` with the
 cost policy measures them once per model pair and settings and keeps them in the cache
@@ -60,9 +61,8 @@ from pathlib import Path
 import torch
 
 from specbench.core.cache import cache_arg, crop_cache, new_cache
-from specbench.core.generate import model_device, sync
+from specbench.core.generate import GenerationConfig, model_device, speculative_generate, sync
 from specbench.core.sampling import SamplingConfig, choose, greedy_tokens, logits_to_probs
-from specbench.core.generate import GenerationConfig, speculative_generate
 from specbench.drafters import DraftStep, draft_step, make_drafter, uses_model
 from specbench.policies import FixedGamma
 
@@ -82,7 +82,7 @@ class Costs:
     verify_measured: dict[int, float] | None = None  # the medians the fit was made from, / t(1)
     drafter_cost: dict[int, float] | None = None  # n -> u(n), the drafter's (fitted for n >= 3)
     plain_step_seconds: float | None = None  # a plain decoding step (ForwardTimer.plain_steps); None: not measured
-    loop_seconds: float | None = None  # the loop's own work per speculative round (loop_seconds()); None: not measured
+    loop_seconds: float | None = None  # the loop's own work per speculative round (measure_loop); None: not measured
 
     def plain_step(self) -> float:
         """What plain decoding pays a token, in target steps t(1) (1.0 where it was not measured:
@@ -222,7 +222,7 @@ def timing_context(prompt_ids: list[int], max_new_tokens: int, limit: int) -> li
 
 
 @torch.inference_mode()
-def loop_seconds(target, context: list[int], tokens: int = LOOP_TOKENS, sampling: SamplingConfig | None = None) -> float | None:
+def measure_loop(target, context: list[int], tokens: int = LOOP_TOKENS, sampling: SamplingConfig | None = None) -> float | None:
     """The decoding loop's own work per speculative round: a run of `tokens` new tokens with
     the prompt-lookup drafter at gamma 2 on the end of `context` (at most 32 tokens of it),
     its decode time less every round's verify pass, over its rounds. None when no round
@@ -241,7 +241,7 @@ def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k
     > 0, as the model drafter runs it); v(k) for k = 1..max_k from the target; u(n) for
     n = 1..max_k from the drafter (last row's logits only, as a catch-up runs); the plain
     step from PLAIN_STEPS target steps in a row, after those; with `loop`, the loop's own
-    work per round (loop_seconds; what predictions need, the cost policy does not). Each
+    work per round (measure_loop; what predictions need, the cost policy does not). Each
     with the work on its logits under `sampling` (ForwardTimer; default greedy).
 
     repeats + 1 interleaved rounds; the first is a warm-up and is not counted."""
@@ -259,7 +259,7 @@ def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k
                 if round_:
                     drafter_times[k].append(elapsed)
     plain_times = target_timer.plain_steps(PLAIN_STEPS)[PLAIN_STEPS // 2 :]
-    loop_time = loop_seconds(target, context, sampling=sampling) if loop else None
+    loop_time = measure_loop(target, context, sampling=sampling) if loop else None
     medians = {k: statistics.median(times) for k, times in target_times.items()}
     t1 = medians[1]
     drafter_medians = {n: statistics.median(times) for n, times in drafter_times.items()}

@@ -140,20 +140,20 @@ def test_plain_steps_run_in_a_row_as_plain_decoding_does():
 
 
 def test_the_loops_work_is_a_rounds_time_less_its_verify_pass(monkeypatch):
-    """loop_seconds runs the real loop (prompt lookup, gamma 2) and charges each round what
+    """measure_loop runs the real loop (prompt lookup, gamma 2) and charges each round what
     its verify pass (StepRecord.pass_seconds) did not take: with the pass made 5 ms slower
     by a slow forward, the loop's work stays where it was, well under the 5 ms."""
     import time
 
     from specbench.core import generate
-    from specbench.speed.costs import loop_seconds
+    from specbench.speed.costs import measure_loop
 
     target = tiny_model(0, layers=2, hidden=32)
     context = [5, 6, 7, 8, 5, 6, 7, 8] * 6
-    fast = loop_seconds(target, context, tokens=12)
+    fast = measure_loop(target, context, tokens=12)
     forward = generate._target_forward
     monkeypatch.setattr(generate, "_target_forward", lambda *a: time.sleep(0.005) or forward(*a))
-    slow = loop_seconds(target, context, tokens=12)
+    slow = measure_loop(target, context, tokens=12)
     assert 0 <= fast < 0.004 and 0 <= slow < 0.004
 
 

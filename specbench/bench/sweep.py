@@ -495,7 +495,7 @@ class SweepRunner:
         vocab = self.config.draft_vocab if drafts_with_model(self.config) and name not in self.config.translated else 0
         context = timing_ids(context, self.target, drafter)  # a drafter with another tokenizer reads fewer ids
         sampling = generation_config(self.config, self.eos_ids).sampling  # the runs' own
-        return measure_costs(self.target, drafter, context, self.config.timing_repeats, draft_vocab=vocab, sampling=sampling, loop=True)
+        return measure_costs(self.target, drafter, context, self.config.timing_repeats, draft_vocab=vocab, sampling=sampling, predicting=True)
 
 
 def run_plan(

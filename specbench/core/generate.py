@@ -194,8 +194,7 @@ def speculative_generate(
         verify_seconds = time.perf_counter() - t0
 
         stats.add_round(k, n, draft.seconds, verify_seconds)
-        record = _round_record(stats.rounds, len(output), gamma, draft, verdict, target_probs, sampling, verify_seconds, policy.info())
-        record.pass_seconds = pass_seconds
+        record = _round_record(stats.rounds, len(output), gamma, draft, verdict, target_probs, sampling, verify_seconds, pass_seconds, policy.info())
         reason = emit(record, record.draft_tokens[:n] + [verdict.next_token])
 
     stats.decode_seconds = time.perf_counter() - decode_start
@@ -216,7 +215,7 @@ def _verify(target, last: torch.Tensor, draft: Draft, cache, sampling: SamplingC
 
 
 def _round_record(
-    round_: int, position: int, gamma: int, draft: Draft, verdict: Verdict, target_probs: torch.Tensor, sampling: SamplingConfig, verify_seconds: float, policy_info: dict
+    round_: int, position: int, gamma: int, draft: Draft, verdict: Verdict, target_probs: torch.Tensor, sampling: SamplingConfig, verify_seconds: float, pass_seconds: float, policy_info: dict
 ) -> StepRecord:
     """The StepRecord of one verified round (its tokens and stop reason are set by emit)."""
     drafted = draft.tokens.tolist()
@@ -236,6 +235,7 @@ def _round_record(
         tokens=[],
         draft_seconds=draft.seconds,
         verify_seconds=verify_seconds,
+        pass_seconds=pass_seconds,
         drafter_feeds=draft.feeds,
         policy_info=policy_info,
     )

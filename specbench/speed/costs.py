@@ -69,7 +69,7 @@ from specbench.policies import FixedGamma
 MAX_VERIFY_K = 9  # v(k) is measured for k = 1..MAX_VERIFY_K
 LOOP_TOKENS = 16  # tokens of the short run the loop's work per round is timed on
 PLAIN_STEPS = 16  # plain decoding steps timed in a row once the rounds are done; the median of the second half counts
-METHOD = 7  # how costs are measured; part of the on-disk cache key (1: one k at a time, no fit; 2: no u(n); 3: draft steps through HF's decoder and bf16 head rows; 4: PyTorch's int8 kernel in the draft step; 5: forwards without the work on their logits; 6: no plain step)
+METHOD = 6  # how costs are measured; part of the on-disk cache key (1: one k at a time, no fit; 2: no u(n); 3: draft steps through HF's decoder and bf16 head rows; 4: PyTorch's int8 kernel in the draft step; 5: forwards without the work on their logits); the cache holds `generate`'s, which measures no plain step or loop
 
 
 @dataclass(frozen=True)
@@ -236,13 +236,14 @@ def measure_loop(target, context: list[int], tokens: int = LOOP_TOKENS, sampling
 
 
 @torch.inference_mode()
-def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k: int = MAX_VERIFY_K, draft_vocab: int = 0, sampling: SamplingConfig | None = None, loop: bool = False) -> Costs:
+def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k: int = MAX_VERIFY_K, draft_vocab: int = 0, sampling: SamplingConfig | None = None, predicting: bool = False) -> Costs:
     """c from single-token forwards of both models (the drafter's over draft_vocab ids when
     > 0, as the model drafter runs it); v(k) for k = 1..max_k from the target; u(n) for
-    n = 1..max_k from the drafter (last row's logits only, as a catch-up runs); the plain
-    step from PLAIN_STEPS target steps in a row, after those; with `loop`, the loop's own
-    work per round (measure_loop; what predictions need, the cost policy does not). Each
-    with the work on its logits under `sampling` (ForwardTimer; default greedy).
+    n = 1..max_k from the drafter (last row's logits only, as a catch-up runs); with
+    `predicting`, also the plain step from PLAIN_STEPS target steps in a row, after those,
+    and the loop's own work per round (measure_loop): what predictions need and the cost
+    policy does not. Each with the work on its logits under `sampling` (ForwardTimer;
+    default greedy).
 
     repeats + 1 interleaved rounds; the first is a warm-up and is not counted."""
     target_timer = ForwardTimer(target, context, sampling=sampling)
@@ -258,8 +259,8 @@ def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k
                 elapsed = drafter_timer.seconds(k)
                 if round_:
                     drafter_times[k].append(elapsed)
-    plain_times = target_timer.plain_steps(PLAIN_STEPS)[PLAIN_STEPS // 2 :]
-    loop_time = measure_loop(target, context, sampling=sampling) if loop else None
+    plain_times = target_timer.plain_steps(PLAIN_STEPS)[PLAIN_STEPS // 2 :] if predicting else None
+    loop_time = measure_loop(target, context, sampling=sampling) if predicting else None
     medians = {k: statistics.median(times) for k, times in target_times.items()}
     t1 = medians[1]
     drafter_medians = {n: statistics.median(times) for n, times in drafter_times.items()}
@@ -272,7 +273,7 @@ def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k
         context_tokens=len(context),
         verify_measured={k: t / t1 if t1 > 0 else 0.0 for k, t in medians.items()},
         drafter_cost=fit_verify_curve(drafter_medians, exact=2) if drafter_step else None,
-        plain_step_seconds=statistics.median(plain_times),
+        plain_step_seconds=statistics.median(plain_times) if plain_times else None,
         loop_seconds=loop_time,
     )
 

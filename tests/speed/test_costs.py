@@ -17,11 +17,11 @@ def test_measure_costs_on_tiny_models():
     assert costs.c is not None and costs.c > 0 and costs.target_step_seconds > 0
     assert sorted(costs.drafter_cost) == [1, 2, 3, 4] and costs.drafter_cost[1] == 1.0  # u(n)
     assert costs.drafter_cost[3] <= costs.drafter_cost[4]  # never falls past u(2)
-    assert costs.plain_step_seconds > 0 and costs.plain_step() == costs.plain_step_seconds / costs.target_step_seconds
     assert Costs.from_meta(costs.as_meta()) == costs
-    assert replace(costs, plain_step_seconds=None).plain_step() == 1.0  # costs from before it was measured
-    assert costs.loop_seconds is None and costs.loop() == 0.0  # asked for by a sweep only
-    looped = measure_costs(target, None, list(range(1, 20)), repeats=1, max_k=2, loop=True)
+    assert costs.plain_step_seconds is None and costs.plain_step() == 1.0  # asked for by a sweep only
+    assert costs.loop_seconds is None and costs.loop() == 0.0
+    looped = measure_costs(target, None, list(range(1, 20)), repeats=1, max_k=2, predicting=True)
+    assert looped.plain_step_seconds > 0 and looped.plain_step() == looped.plain_step_seconds / looped.target_step_seconds
     assert looped.loop_seconds >= 0 and looped.loop() == looped.loop_seconds / looped.target_step_seconds
     assert Costs.from_meta(looped.as_meta()) == looped
     alone = measure_costs(target, None, [1, 2, 3], repeats=1, max_k=2)
@@ -133,10 +133,11 @@ def test_plain_steps_run_in_a_row_as_plain_decoding_does():
     monkey = costs_module.ForwardTimer.plain_steps
     costs_module.ForwardTimer.plain_steps = lambda self, n: calls.append(n) or monkey(self, n)
     try:
+        measure_costs(target, None, context, repeats=2, max_k=2, predicting=True)
         measure_costs(target, None, context, repeats=2, max_k=2)
     finally:
         costs_module.ForwardTimer.plain_steps = monkey
-    assert calls == [costs_module.PLAIN_STEPS]
+    assert calls == [costs_module.PLAIN_STEPS]  # for predictions only
 
 
 def test_the_loops_work_is_a_rounds_time_less_its_verify_pass(monkeypatch):

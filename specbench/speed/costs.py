@@ -39,7 +39,7 @@ speedup look that much better than it measured (docs/log.md, "The plain step is 
 The loop's work is timed on the real loop (core/generate.py) over a short run with the
 prompt-lookup drafter, which runs no forward: each round's time less its verify pass
 (StepRecord.pass_seconds). It is mostly Python, about 0.1-0.3 ms a round whatever the
-model: 0.2% of a round of the default pair, a fifth of one of a model whose step takes
+model: 0.2% of a round of the default pair, a tenth of one of a model whose step takes
 1 ms (docs/log.md, "The loop's own work per round").
 A sweep measures them on each prompt's context (or once), records every measurement in
 meta.json and prices with their median over similar contexts (pooled); `generate` with the

@@ -37,6 +37,8 @@ class GenerationConfig:
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
             raise ValueError(f"max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if not 0 <= self.seed < 2**64:  # what torch.Generator.manual_seed takes
+            raise ValueError(f"seed must be in 0 .. 2**64 - 1, got {self.seed}")
 
 
 @dataclass
@@ -51,6 +53,17 @@ def context_limit(model) -> int:
     """Most positions the model can attend over (a very large number if it does not say)."""
     limit = getattr(model.config, "max_position_embeddings", None)
     return int(limit) if limit else 1 << 30
+
+
+def rope_boundary(model) -> int | None:
+    """The position where a "longrope" model (Phi-3's long-context checkpoints) switches its
+    rotary frequencies, or None. transformers picks them from the largest position in each
+    forward, so a verify pass that crosses it would rotate its earlier rows with the long
+    frequencies where one-token steps used the short ones: no round's pass may cross it."""
+    params = getattr(model.config, "rope_parameters", None) or {}
+    per_layer_type = params and all(isinstance(p, dict) for p in params.values())
+    bounds = [p.get("original_max_position_embeddings") for p in (params.values() if per_layer_type else [params]) if p.get("rope_type") == "longrope"]
+    return min((int(b) for b in bounds if b), default=None)
 
 
 def model_device(model) -> torch.device:
@@ -69,12 +82,13 @@ def sync(device: torch.device) -> None:
 class Stopper:
     """Decides where output ends: EOS ids, stop strings, max_new_tokens, the context limit."""
 
-    def __init__(self, config: GenerationConfig, prompt_len: int, limit: int, decode: Callable[[list[int]], str] | None):
+    def __init__(self, config: GenerationConfig, prompt_len: int, limit: int, decode: Callable[[list[int]], str] | None, boundary: int | None = None):
         if config.stop_strings and decode is None:
             raise ValueError("stop strings need a tokenizer to decode with")
         self.config = config
         self.prompt_len = prompt_len
         self.limit = limit
+        self.boundary = boundary  # rope_boundary: no verify pass crosses this position
         self.decode = decode
         self.eos = set(config.eos_token_ids)
         self._tail = max((len(s) for s in config.stop_strings), default=0) + 8  # tokens of context
@@ -100,10 +114,14 @@ class Stopper:
         return any(s in text and s not in before for s in self.config.stop_strings)
 
     def room(self, seq_len: int, produced: int) -> int:
-        """Most draft tokens a round may propose: the round emits drafts + 1 tokens."""
+        """Most draft tokens a round may propose: the round emits drafts + 1 tokens, and its
+        verify pass reads positions seq_len - 1 .. seq_len - 1 + drafts."""
         by_tokens = self.config.max_new_tokens - produced - 1
         by_context = self.limit - seq_len - 1
-        return max(0, min(by_tokens, by_context))
+        room = min(by_tokens, by_context)
+        if self.boundary is not None and seq_len <= self.boundary:
+            room = min(room, self.boundary - seq_len)
+        return max(0, room)
 
 
 def check_prompt(prompt_len: int, limit: int) -> None:
@@ -143,7 +161,7 @@ def speculative_generate(
     sampling = config.sampling
     generator = torch.Generator(device).manual_seed(config.seed)
     drafter.start(sampling, generator)
-    stopper = Stopper(config, len(prompt_ids), limit, decode)
+    stopper = Stopper(config, len(prompt_ids), limit, decode, rope_boundary(target))
     stats, steps = RunStats(), []
     cache = new_cache(target)
     seq = torch.tensor(prompt_ids, dtype=torch.long, device=device)

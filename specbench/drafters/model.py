@@ -16,6 +16,7 @@ import time
 import torch
 
 from specbench.core.cache import cache_length, crop_cache, new_cache
+from specbench.core.generate import context_limit
 from specbench.core.protocols import Draft, Keep, KeepDrafting
 from specbench.core.sampling import SamplingConfig, choose
 from specbench.drafters.step import DraftStep, ModelForward
@@ -35,6 +36,7 @@ class ModelDrafter:
         self.name = name
         self.device = next(model.parameters()).device
         self.step = step if step is not None else ModelForward()
+        self.limit = context_limit(model)  # a drafter may attend over less than the target: it stops drafting there
         self.start(SamplingConfig(), None)
 
     def start(self, sampling: SamplingConfig, generator: torch.Generator | None) -> None:
@@ -62,7 +64,7 @@ class ModelDrafter:
         """Feed the prompt into the cache; the first propose then feeds only what followed."""
         self._observe(prompt)
         unread = prompt[cache_length(self.cache):]
-        if unread.shape[0] > 0:
+        if unread.shape[0] > 0 and prompt.shape[0] <= self.limit:
             self._forward(unread)
 
     @torch.inference_mode()
@@ -72,6 +74,8 @@ class ModelDrafter:
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
         feeds: list[int] = []
+        # draft j is read at position len(context) + j - 1 (the last one is never fed)
+        max_tokens = min(max_tokens, self.limit - context.shape[0] + 1)
         if max_tokens > 0:
             # feed only what the cache has not seen: the prompt on the first round, then the
             # tokens the target accepted or emitted since the last round

@@ -60,3 +60,68 @@ def test_greedy_parity_and_sampling_on_other_architectures(name):
     assert 0 < accepted < drafted  # rounds both kept and rolled back drafts
     sampled = speculative_generate(target, ModelDrafter(drafter), PROMPTS[0], GenerationConfig(24, SamplingConfig(temperature=1.0), seed=1), FixedGamma(4))
     assert sampled.stats.new_tokens == 24
+
+
+LONGROPE_AT = 16  # Phi-3's original_max_position_embeddings: every run below crosses it
+
+
+def longrope_phi3():
+    """A tiny Phi-3 with "longrope" frequencies (short below LONGROPE_AT, long from it), its
+    attention sharpened so that the rotation shows in its argmax."""
+    half = H // 4 // 2  # head_dim 8
+    rope = {"rope_type": "longrope", "short_factor": [1.0] * half, "long_factor": [4.0] * half, "original_max_position_embeddings": LONGROPE_AT}
+    torch.manual_seed(0)
+    config = T.Phi3Config(num_key_value_heads=2, pad_token_id=0, eos_token_id=None, original_max_position_embeddings=LONGROPE_AT, rope_scaling=rope, **DECODER)
+    target = T.AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():
+        for name, param in target.named_parameters():
+            if "qkv_proj" in name:
+                param.mul_(5.0)
+            if "embed_tokens" in name:
+                param.mul_(10.0)
+    return target
+
+
+def test_no_verify_pass_crosses_a_longrope_switch():
+    """transformers picks a longrope model's frequencies from the largest position in each
+    forward: a verify pass over positions on both sides of the switch would rotate its
+    earlier rows unlike the one-token steps of plain decoding. The loop bounds gamma so
+    that none does (core.generate.rope_boundary), and greedy output stays plain's."""
+    from specbench.core.cache import cache_length
+    from specbench.core.generate import rope_boundary
+
+    target = longrope_phi3()
+    assert rope_boundary(target) == LONGROPE_AT
+    drafter = noisy_copy(target, 0.05, seed=7)
+    spans = []  # (cache length, new tokens) of every target forward
+    record = lambda _m, _a, kw: spans.append((cache_length(kw.get("past_key_values", kw.get("cache"))), kw["input_ids"].shape[1]))
+    target.register_forward_pre_hook(record, with_kwargs=True)
+    config = GenerationConfig(max_new_tokens=30)
+    for prompt in PROMPTS:
+        expected = plain_generate(target, prompt, config).token_ids
+        for gamma in (4, 8):
+            spans.clear()
+            result = speculative_generate(target, ModelDrafter(drafter), prompt, config, FixedGamma(gamma))
+            assert result.token_ids == expected, (prompt, gamma)
+            crossing = [(start, n) for start, n in spans if start < LONGROPE_AT <= start + n - 1]
+            assert not crossing, (prompt, gamma, crossing)
+            assert result.stats.accepted > 0
+
+
+def test_a_drafter_with_a_shorter_context_stops_drafting_at_its_end():
+    """A drafter that attends over fewer positions than the target (GPT-2's learned
+    positions end there) drafts while its context lasts, then the loop goes on without its
+    drafts, to plain decoding's output."""
+    torch.manual_seed(0)
+    target = T.AutoModelForCausalLM.from_config(CONFIGS["gpt2"]()).eval()
+    drafter = noisy_copy(target, 0.1, seed=7)
+    drafter.config.n_positions = drafter.config.max_position_embeddings = 20  # its position table is longer: only the limit is read
+    config = GenerationConfig(max_new_tokens=40)
+    for prompt in PROMPTS + [list(range(1, 25))]:  # the last is longer than the drafter's context
+        expected = plain_generate(target, prompt, config).token_ids
+        for gamma in (1, 4, 8):
+            result = speculative_generate(target, ModelDrafter(drafter), prompt, config, FixedGamma(gamma))
+            assert result.token_ids == expected, (prompt, gamma)
+            last_draft = max((s.position + len(prompt) + len(s.draft_tokens) - 1 for s in result.steps if s.draft_tokens), default=0)
+            assert last_draft <= 20  # draft j of a round at position p is read at len(prompt) + p + j - 1
+            assert (result.stats.drafted > 0) == (len(prompt) <= 20)

@@ -23,11 +23,11 @@ import contextlib
 import copy
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
-from specbench.core.generate import GenerationConfig, model_device, sync
+from specbench.core.generate import GenerationConfig, context_limit, model_device, sync
 from specbench.core.stats import RunStats
 from specbench.speed.quantize import Int8Linear, dense_twin
 
@@ -260,6 +260,8 @@ def measure_hf_assisted(target, drafter_model, prompt_ids: list[int], gen: Gener
     """
     from transformers.utils import logging as hf_logging
 
+    room = context_limit(target) - len(prompt_ids)  # specbench's loops stop where the context ends; HF would run past it
+    capped = replace(gen, max_new_tokens=min(gen.max_new_tokens, room))
     device = model_device(target)
     input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
     clock = _RoundClock()
@@ -278,7 +280,7 @@ def measure_hf_assisted(target, drafter_model, prompt_ids: list[int], gen: Gener
             output = target.generate(
                 input_ids,
                 attention_mask=torch.ones_like(input_ids),
-                generation_config=_hf_generation_config(gen),
+                generation_config=_hf_generation_config(capped),
                 streamer=clock,
                 **drafter.generate_kwargs(drafter_model, gamma),
             )
@@ -295,14 +297,17 @@ def measure_hf_assisted(target, drafter_model, prompt_ids: list[int], gen: Gener
         target_forwards, drafted = rounds, target_calls.calls - rounds
     stats = _hf_stats(token_ids, clock.times[1:], clock.sizes[1:], start, end, target_forwards, drafted)
     known = target_forwards == rounds and drafter.kind != "prompt-lookup"
-    return AssistedRun(token_ids, stats, known, _hf_stop_reason(token_ids, gen))
+    return AssistedRun(token_ids, stats, known, _hf_stop_reason(token_ids, gen, room))
 
 
-def _hf_stop_reason(token_ids: list[int], gen: GenerationConfig) -> str | None:
-    """Why HF stopped, in the Stopper's words (None: neither EOS nor the length limit)."""
+def _hf_stop_reason(token_ids: list[int], gen: GenerationConfig, room: int) -> str | None:
+    """Why HF stopped, in the Stopper's words and order (None: neither EOS nor a length
+    limit); room: the new tokens the context leaves."""
     if token_ids and token_ids[-1] in gen.eos_token_ids:
         return "eos"
-    return "max_new_tokens" if len(token_ids) >= gen.max_new_tokens else None
+    if len(token_ids) >= gen.max_new_tokens:
+        return "max_new_tokens"
+    return "context" if len(token_ids) >= room else None
 
 
 def _hf_stats(token_ids: list[int], times: list[float], sizes: list[int], start: float, end: float, target_forwards: int, drafter_forwards: int) -> RunStats:

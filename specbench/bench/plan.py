@@ -82,13 +82,14 @@ class SweepConfig:
             raise SweepError(f"repeats must be >= 1, got {self.repeats}")
         if self.timing_repeats < 1:
             raise SweepError(f"timing repeats must be >= 1, got {self.timing_repeats}")
-        generation_config(self, ())  # max-new-tokens, temperature: core's checks
+        generation_config(self, (), repeat=self.repeats - 1)  # max-new-tokens, temperature, the last seed: core's checks
         check_draft_vocab(self.draft_vocab)
         check_model_names(self.drafter_models)
         object.__setattr__(self, "drafters", with_models(self.drafters, self.drafter_models))
         check_drafter_names(self.drafters, self.drafter_models)
         check_kernels(self.kernels)
         check_names(self.policies, POLICIES, "gamma policy")
+        object.__setattr__(self, "policies", tuple(dict.fromkeys(self.policies)))  # a repeated one runs once
         measured_gammas(self)  # a bad --measure fails now
         if self.measure_per_category < 0:
             raise SweepError(f"measure-per-category must be >= 0, got {self.measure_per_category}")
@@ -226,7 +227,7 @@ def profile_plan(config: SweepConfig, prompts: list[Prompt], *, has_drafter_mode
     """Phase 1: per repeat and prompt the plain run (source PROFILE: the path of the
     predictions; its block's costs are measured just before it), then, once every block's
     costs are in, per repeat and prompt a predicted run of every drafter x policy x gamma and
-    each drafter's oracle (up to the largest gamma), priced with the pooled costs. A drafter
+    each drafter's oracle (up to oracle_gamma), priced with the pooled costs. A drafter
     that needs the drafter model is predicted only when there is one."""
     plan = [PlannedRun(BASELINE_METHOD, "", "", None, config.temperature, prompt, repeat, PROFILE) for repeat in range(config.repeats) for prompt in prompts]
     for repeat in range(config.repeats):
@@ -236,8 +237,16 @@ def profile_plan(config: SweepConfig, prompts: list[Prompt], *, has_drafter_mode
                 for gamma in config.gammas:
                     for policy in config.policies:
                         plan.append(PlannedRun(SPECBENCH, drafter, policy, gamma, config.temperature, prompt, repeat, PREDICTED))
-                plan.append(PlannedRun(SPECBENCH, drafter, ORACLE_POLICY, max(config.gammas), config.temperature, prompt, repeat, PREDICTED))
+                plan.append(PlannedRun(SPECBENCH, drafter, ORACLE_POLICY, oracle_gamma(config), config.temperature, prompt, repeat, PREDICTED))
     return plan
+
+
+def oracle_gamma(config: SweepConfig) -> int:
+    """The most drafts the oracle may make a round: as many as any of the sweep's policies
+    may, so that it bounds them all. Every policy stays within its gamma but "heuristic",
+    which a sweep leaves uncapped (HF's schedule): with it, the most a generation has room for."""
+    most = max(config.gammas)
+    return max(most, config.max_new_tokens - 1) if "heuristic" in config.policies else most
 
 
 def measured_prompts(config: SweepConfig, prompts: list[Prompt]) -> list[Prompt]:

@@ -36,7 +36,7 @@ from specbench.bench.replay import (
     replay_sampled,
 )
 from specbench.core.cache import cache_arg, new_cache
-from specbench.core.generate import GenerationConfig
+from specbench.core.generate import GenerationConfig, context_limit, rope_boundary
 from specbench.core.sampling import logits_to_probs
 from specbench.core.stats import RunStats, StepRecord, verify_cost_at
 from specbench.drafters import LookupFirstDrafter, make_drafter, uses_model
@@ -50,13 +50,18 @@ def record_path(target, drafter_model, prompt_ids: list[int], output: list[int],
     """The path of one prompt: the plain run's output, the drafter's logits along it (when
     a drafter model is given; draft_vocab > 0 computes them as its restricted draft step
     does) and, under sampling, the target's processed rows."""
-    draft_logits = None
+    draft_logits, draft_limit = None, None
     if drafter_model is not None:
-        draft_logits = path_logits(drafter_model, prompt_ids, output) if draft_vocab > 0 else teacher_forced_logits(drafter_model, prompt_ids, output)
+        draft_limit = context_limit(drafter_model)
+        seen = output[: max(0, draft_limit - len(prompt_ids) + 1)]  # the rows the drafter can attend to: ModelDrafter drafts no further
+        if not seen:
+            draft_logits = torch.zeros(0, int(drafter_model.config.vocab_size))
+        else:
+            draft_logits = path_logits(drafter_model, prompt_ids, seen) if draft_vocab > 0 else teacher_forced_logits(drafter_model, prompt_ids, seen)
     target_probs = None
     if not gen.sampling.greedy:
         target_probs = logits_to_probs(target_path_logits(target, prompt_ids, output).float().cpu(), gen.sampling)
-    return RecordedPath(list(prompt_ids), list(output), gen.sampling, draft_logits, target_probs)
+    return RecordedPath(list(prompt_ids), list(output), gen.sampling, draft_logits, target_probs, context_limit(target), rope_boundary(target), draft_limit)
 
 
 def target_path_logits(target, prompt_ids: list[int], output: list[int]) -> torch.Tensor:

@@ -82,7 +82,7 @@ def parse_prompt(data: object, where: str, line: int = 1) -> Prompt:
         data = {**data, "turns": [text]}
     if not data.get("turns"):
         raise PromptError(f"{where}: needs 'turns' (a non-empty list of strings), 'messages', or a prompt string ({', '.join(TEXT_KEYS)})")
-    turns = _strings(data["turns"], "turns", where)
+    turns = _strings([data["turns"]] if isinstance(data["turns"], str) else data["turns"], "turns", where)
     replies = _strings(data.get("replies", []), "replies", where)
     if replies and len(replies) != len(turns) - 1:
         raise PromptError(f"{where}: {len(turns)} turns need {len(turns) - 1} replies, got {len(replies)}")
@@ -127,9 +127,16 @@ def parse_lines(lines: list[str], source: str) -> list[Prompt]:
     return _prompts(records, source)
 
 
+def _lines(text: str) -> list[str]:
+    """A file's lines, split at newlines only: str.splitlines also splits at U+2028, form
+    feeds and the like, which a JSON string or a prompt may hold (read_text has already
+    turned \r\n into \n)."""
+    return text.split("\n")
+
+
 def parse_text(text: str, source: str) -> list[Prompt]:
     """A plain text file -> one single-turn prompt per non-blank line, named by its number."""
-    return _prompts([(f"{source}:{n}", n, {"prompt": line.strip()}) for n, line in enumerate(text.splitlines(), start=1) if line.strip()], source)
+    return _prompts([(f"{source}:{n}", n, {"prompt": line.strip()}) for n, line in enumerate(_lines(text), start=1) if line.strip()], source)
 
 
 def parse_json(text: str, source: str) -> list[Prompt]:
@@ -186,7 +193,7 @@ def load_prompts(spec: str = DEFAULT_SET, categories: list[str] | tuple[str, ...
         text = path.read_text(encoding="utf-8-sig")  # -sig: a byte-order mark is not text
     except (OSError, UnicodeDecodeError) as exc:
         raise PromptError(f"cannot read {path}: {exc}") from None
-    prompts = parse_text(text, str(path)) if suffix == ".txt" else parse_json(text, str(path)) if suffix == ".json" else parse_lines(text.splitlines(), str(path))
+    prompts = parse_text(text, str(path)) if suffix == ".txt" else parse_json(text, str(path)) if suffix == ".json" else parse_lines(_lines(text), str(path))
     return filter_categories(prompts, categories, str(path))
 
 

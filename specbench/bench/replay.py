@@ -76,6 +76,9 @@ class RecordedPath:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     draft_logits: torch.Tensor | None = None  # [n, vocab]
     target_probs: torch.Tensor | None = None  # [n, vocab]
+    limit: int = 1 << 30  # the target's context (core.generate.context_limit), as the real loop's stop rule reads it
+    boundary: int | None = None  # core.generate.rope_boundary of the target, which bounds gamma as in the real loop
+    draft_limit: int | None = None  # the drafter model's context: draft_logits stop there, as ModelDrafter's drafts do
     # the drafter's processed rows, shared by every replay of this path (PathDrafter._row)
     draft_rows: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -154,6 +157,8 @@ class PathDrafter:
     def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
         self._observe(context)
         position = context.shape[0] - len(self.path.prompt_ids)
+        if self.path.draft_limit is not None:  # ModelDrafter.propose's bound
+            max_tokens = min(max_tokens, self.path.draft_limit - context.shape[0] + 1)
         tokens, rows, feeds = [], [], []
         pending = context.shape[0] - self.cache_len
         for step in range(max_tokens):
@@ -279,13 +284,13 @@ class OracleDrafter:
 # ---------------------------------------------------------------------------- the loop
 
 
-def replay(path: RecordedPath, drafter: Drafter, policy: GammaPolicy, config: GenerationConfig, acceptance: Acceptance, *, generator: torch.Generator | None = None, limit: int = 1 << 30) -> GenerationResult:
+def replay(path: RecordedPath, drafter: Drafter, policy: GammaPolicy, config: GenerationConfig, acceptance: Acceptance, *, generator: torch.Generator | None = None) -> GenerationResult:
     """speculative_generate's loop (core/generate.py) on a recorded path: the same first
     pass, room, drafter and policy calls and stop rule; the verify pass is `acceptance`, and
     every token emitted is the path's. Returns the run's stats and StepRecords (no timings)."""
     output_path = path.output
     drafter.start(config.sampling, generator)
-    stopper = Stopper(config, len(path.prompt_ids), limit, None)
+    stopper = Stopper(config, len(path.prompt_ids), path.limit, None, path.boundary)
     stats, steps, output = RunStats(), [], []
     seq = list(path.prompt_ids)
     drafter.prefill(torch.tensor(seq, dtype=torch.long))

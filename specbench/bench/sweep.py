@@ -120,11 +120,12 @@ from specbench.bench.results import (
 from specbench.core.generate import GenerationConfig, context_limit, plain_generate, speculative_generate
 from specbench.core.stats import RunStats, StepRecord, drafter_cost, verify_cost_at, walltime_speedup
 from specbench.drafters import make_drafter, parse_early_exit, uses_model
-from specbench.errors import PromptError, SweepError
+from specbench.drafters.early_exit import check_early_exit
+from specbench.errors import PromptError, SweepError, reraise_as
 from specbench.models.loading import output_vocab_size, timing_ids
 from specbench.models.text import check_prompt_fits, encode_prompt
 from specbench.policies import make_policy
-from specbench.speed.costs import Costs, for_drafter, measure_costs, pooled, timing_context
+from specbench.speed.costs import Costs, for_drafter, measure_costs, pooled, shared_limit, timing_context
 from specbench.speed.kernels import stock_kernels
 
 PATHS_JSONL = "paths.jsonl"  # each plain run's output ids, what predictions replay
@@ -284,7 +285,7 @@ def make_row(run: PlannedRun, m: Measurement, baseline: Baseline | None, *, c: f
         "drafted": stats.drafted if known else None,
         "accepted": stats.accepted if known else None,
         "acceptance_rate": stats.acceptance_rate if known else None,
-        "mean_accepted_length": stats.mean_accepted_length if (known or is_baseline) else None,
+        "mean_accepted_length": stats.mean_accepted_length if (known or is_baseline) and stats.rounds else None,  # no round: nothing to average
         "target_forwards": stats.target_forwards,
         "tokens_per_second": tps,
         "speedup": speedup,
@@ -490,8 +491,7 @@ class SweepRunner:
         """c of drafter model `name` (none when the sweep drafts with no model) and the
         target's v(k), timed on the prompt's context."""
         drafter = self.drafter_model(name) if needs_drafter_model(self.config) else None
-        limit = context_limit(self.target) if drafter is None else min(context_limit(self.target), context_limit(drafter))
-        context = timing_context(self.prompt_ids(prompt), self.config.max_new_tokens, limit)
+        context = timing_context(self.prompt_ids(prompt), self.config.max_new_tokens, shared_limit(self.target, drafter))
         vocab = self.config.draft_vocab if drafts_with_model(self.config) and name not in self.config.translated else 0
         context = timing_ids(context, self.target, drafter)  # a drafter with another tokenizer reads fewer ids
         sampling = generation_config(self.config, self.eos_ids).sampling  # the runs' own
@@ -611,9 +611,15 @@ def drafters_of(config: SweepConfig, drafter_model, drafter_tokenizer=None) -> d
     return {config.drafter_models[0]: DrafterModel(drafter_model, drafter_tokenizer)}
 
 
-def check_drafters(config: SweepConfig, drafters: dict[str, DrafterModel]) -> None:
-    """The drafter models a sweep's own drafters need are there, with a tokenizer where
-    translated. hf-assisted alone may go without one: it is then not run (hf_counterparts)."""
+def check_drafters(config: SweepConfig, drafters: dict[str, DrafterModel], target) -> None:
+    """Each early-exit:N fits the target, and the drafter models a sweep's own drafters need
+    are there, with a tokenizer where translated. hf-assisted alone may go without one: it
+    is then not run (hf_counterparts)."""
+    for drafter in config.drafters:
+        layers = parse_early_exit(drafter)
+        if layers is not None:
+            with reraise_as(SweepError):
+                check_early_exit(target, layers)
     if not needs_drafter_model(config):
         return
     missing = [name for name in config.drafter_models if name not in drafters]
@@ -622,8 +628,6 @@ def check_drafters(config: SweepConfig, drafters: dict[str, DrafterModel]) -> No
         raise SweepError(f"this sweep drafts with {which} (the model drafter or hf-assisted) but none was given")
     if any(drafters[name].tokenizer is None for name in config.translated if name in drafters):
         raise SweepError("the drafter model has another tokenizer, but none was given to translate its drafts")
-
-
 
 
 def sweep(
@@ -660,7 +664,7 @@ def sweep(
     if not prompts:
         raise SweepError("no prompts to run")
     drafters = drafters_of(config, drafter_model, drafter_tokenizer)
-    check_drafters(config, drafters)
+    check_drafters(config, drafters, target)
     runner = SweepRunner(target, drafters, tokenizer, config, eos_ids)
     for prompt in prompts:  # a prompt too long for the context fails now, not an hour in
         runner.prompt_ids(prompt)
@@ -670,6 +674,8 @@ def sweep(
     names = drafter_name if isinstance(drafter_name, dict) else {config.drafter_models[0]: drafter_name}
     meta = build_meta(target, drafters, config, prompts, target_name=target_name, drafter_names=names, prompts_source=prompts_source, command=command or " ".join(sys.argv))
     old_meta = read_meta(out_dir) if done_rows else {}
+    if done_rows and not old_meta:
+        raise SweepError(f"cannot resume: {out_dir} has finished rows but no meta.json, so what they measured cannot be checked; start again with another --out")
     check_resume_meta(old_meta, meta)
 
     # 2. the plan; the costs c and v(k) of each prompt's block are measured as it starts

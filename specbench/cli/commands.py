@@ -269,12 +269,12 @@ def _pair_costs(pair, pair_config, kernels: str, prompt_ids: list[int], max_new_
     import torch
 
     from specbench import models
-    from specbench.speed.costs import METHOD, costs_for, for_drafter, timing_context
+    from specbench.speed.costs import METHOD, costs_for, for_drafter, shared_limit, timing_context
     from specbench.speed.kernels import VERSION
 
     drafter_model = pair.drafting_model
     key = f"{pair.target.name}|{pair_config.dtype}|{_drafter_label(pair)}|{pair_config.draft_dtype}|vocab={pair.draft_vocab}|{pair_config.device}|{kernels}.v{VERSION}|threads={torch.get_num_threads()}|t={sampling.temperature:g},k={sampling.top_k},p={sampling.top_p:g}|costs.v{METHOD}"
-    context = models.timing_ids(timing_context(prompt_ids, max_new_tokens, pair.context_limit), pair.target.model, drafter_model)
+    context = models.timing_ids(timing_context(prompt_ids, max_new_tokens, shared_limit(pair.target.model, drafter_model)), pair.target.model, drafter_model)
     with err_console.status("measuring the drafter and verify costs for the cost policy (once per model pair)"):
         costs, cached = costs_for(pair.target.model, drafter_model, key, context, defaults.costs_dir(), draft_vocab=pair.draft_vocab, sampling=sampling)
     if pair.drafter_model is not None or drafter_model is None:  # early exit keeps its measured c
@@ -410,7 +410,7 @@ def predicted_table(frame, shares) -> Table:
     for _, row in frame.iterrows():
         key = (row["drafter"], row["policy"], row["gamma"])
         cells = [f"{row['drafter']} {row['policy']}", f"{int(row['gamma'])}", _pct(row["acceptance_rate"]), _num(row["mean_accepted_length"]),
-                 _num(row["speedup"]) + "×", _interval(_real(row["speedup_lo"]), _real(row["speedup_hi"])), _pct(share.get(key))]  # fmt: skip
+                 _num(row["speedup"]) + "×", _interval(_real(row["speedup_lo"]), _real(row["speedup_hi"])), _share(share.get(key))]  # fmt: skip
         table.add_row(*cells)
     return table
 
@@ -444,6 +444,13 @@ def _num(value, fmt: str = ".2f") -> str:
 def _pct(value) -> str:
     value = _real(value)
     return "–" if value is None else f"{value:.0%}"
+
+
+def _share(value) -> str:
+    """A share of the oracle's gain; a policy slower than plain has none (its negative
+    ratio to a small gain would read as a size)."""
+    value = _real(value)
+    return "< 0%" if value is not None and value < 0 else _pct(value)
 
 
 def _configuration(summary) -> str:

@@ -61,7 +61,7 @@ from pathlib import Path
 import torch
 
 from specbench.core.cache import cache_arg, crop_cache, new_cache
-from specbench.core.generate import GenerationConfig, model_device, speculative_generate, sync
+from specbench.core.generate import GenerationConfig, context_limit, model_device, speculative_generate, sync
 from specbench.core.sampling import SamplingConfig, choose, greedy_tokens, logits_to_probs
 from specbench.drafters import DraftStep, draft_step, make_drafter, uses_model
 from specbench.policies import FixedGamma
@@ -213,6 +213,11 @@ def isotonic(values: list[float]) -> list[float]:
             blocks[-1][0] += total
             blocks[-1][1] += count
     return [total / count for total, count in blocks for _ in range(count)]
+
+
+def shared_limit(target, drafter_model=None) -> int:
+    """The context both models can attend over: where cost timings must stay."""
+    return min(context_limit(m) for m in (target, drafter_model) if m is not None)
 
 
 def timing_context(prompt_ids: list[int], max_new_tokens: int, limit: int) -> list[int]:

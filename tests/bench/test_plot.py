@@ -206,6 +206,27 @@ def test_predicted_table_folds_a_long_drafter_model_name():
     assert f"model@{LONG_MODEL}" in _column_text(text)
 
 
+def test_predicted_table_gives_no_share_of_the_oracle_to_a_policy_slower_than_plain():
+    """(speedup - 1) / (oracle - 1) below 0 is not a size: a slower-than-plain policy reads
+    "< 0%", whatever the oracle gained."""
+    import io
+
+    import pandas as pd
+    from rich.console import Console
+
+    from specbench.cli import commands as cli
+
+    rows = [("fixed", 2, 0.90, -5.0), ("cost", 3, 1.02, 0.4)]
+    frame = pd.DataFrame([{"drafter": "model", "policy": p, "gamma": g, "acceptance_rate": 0.5, "mean_accepted_length": 1.5,
+                           "speedup": s, "speedup_lo": s, "speedup_hi": s} for p, g, s, _ in rows])  # fmt: skip
+    shares = pd.DataFrame([{"drafter": "model", "policy": p, "gamma": g, "share": share} for p, g, _, share in rows])
+    out = io.StringIO()
+    Console(file=out, width=100, no_color=True).print(cli.predicted_table(frame, shares))
+    lines = out.getvalue().splitlines()
+    assert next(line for line in lines if "model fixed" in line).rstrip("│ ").endswith("< 0%")
+    assert next(line for line in lines if "model cost" in line).rstrip("│ ").endswith("40%")
+
+
 def test_chart_footer_gives_the_c_the_sweep_priced_with():
     """The footer gives the c a sweep priced with: its one measurement, the median of its
     prompts' measurements with their range (the first drafter model's, as meta's c is), or,

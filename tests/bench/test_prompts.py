@@ -118,6 +118,18 @@ def test_plain_text_files_give_one_prompt_a_line(tmp_path):
     assert [(p.id, p.category, p.turns) for p in prompts] == [("1", "uncategorized", ("Write a haiku.",)), ("3", "uncategorized", ("Explain recursion.",))]
 
 
+def test_lines_split_at_newlines_only(tmp_path):
+    """U+2028 (which json.dumps(..., ensure_ascii=False) writes raw inside a string) and form
+    feeds are text, not line ends; \r\n is one line end. A `turns` string is one turn."""
+    records = [{"id": "a", "prompt": "one\u2028two\x0cthree"}, {"id": "b", "turns": "a single turn"}]
+    jsonl = tmp_path / "p.jsonl"
+    jsonl.write_text("\r\n".join(json.dumps(r, ensure_ascii=False) for r in records), encoding="utf-8")
+    assert [p.turns for p in load_prompts(str(jsonl))] == [("one\u2028two\x0cthree",), ("a single turn",)]
+    text = tmp_path / "p.txt"
+    text.write_text("first\u2028still the first\r\nsecond\n", encoding="utf-8")
+    assert [p.turns for p in load_prompts(str(text))] == [("first\u2028still the first",), ("second",)]
+
+
 def test_json_arrays_and_the_common_record_forms(tmp_path):
     """Chat messages (system, replies, a trailing reference answer), HumanEval's task_id,
     Alpaca's instruction + input, and a bare question, in one JSON array."""

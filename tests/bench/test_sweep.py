@@ -217,6 +217,9 @@ def test_make_row_speedup_and_parity():
     assert make_row(run, same, None, c=None, prompt_tokens=7, seed=0)["speedup"] is None
     sampled = PlannedRun("specbench", "model", "fixed", 2, 0.7, PROMPTS[0], 0)
     assert make_row(sampled, same, base, c=0.25, prompt_tokens=7, seed=0)["identical_to_baseline"] is None
+    only_first = bench.Measurement([1], RunStats(new_tokens=1, first_pass_tokens=1, target_forwards=1))  # e.g. EOS at once
+    plain = PlannedRun("plain", "", "", None, 0.0, PROMPTS[0], 0)
+    assert make_row(plain, only_first, base, c=None, prompt_tokens=7, seed=0)["mean_accepted_length"] is None  # no round to average, not 0
 
 
 # ---------------------------------------------------------------------------- HF assisted
@@ -566,6 +569,85 @@ def test_a_prompt_too_long_fails_before_any_row(tokenizer, tmp_path):
     assert not (tmp_path / "x" / "runs.csv").exists()
 
 
+def test_predictions_stop_where_the_contexts_end(tokenizer, tmp_path):
+    """A generation that runs into the target's context, and a drafter whose context ends
+    before the target's: predicted rounds draft what the real runs drafted (the replay reads
+    the same limits), and HF's assisted run stops where specbench's loops do (it would run
+    past the context, and differ from plain decoding)."""
+    from conftest import noisy_copy, tiny_model
+
+    target = tiny_model(0, max_positions=48)  # p-code is 32 tokens with the template
+    drafter = noisy_copy(target, scale=0.2, seed=7)
+    config = SweepConfig(**{**FAST, "gammas": (4, 8), "max_new_tokens": 40}, measure="all")
+    sweep(target, drafter, tokenizer, PROMPTS[:1], config, tmp_path / "target", command="test")
+    wide = tiny_model(0, max_positions=256)
+    short_drafter = noisy_copy(wide, scale=0.2, seed=7)
+    short_drafter.config.max_position_embeddings = 40
+    sweep(wide, short_drafter, tokenizer, PROMPTS[:1], replace(config, hf_assisted=False), tmp_path / "drafter", command="test")
+    for out, stop in ((tmp_path / "target", "context"), (tmp_path / "drafter", "max_new_tokens")):
+        rows = read_rows(out / "runs.csv")
+        plain = next(r for r in rows if r["method"] == "plain" and r["source"] == "measured")
+        assert plain["stop_reason"] == stop
+        spec = {(r["source"], r["gamma"]): r for r in rows if r["method"] == "specbench" and r["policy"] == "fixed"}
+        for gamma in ("4", "8"):
+            predicted, measured = spec[("predicted", gamma)], spec[("measured", gamma)]
+            assert float(predicted["drafted"]) == float(measured["drafted"]) > 0, (out.name, gamma)
+            assert float(predicted["target_forwards"]) == float(measured["target_forwards"])
+            assert measured["identical_to_baseline"] == "true"
+    hf = next(r for r in read_rows(tmp_path / "target" / "runs.csv") if r["method"] == "hf-assisted")
+    assert hf["new_tokens"] == plain_rows(tmp_path / "target")[0]["new_tokens"] and hf["stop_reason"] == "context"
+    assert hf["identical_to_baseline"] == "true"
+
+
+def plain_rows(out):
+    return [r for r in read_rows(out / "runs.csv") if r["method"] == "plain" and r["source"] == "measured"]
+
+
+def test_a_sweep_refuses_an_early_exit_it_cannot_run_before_any_row(tokenizer, tmp_path):
+    """early-exit:N past the target's layers, or on a model whose decoder cannot exit early,
+    is the same one-line error as in `generate`, before the sweep writes anything."""
+    import transformers as T
+
+    from conftest import tiny_model
+
+    config = SweepConfig(drafters=("ngram", "early-exit:5"), hf_assisted=False, **FAST)
+    with pytest.raises(SweepError, match="the target has 2 layers; choose N from 1 to 1"):
+        sweep(tiny_model(0), None, tokenizer, PROMPTS, config, tmp_path / "deep", command="test")
+    gpt2 = T.GPT2LMHeadModel(T.GPT2Config(vocab_size=64, n_positions=256, n_embd=32, n_layer=2, n_head=4)).eval()
+    with pytest.raises(SweepError, match="cannot exit early"):
+        sweep(gpt2, None, tokenizer, PROMPTS, replace(config, drafters=("early-exit:1",)), tmp_path / "gpt2", command="test")
+    assert not any(tmp_path.glob("*/runs.csv"))
+
+
+def test_a_sweep_with_rows_but_no_meta_does_not_resume(close_pair, tokenizer, tmp_path):
+    """meta.json is what a resume checks its settings against: without it, rows measured
+    under other settings would be mixed in unchecked."""
+    out = tmp_path / "sweep"
+    config = SweepConfig(drafters=("ngram",), hf_assisted=False, **FAST)
+    run_sweep(close_pair, tokenizer, out, config)
+    (out / "meta.json").unlink()
+    with pytest.raises(SweepError, match="no meta.json"):
+        run_sweep(close_pair, tokenizer, out, config, resume=True)
+
+
+def test_sweep_settings_that_would_fail_mid_sweep_fail_first():
+    """A repeated policy runs once (as a repeated drafter or gamma does); a seed that the last
+    repeat (seed + repeats - 1) would carry past what torch takes fails before any run."""
+    assert SweepConfig(policies=("fixed", "cost", "fixed")).policies == ("fixed", "cost")
+    with pytest.raises(SweepError, match="seed must be in"):
+        SweepConfig(seed=2**64 - 1, repeats=2)
+    assert SweepConfig(seed=2**64 - 2, repeats=2).seed == 2**64 - 2
+
+
+def test_the_oracle_drafts_as_far_as_any_policy_of_the_sweep():
+    """The oracle bounds every policy with its drafter, so it may draft as many tokens a
+    round as any of them: the largest gamma, but heuristic grows past its gamma in a sweep."""
+    from specbench.bench.plan import oracle_gamma
+
+    assert oracle_gamma(SweepConfig(gammas=(1, 2, 5), policies=("fixed", "cost", "egag"))) == 5
+    assert oracle_gamma(SweepConfig(gammas=(1, 2, 5), policies=("fixed", "heuristic"), max_new_tokens=64)) == 63
+
+
 # ---------------------------------------------------------------------------- the command
 
 
@@ -643,6 +725,9 @@ def test_a_sweep_of_a_users_target_with_model_free_drafters_loads_no_drafter_mod
         (["--category", "[code]"], "no category '[code]'"),  # printed as is, not as rich markup
         (["--repeats", "0"], "repeats must be >= 1"),
         (["--temperature", "-1"], "temperature must be >= 0"),
+        (["--temperature", "nan"], "temperature must be >= 0 and finite"),
+        (["--seed", str(2**64 - 1), "--repeats", "2"], "seed must be in 0 .. 2**64 - 1"),
+        (["--gamma-policy", "fixed", "--gamma-policy", "nope"], "unknown gamma policy"),
         (["--timing-repeats", "0"], "timing repeats must be >= 1"),
         (["--draft-vocab", "-1"], "draft-vocab must be >= 0"),
         (["--drafter-model", "default", "--drafter-model", "ngram"], "each of several drafter models must be a model"),

@@ -277,13 +277,14 @@ def _quantize_drafter_to_q4k(model, name: str, progress: Progress) -> None:
 
 
 def _load_weights(folder: str, kwargs: dict, dtype: torch.dtype, device: str, role: str, name: str):
+    from safetensors import SafetensorError  # a cut or corrupt weights file
     from transformers import AutoModelForCausalLM
 
     placement = {} if device == "cpu" else {"device_map": device}
     try:
         with _no_gguf_bar():
             model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kwargs, **placement)
-    except (OSError, ValueError, KeyError, ImportError) as error:
+    except (OSError, ValueError, KeyError, ImportError, SafetensorError) as error:
         raise ModelError(f"cannot load {role} {name}: {_first_line(error, kwargs)}") from error
     check_left_to_right(model.config, role, name)
     return model.eval()

@@ -73,6 +73,16 @@ def test_parse_model_spec_rejects_folders_and_files_that_are_not_models(tmp_path
         models.parse_model_spec(str(tmp_path / "notes.txt"))
 
 
+def test_a_cut_weights_file_is_one_model_error(tmp_path):
+    """safetensors' own error (not an OSError) for a cut or corrupt file reads as any other
+    model that cannot load."""
+    folder = save_tiny(tmp_path / "cut")
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with pytest.raises(models.ModelError, match="cannot load target cut"):
+        models.load_model(models.parse_model_spec(str(folder)), role="target", dtype="float32")
+
+
 def test_drafter_kind():
     assert models.drafter_kind("none") == "none"
     assert models.drafter_kind("ngram") == "ngram"

@@ -52,7 +52,7 @@ def parse_dtype(name: str) -> torch.dtype:
     try:
         return DTYPES[name.lower()]
     except KeyError:
-        raise ModelError(f"unknown dtype {name!r}; choose from float32, bfloat16, float16, int8, q4k") from None
+        raise ModelError(f"unknown dtype {name!r}; choose from auto, float32, bfloat16, float16, int8, q4k") from None
 
 
 def resolve_target_dtype(name: str, device: str, target: str = DEFAULT) -> str:
@@ -262,7 +262,7 @@ def _use_gguf_blocks(model, path: Path, name: str, progress: Progress) -> None:
     swapped, _ = use_gguf_blocks(model, str(path))
     progress(task, 1, 1)
     if not swapped:
-        raise ModelError(f"--dtype q4k: no layer of {name} is stored as Q4_K in {path.name}")
+        raise ModelError(f"--dtype q4k: no layer of {path.name} is stored as Q4_K; use --dtype auto, int8 or float32")
 
 
 def _quantize_drafter_to_q4k(model, name: str, progress: Progress) -> None:
@@ -277,6 +277,8 @@ def _quantize_drafter_to_q4k(model, name: str, progress: Progress) -> None:
 
 
 def _load_weights(folder: str, kwargs: dict, dtype: torch.dtype, device: str, role: str, name: str):
+    from struct import error as StructError  # a GGUF cut inside its header
+
     from safetensors import SafetensorError  # a cut or corrupt weights file
     from transformers import AutoModelForCausalLM
 
@@ -284,8 +286,9 @@ def _load_weights(folder: str, kwargs: dict, dtype: torch.dtype, device: str, ro
     try:
         with _no_gguf_bar():
             model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kwargs, **placement)
-    except (OSError, ValueError, KeyError, ImportError, SafetensorError) as error:
-        raise ModelError(f"cannot load {role} {name}: {_first_line(error, kwargs)}") from error
+    except (OSError, ValueError, KeyError, ImportError, SafetensorError, StructError) as error:
+        damaged = "its weights file looks cut short or corrupt: " if isinstance(error, (SafetensorError, StructError)) else ""
+        raise ModelError(f"cannot load {role} {name}: {damaged}{_first_line(error, kwargs)}") from error
     check_left_to_right(model.config, role, name)
     return model.eval()
 

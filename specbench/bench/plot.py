@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -319,7 +320,8 @@ def describe(meta: dict, runs: pd.DataFrame) -> str:
     elif names[1]:
         parts.append(f"drafter {names[1]}")
     parts.append(f"temperature {', '.join(temps)}")
-    parts.append(f"{runs['prompt_id'].nunique()} prompts")
+    count = runs["prompt_id"].nunique()
+    parts.append(f"{count} prompt{'' if count == 1 else 's'}")
     parts.append(describe_c(meta))
     return " · ".join(part for part in parts if part)
 
@@ -347,6 +349,11 @@ def plot_results(directory: Path, out_dir: Path | None = None) -> list[Path]:
     bands, the measured points on them; the position charts only when positions.csv has rows)
     and, of CHARTS, those that are not SUPERSEDED, from the measured rows only: predicted and
     measured rows never share a curve."""
+    with matplotlib.rc_context({"text.parse_math": False}):  # a "$" in a category or model name is text
+        return _plot_results(directory, out_dir)
+
+
+def _plot_results(directory: Path, out_dir: Path | None) -> list[Path]:
     every, meta = load_results(directory)
     out_dir = make_dir(Path(out_dir or directory))
     runs = every[every["source"] == MEASURED]
@@ -396,7 +403,8 @@ def chart_gamma_metric(table, metric: str, lo: str | None, hi: str | None, title
         rows = table[(table["method"] == "specbench") & (table["drafter"] == drafter) & (table["policy"] == policy) & table[metric].notna()]
         predicted = rows[rows["source"] == PREDICTED].sort_values("gamma")
         if len(predicted):
-            ax.plot(predicted["gamma"], predicted[metric], color=color, label=f"{drafter} / {policy} (predicted)")
+            dot = "D" if len(predicted) == 1 else None  # a line through one point draws nothing
+            ax.plot(predicted["gamma"], predicted[metric], color=color, marker=dot, markersize=4, label=f"{drafter} / {policy} (predicted)")
             if lo and predicted[lo].notna().any():
                 ax.fill_between(predicted["gamma"], predicted[lo], predicted[hi], color=color, alpha=0.15)
         measured = rows[rows["source"] == MEASURED].sort_values("gamma")

@@ -31,6 +31,7 @@ from rich.progress import (
 )
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from specbench.errors import OptionError, PromptError, ResultsError, SpecbenchError, SweepError
 from specbench.models import defaults
@@ -89,7 +90,7 @@ def _loading_progress() -> Progress:
     """Progress on stderr while models load (assembling, dequantizing, caching on first use)."""
     return Progress(
         SpinnerColumn(),
-        TextColumn("[progress.description]{task.description}"),
+        TextColumn("{task.description}", style="progress.description", markup=False),  # a model name or prompt id is not markup
         BarColumn(),
         _BytesColumn(),
         TimeElapsedColumn(),
@@ -143,6 +144,12 @@ def _summary_line(result, pair) -> str:
         ]
     parts += [f"{stats.target_forwards} target forwards", f"prefill {stats.prefill_seconds:.2f} s", f"stop: {result.stop_reason}"]
     return " · ".join(parts)
+
+
+def _model_key(loaded) -> str:
+    """A model's part of a cache key: its name, and for a local folder or file also where
+    it is and what it holds (ModelSpec.identity): two files of one name are two models."""
+    return loaded.name if loaded.spec.kind in ("default", "hub") else f"{loaded.name}@{loaded.spec.identity()}"
 
 
 def _drafter_label(pair) -> str:
@@ -227,7 +234,9 @@ def generate_command(
         typer.echo(_json.dumps(generation_json(result, pair, prompt_ids, {**settings, "raw": raw}), ensure_ascii=False))
     else:
         console.out(stream.finish(), highlight=False)  # whatever was held back, then a newline
-        err_console.print(f"[dim]{_summary_line(result, pair)}[/]", highlight=False, soft_wrap=True)
+        err_console.print(f"[dim]{escape(_summary_line(result, pair))}[/]", highlight=False, soft_wrap=True)
+    if trace_out is not None:  # after the text's last line, not on it
+        err_console.print(f"[dim]trace saved to {escape(str(trace_out))}; replay it with `specbench trace {escape(str(trace_out))}`[/]", highlight=False, soft_wrap=True)
 
 
 def _generate_policy(pair, pair_config, kernels: str, prompt_ids: list[int], config, name: str, gamma: int, knobs: dict):
@@ -259,7 +268,6 @@ def _run_traced(pair, prompt: str, prompt_ids: list[int], config, policy, on_tok
         raise typer.Exit(130)
     if writer is not None:
         writer.close(result.stats)
-        err_console.print(f"[dim]trace saved to {trace_out}; replay it with `specbench trace {trace_out}`[/]", highlight=False, soft_wrap=True)
     return result, tracer
 
 
@@ -273,7 +281,8 @@ def _pair_costs(pair, pair_config, kernels: str, prompt_ids: list[int], max_new_
     from specbench.speed.kernels import VERSION
 
     drafter_model = pair.drafting_model
-    key = f"{pair.target.name}|{pair_config.dtype}|{_drafter_label(pair)}|{pair_config.draft_dtype}|vocab={pair.draft_vocab}|{pair_config.device}|{kernels}.v{VERSION}|threads={torch.get_num_threads()}|t={sampling.temperature:g},k={sampling.top_k},p={sampling.top_p:g}|costs.v{METHOD}"
+    drafter_key = _model_key(pair.drafter_model) if pair.drafter_model is not None else pair.drafter_name
+    key = f"{_model_key(pair.target)}|{pair_config.dtype}|{drafter_key}|{pair_config.draft_dtype}|vocab={pair.draft_vocab}|{pair_config.device}|{kernels}.v{VERSION}|threads={torch.get_num_threads()}|t={sampling.temperature:g},k={sampling.top_k},p={sampling.top_p:g}|costs.v{METHOD}"
     context = models.timing_ids(timing_context(prompt_ids, max_new_tokens, shared_limit(pair.target.model, drafter_model)), pair.target.model, drafter_model)
     with err_console.status("measuring the drafter and verify costs for the cost policy (once per model pair)"):
         costs, cached = costs_for(pair.target.model, drafter_model, key, context, defaults.costs_dir(), draft_vocab=pair.draft_vocab, sampling=sampling)
@@ -312,12 +321,12 @@ def models_command() -> None:
     console.print(table)
     for s in statuses:
         where = f"parts in {s.parts_folder}" if s.parts_folder else "parts not installed"
-        console.print(f"{s.model.role}: {where}; cache {s.cache_path}", highlight=False, soft_wrap=True)
+        console.print(f"{s.model.role}: {where}; cache {s.cache_path}", highlight=False, soft_wrap=True, markup=False)
     if not all(s.cached for s in statuses):
         console.print("an uncached model is built on first use (about 1-2 minutes, once)", highlight=False, soft_wrap=True)
     if any(s.parts_found < s.model.n_parts for s in statuses):
         console.print(f"[yellow]missing packages:[/] install them with {defaults.INSTALL_HINT}", highlight=False, soft_wrap=True)
-    console.print(f"cache: {defaults.models_dir()} (move it with ${defaults.CACHE_ENV}; empty it with `specbench clear-cache`)", highlight=False, soft_wrap=True)
+    console.print(f"cache: {defaults.models_dir()} (move it with ${defaults.CACHE_ENV}; empty it with `specbench clear-cache`)", highlight=False, soft_wrap=True, markup=False)
     console.print(drafters_table())
 
 
@@ -341,9 +350,9 @@ def clear_cache_command() -> None:
     where = defaults.cache_root()
     freed = defaults.clear_cache()
     if freed:
-        console.print(f"removed {_size(freed)} from {where}", highlight=False, soft_wrap=True)
+        console.print(f"removed {_size(freed)} from {where}", highlight=False, soft_wrap=True, markup=False)
     else:
-        console.print(f"nothing cached in {where}", highlight=False, soft_wrap=True)
+        console.print(f"nothing cached in {where}", highlight=False, soft_wrap=True, markup=False)
 
 
 # ---------------------------------------------------------------------------- trace
@@ -382,7 +391,7 @@ def summary_table(summaries: list, greedy: bool, title: str = "Measured") -> Tab
         return "–" if value is None else format(value, fmt)
 
     for s in summaries:
-        cells = [_configuration(s), show(s.gamma, "d"), show(s.acceptance_rate, ".0%"), show(s.mean_accepted_length, ".2f"),
+        cells = [Text(_configuration(s)), show(s.gamma, "d"), show(s.acceptance_rate, ".0%"), show(s.mean_accepted_length, ".2f"),
                  show(s.speedup, ".2f") + "×", _interval(s.speedup_lo, s.speedup_hi)]  # fmt: skip
         if greedy:
             if s.method == sweep_results.BASELINE_METHOD:
@@ -409,7 +418,7 @@ def predicted_table(frame, shares) -> Table:
     share = {(r["drafter"], r["policy"], r["gamma"]): r["share"] for r in shares.to_dict("records")}
     for _, row in frame.iterrows():
         key = (row["drafter"], row["policy"], row["gamma"])
-        cells = [f"{row['drafter']} {row['policy']}", f"{int(row['gamma'])}", _pct(row["acceptance_rate"]), _num(row["mean_accepted_length"]),
+        cells = [Text(f"{row['drafter']} {row['policy']}"), f"{int(row['gamma'])}", _pct(row["acceptance_rate"]), _num(row["mean_accepted_length"]),
                  _num(row["speedup"]) + "×", _interval(_real(row["speedup_lo"]), _real(row["speedup_hi"])), _share(share.get(key))]  # fmt: skip
         table.add_row(*cells)
     return table
@@ -427,7 +436,7 @@ def prediction_table(check) -> Table:
     grouped = check.groupby(sweep_results.CHECK_GROUP, sort=False)
     for (drafter, policy, gamma, _t), group in grouped:
         within = (group["speedup_error"].abs() <= 0.10).mean()
-        table.add_row(f"{drafter} {policy}", f"{int(gamma)}", str(len(group)), _num(group["predicted_forwards"].mean(), ".1f"), _num(group["measured_forwards"].mean(), ".1f"),
+        table.add_row(Text(f"{drafter} {policy}"), f"{int(gamma)}", str(len(group)), _num(group["predicted_forwards"].mean(), ".1f"), _num(group["measured_forwards"].mean(), ".1f"),
                       _pct(group["forwards_equal"].mean()), _num(sweep_results.geometric_mean(group["predicted_speedup"])) + "×", _num(sweep_results.geometric_mean(group["measured_speedup"])) + "×", _pct(within))  # fmt: skip
     return table
 
@@ -465,7 +474,7 @@ def _configuration(summary) -> str:
 
 def _sweep_progress() -> Progress:
     return Progress(
-        TextColumn("[progress.description]{task.description}"),
+        TextColumn("{task.description}", style="progress.description", markup=False),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
@@ -548,7 +557,7 @@ def sweep_command(
         why_no_hf = _why_no_hf_assisted(config, specs, drafter_model is not None, target) if needed else None
         if why_no_hf:
             needed = False
-            err_console.print(f"[dim]hf-assisted: not run: {why_no_hf}[/]", highlight=False, soft_wrap=True)
+            err_console.print(f"[dim]hf-assisted: not run: {escape(why_no_hf)}[/]", highlight=False, soft_wrap=True)
         dtypes = {k: v for k, v in (("dtype", dtype), ("draft_dtype", draft_dtype)) if v}  # else the pair's defaults
         pair_config = models.PairConfig(target=target, drafter=specs[0] if needed else models.NONE, device=device, draft_vocab=draft_vocab, **dtypes)
         hint = "pick a --drafter-model with a tokenizer that shares text with the target's"
@@ -627,7 +636,7 @@ def _drafter_settings(bench, pair, drafters: dict, temperature: float) -> dict:
         why = bench.why_no_hf_universal(pair.target.model, drafter.model, pair.tokenizer, drafter.tokenizer, temperature)
         if why:
             refuses.append(name)
-            err_console.print(f"[dim]no hf-universal beside {sweep_results.drafter_label(sweep_results.MODEL_DRAFTER, name)}: {why}[/]", highlight=False, soft_wrap=True)
+            err_console.print(f"[dim]no hf-universal beside {escape(sweep_results.drafter_label(sweep_results.MODEL_DRAFTER, name))}: {escape(why)}[/]", highlight=False, soft_wrap=True)
     settings = {"translated": translated, "hf_refuses": tuple(refuses)}
     return {"drafter_models": tuple(models), **settings} if drafters else settings
 
@@ -666,7 +675,7 @@ def _run_sweep(bench, pair, prompt_list, config, out_dir: Path, *, resume: bool,
             )  # fmt: skip
         except KeyboardInterrupt:
             progress.stop()
-            err_console.print(f"interrupted: {written} new row(s) kept in {out_dir / sweep_results.RUNS_CSV}; add --resume to finish the sweep", highlight=False, soft_wrap=True)
+            err_console.print(f"interrupted: {written} new row(s) kept in {out_dir / sweep_results.RUNS_CSV}; add --resume to finish the sweep", highlight=False, soft_wrap=True, markup=False)
             raise typer.Exit(130)
     render_sweep_end(out_dir, result, config)
 
@@ -713,8 +722,8 @@ def render_sweep_end(out_dir: Path, result, config) -> None:
         )
     differing = [s.label + (f" γ={s.gamma}" if s.gamma else "") for s in summaries if s.differs]
     if greedy and differing:
-        err_console.print(f"[bold yellow]warning:[/] greedy output differs from plain decoding for: {', '.join(differing)}", highlight=False, soft_wrap=True)
-    console.print(f"{result.written} row(s) written, {result.skipped} already there: {out_dir}  (charts: specbench plot {out_dir})", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold yellow]warning:[/] greedy output differs from plain decoding for: {escape(', '.join(differing))}", highlight=False, soft_wrap=True)
+    console.print(f"{result.written} row(s) written, {result.skipped} already there: {out_dir}  (charts: specbench plot {out_dir})", highlight=False, soft_wrap=True, markup=False)
 
 
 def _bias_clause(accuracy: dict) -> str:
@@ -765,7 +774,7 @@ def plot_command(
         raise ResultsError(f"nothing to chart in {directory} yet: only the first plain runs are there (an interrupted sweep: --resume it)")
     console.print(f"wrote {len(paths)} charts:", highlight=False)
     for path in paths:
-        console.print(f"  {path}", highlight=False, soft_wrap=True)
+        console.print(f"  {path}", highlight=False, soft_wrap=True, markup=False)
 
 
 if __name__ == "__main__":

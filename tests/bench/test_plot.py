@@ -359,3 +359,24 @@ def test_a_long_subtitle_breaks_between_its_parts():
     assert lines == [" · ".join(parts[:2]), " · ".join(parts[2:4]), parts[4]]
     assert footer_lines("short · enough") == ["short · enough"]
 
+
+
+def test_dollar_signs_in_names_are_text_and_one_gamma_draws_its_point(tmp_path, monkeypatch):
+    """matplotlib reads "$...$" as math: a category "bad $\\frac{$ x" stopped `plot` with a
+    ValueError, and "cost $5 to $10" drew in italics. A sweep of one gamma draws its
+    predicted value as a point (a line through one point draws nothing)."""
+    import matplotlib.axes
+
+    from specbench.bench.results import append_row
+
+    path = tmp_path / "runs.csv"
+    for prompt, category in (("a", "bad $\\frac{$ x"), ("b", "cost $5 to $10")):
+        common = {"temperature": 0, "prompt_id": prompt, "category": category, "repeat": 0, "method": "specbench", "drafter": "model", "policy": "fixed", "gamma": 2}
+        append_row(path, {**common, "method": "plain", "drafter": "", "policy": "", "gamma": "", "source": "profile", "speedup": 1.0, "tokens_per_second": 2.0})
+        append_row(path, {**common, "source": "predicted", "drafted": 10, "accepted": 6, "acceptance_rate": 0.6, "mean_accepted_length": 2.0, "speedup": 1.2, "predicted_speedup": 1.2})
+    markers = []
+    plot_line = matplotlib.axes.Axes.plot
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", lambda self, *a, **kw: markers.append(kw.get("marker")) or plot_line(self, *a, **kw))
+    written = plot_results(tmp_path)
+    assert written and all(p.read_bytes()[:8] == PNG_MAGIC for p in written)
+    assert "D" in markers

@@ -687,6 +687,17 @@ def test_sweep_command_end_to_end(patched_models, tmp_path):
     assert resumed.exit_code == 0 and "0 row(s) written, 10 already there" in resumed.output
 
 
+def test_prompt_ids_and_categories_with_brackets_are_text(patched_models, tmp_path):
+    """A prompt id like "p[/x]" is shown as it is: rich once read it as a closing tag in
+    the progress bar's description and stopped the sweep with a MarkupError."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "p[/x]", "category": "c[bold]", "turns": ["def f(x):"]}))
+    args = ["sweep", "--gamma", "1", "--drafter", "ngram", "--prompts", str(prompts), "--max-new-tokens", "4", "--timing-repeats", "1", "--no-hf-assisted", "--out", str(tmp_path / "o")]
+    result = CliRunner().invoke(cli.app, args)
+    assert result.exit_code == 0, result.output
+    assert {r["prompt_id"] for r in read_rows(tmp_path / "o" / "runs.csv")} == {"p[/x]"}
+
+
 def test_a_sweep_of_a_users_target_with_model_free_drafters_loads_no_drafter_model(patched_models, tmp_path):
     """hf-assisted is ngram's only HF counterpart and needs a drafter model; for a target of
     the user's and no --drafter-model, the sweep does not pair it with the embedded drafter

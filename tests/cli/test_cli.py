@@ -389,3 +389,43 @@ def test_sweep_end_says_which_way_the_predictions_lean():
     assert cli._bias_clause({"median_error": 0.031}) == " (median error +3.1%, predicted / measured - 1)"
     assert cli._bias_clause({"median_error": -0.004}) == " (median error -0.4%, predicted / measured - 1)"
     assert cli._bias_clause({"median_error": None}) == ""
+
+
+def test_paths_and_names_print_as_they_are(tiny, tmp_path, monkeypatch):
+    """A path or name with brackets is text, not rich markup: it prints as it is (a "[/]"
+    once ended `models` and `clear-cache` in a MarkupError), and the line that says where
+    the trace went starts a line of its own after the generated text."""
+    cache = tmp_path / "c[/]x"
+    monkeypatch.setenv(defaults.CACHE_ENV, str(cache))
+    for command in ("models", "clear-cache"):
+        result = run(command)
+        assert result.exit_code == 0, result.output
+        assert str(cache) in result.output.replace("\n", "")
+    trace = tmp_path / "[bold]t.jsonl"
+    result = run("generate", "hi", "--target", tiny["target"], "--drafter", tiny["drafter"], "--max-new-tokens", "8", "--trace-out", trace)
+    assert result.exit_code == 0, result.output
+    saved = [line for line in result.output.splitlines() if "trace saved to" in line]
+    assert saved and saved[0].startswith("trace saved to") and str(trace) in result.output.replace("\n", "")
+
+
+def test_cached_costs_belong_to_one_model_file_not_to_its_name(tiny, tmp_path):
+    """Two folders of the same name hold two models: the second's cost policy measures its
+    own costs instead of reading the first's."""
+    first = save_tiny(tmp_path / "a" / "model", seed=1)
+    second = save_tiny(tmp_path / "b" / "model", seed=2, layers=3)
+    lines = []
+    for target in (first, first, second):
+        result = run("generate", "hi", "--target", target, "--drafter", "ngram", "--max-new-tokens", "4")
+        assert result.exit_code == 0, result.output
+        lines.append(next(line for line in result.output.splitlines() if line.startswith("costs")))
+    assert "(cached)" not in lines[0] and "(cached)" in lines[1] and "(cached)" not in lines[2]
+
+
+def test_a_cut_gguf_file_is_one_line(tmp_path):
+    from tiny_hf import write_tiny_gguf
+
+    whole = write_tiny_gguf(tmp_path / "whole.gguf").read_bytes()
+    (tmp_path / "cut.gguf").write_bytes(whole[:1000])
+    result = run("generate", "hi", "--target", tmp_path / "cut.gguf", "--drafter", "none")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()] and "looks cut short or corrupt" in result.stderr

@@ -399,7 +399,7 @@ def summary_frame(runs: pd.DataFrame | Iterable[dict]) -> pd.DataFrame:
     first: Summary's fields (NaN where Summary has None; the averages weighted as Summary
     says), the 95% bootstrap intervals over prompts (bootstrap_intervals) and the
     configuration's label (without its source: select rows by the source column)."""
-    runs = _summary_inputs(as_runs(runs))
+    runs = _summary_inputs(_current_oracles(as_runs(runs)))
     table = runs.groupby(GROUP_COLUMNS, dropna=False, sort=False).agg(
         runs=("method", "size"),
         known=("known", "any"),
@@ -491,6 +491,17 @@ def bootstrap_intervals(runs: pd.DataFrame, draws: int = BOOTSTRAP_DRAWS, seed: 
         out.append((*key, *speedup, *acceptance))
     columns = [*GROUP_COLUMNS, *INTERVAL_COLUMNS]
     return pd.DataFrame(out, columns=columns).astype({c: "float64" for c in INTERVAL_COLUMNS})
+
+
+def _current_oracles(runs: pd.DataFrame) -> pd.DataFrame:
+    """Runs without the oracle rows a resume has outgrown: a sweep resumed with a larger
+    gamma predicts each drafter's oracle again up to it (plan.oracle_gamma), and only that
+    one bounds every policy; the rows up to the old gamma stay in runs.csv."""
+    oracle = runs["policy"] == ORACLE_POLICY
+    if not oracle.any():
+        return runs
+    reach = runs["gamma"].where(oracle).groupby([runs["source"], runs["drafter"], runs["temperature"]], dropna=False).transform("max")
+    return runs[~(oracle & (runs["gamma"] < reach))]
 
 
 def _summary_inputs(runs: pd.DataFrame) -> pd.DataFrame:

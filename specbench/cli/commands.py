@@ -428,7 +428,7 @@ def prediction_table(check) -> Table:
     """Each measured point: predicted vs measured target forwards and speedup (means over its
     prompts), and how many prompts' forwards matched exactly / speedups within 10%. Narrow
     enough for an 80-column terminal or log."""
-    title = "Prediction vs measurement at each measured point (n prompts; fwd: target forwards, mean; pred, meas: speedup)"
+    title = "Prediction vs measurement at each measured point (n: runs over prompts and repeats; fwd: target forwards, mean; pred, meas: speedup)"
     table = Table(title=title, title_justify="left")
     table.add_column("configuration", overflow="fold")  # a long model@NAME folds, never cut
     for name in ("γ", "n", "fwd pred", "fwd meas", "equal", "pred", "meas", "≤10%"):
@@ -698,7 +698,7 @@ def render_sweep_end(out_dir: Path, result, config) -> None:
         console.print(prediction_table(check))
         accuracy = sweep_results.prediction_accuracy(check)
         console.print(
-            f"over {accuracy['n']} measured (prompt, gamma) point(s): target forwards predicted exactly for {accuracy['forwards_equal_share']:.0%}, speedup within 10% for "
+            f"over {accuracy['n']} measured run(s) (configuration x prompt x repeat): target forwards predicted exactly for {accuracy['forwards_equal_share']:.0%}, speedup within 10% for "
             f"{accuracy['within_10pct_share']:.0%}{_bias_clause(accuracy)}; {_repeats_clause(accuracy)}geometric means over prompts within 10% for "
             f"{accuracy['configurations_within_10pct_share']:.0%} of {accuracy['configurations']} configuration(s)",
             highlight=False,

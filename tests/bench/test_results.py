@@ -314,6 +314,20 @@ def test_oracle_share_is_nan_when_the_oracle_gains_nothing():
     assert oracle_share(summary_frame(as_runs(rows[:1]))).empty  # no oracle, no share
 
 
+def test_a_resume_that_raised_the_largest_gamma_keeps_only_the_new_oracle():
+    """The oracle of a sweep resumed with a larger gamma drafts further: its rows up to the
+    old gamma stay in runs.csv, but the summary, the shares and the charts read one oracle
+    per drafter, the one that bounds every policy now swept."""
+    from specbench.bench.results import as_runs, oracle_share, summary_frame
+
+    rows = [_row("predicted", "a", 1.5, gamma=2), _row("predicted", "a", 1.6, gamma=2, policy="oracle"),
+            _row("predicted", "a", 1.7, gamma=3), _row("predicted", "a", 2.0, gamma=3, policy="oracle")]  # fmt: skip
+    table = summary_frame(as_runs(rows))
+    oracles = table[table["policy"] == "oracle"]
+    assert oracles["gamma"].tolist() == [3] and oracles["speedup"].tolist() == [2.0]
+    assert oracle_share(table).set_index("gamma")["share"].to_dict() == {2: pytest.approx(0.5), 3: pytest.approx(0.7)}
+
+
 def test_speedup_by_category_reads_one_source():
     from specbench.bench.results import as_runs
 

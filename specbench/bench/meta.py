@@ -101,6 +101,23 @@ def carry_over_meta(meta: dict, old_meta: dict) -> None:
         meta["created"], meta["resumed"] = old_meta.get("created"), meta["created"]
         earlier = old_meta.get("commands") or ([old_meta["command"]] if old_meta.get("command") else [])
         meta["commands"] = [*earlier, meta["command"]]  # each run of the sweep, the first one first
+        _union_sweep(meta["sweep"], old_meta.get("sweep") or {})
+
+
+UNION_KEYS = ("gammas", "drafters", "policies", "prompt_ids", "categories")  # what a resume may add to
+
+
+def _union_sweep(sweep: dict, old: dict) -> None:
+    """meta's sweep section after a resume describes every run in runs.csv: the prompts,
+    gammas, drafters and policies of every invocation (the earlier ones first) and the most
+    repeats; the other settings a resume must keep (check_resume_meta)."""
+    for key in UNION_KEYS:
+        if isinstance(old.get(key), list):
+            sweep[key] = list(dict.fromkeys([*old[key], *sweep.get(key, [])]))
+    if "gammas" in sweep:
+        sweep["gammas"] = sorted(sweep["gammas"])
+    sweep["prompt_hashes"] = {**(old.get("prompt_hashes") or {}), **sweep.get("prompt_hashes", {})}
+    sweep["repeats"] = max(int(old.get("repeats") or 1), int(sweep.get("repeats") or 1))
 
 
 def add_costs_meta(meta: dict, key: str, costs: Costs) -> None:

@@ -494,6 +494,21 @@ def test_interrupted_sweep_keeps_rows_and_resumes(close_pair, tokenizer, tmp_pat
     assert json.loads((out / "meta.json").read_text())["finished"] is True
 
 
+def test_meta_after_a_resume_describes_every_run_in_runs_csv(close_pair, tokenizer, tmp_path):
+    """A resume may add prompts, gammas, drafters and repeats: meta.json's sweep section then
+    names all of them, not only the last invocation's (the earlier prompts' rows are still
+    in runs.csv)."""
+    out = tmp_path / "sweep"
+    first = SweepConfig(drafters=("ngram",), hf_assisted=False, **{**FAST, "gammas": (1,)})
+    sweep(close_pair[0], close_pair[1], tokenizer, PROMPTS[:1], first, out, command="test")
+    later = replace(first, gammas=(2,), drafters=("prompt-lookup",), repeats=2)
+    sweep(close_pair[0], close_pair[1], tokenizer, PROMPTS[1:], later, out, resume=True, command="test")
+    meta = json.loads((out / "meta.json").read_text())["sweep"]
+    assert meta["prompt_ids"] == [p.id for p in PROMPTS] and set(meta["prompt_hashes"]) == {p.id for p in PROMPTS}
+    assert meta["gammas"] == [1, 2] and meta["drafters"] == ["ngram", "prompt-lookup"] and meta["repeats"] == 2
+    assert meta["categories"] == list(dict.fromkeys(p.category for p in PROMPTS))
+
+
 def test_finished_sweep_resumed_with_more_repeats_runs_only_the_new_ones(close_pair, tokenizer, tmp_path):
     """--repeats N --resume on a finished sweep adds repeats: the rows it had stay as they
     were, every new row belongs to a new repeat, and each new repeat is complete. The measured

@@ -90,7 +90,9 @@ class TraceFile:
 
 
 def read_trace(path: str | Path) -> TraceFile:
-    """Parse a trace file; any problem raises TraceFileError with a one-line reason."""
+    """Parse a trace file; any problem raises TraceFileError with a one-line reason. A last
+    line cut short (the writer ends every line it finishes with a newline; a killed run can
+    leave half of one) is left out: the rounds before it replay, as from an interrupted run."""
     lines = _read_lines(Path(path))
     header = _parse_header(path, lines[0] if lines else "")
     trace = TraceFile(header, [], {}, None)
@@ -101,8 +103,21 @@ def read_trace(path: str | Path) -> TraceFile:
 
 
 def _read_lines(path: Path) -> list[str]:
+    """The file's finished lines: all of them, less a last one that has no newline and is
+    not JSON."""
+    text = _read_text(path)
+    lines = text.split("\n")
+    if lines and not text.endswith("\n") and len(lines) > 1:
+        try:
+            json.loads(lines[-1])
+        except json.JSONDecodeError:
+            lines = lines[:-1]
+    return lines
+
+
+def _read_text(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8").splitlines()
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise TraceFileError(f"{path}: no such file") from None
     except IsADirectoryError:

@@ -245,6 +245,20 @@ def test_interrupted_trace_still_replays(tmp_path):
     assert saved.stats is None and saved.records == SAMPLING_ALL_ACCEPTED
 
 
+def test_a_last_line_cut_short_is_left_out(tmp_path):
+    """A run killed mid-write leaves half a line at the end: the finished rounds before it
+    replay (as from an interrupted run); a broken line that was finished still fails."""
+    path = tmp_path / "run.jsonl"
+    tracefile.write_trace(path, SAMPLING_ALL_ACCEPTED, token_text, HEADER)
+    whole = path.read_text()
+    path.write_text(whole[: whole.rindex("\n", 0, len(whole) - 1) + 20])  # 19 characters of the last record
+    saved = tracefile.read_trace(path)
+    assert saved.stats is None and saved.records == SAMPLING_ALL_ACCEPTED[:-1]
+    path.write_text(whole[: whole.rindex("\n", 0, len(whole) - 1) + 20] + "\n" + whole[whole.index("\n") + 1 :])
+    with pytest.raises(tracefile.TraceFileError, match="not JSON"):
+        tracefile.read_trace(path)
+
+
 def test_unwritable_trace_path_is_a_trace_error(tmp_path):
     with pytest.raises(tracefile.TraceFileError, match="cannot write a trace there"):
         tracefile.TraceWriter(tmp_path / "no-such-dir" / "run.jsonl", token_text)

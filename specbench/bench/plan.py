@@ -82,7 +82,8 @@ class SweepConfig:
             raise SweepError(f"repeats must be >= 1, got {self.repeats}")
         if self.timing_repeats < 1:
             raise SweepError(f"timing repeats must be >= 1, got {self.timing_repeats}")
-        generation_config(self, (), repeat=self.repeats - 1)  # max-new-tokens, temperature, the last seed: core's checks
+        for repeat in {0, self.repeats - 1}:  # max-new-tokens, temperature and the first and last seed: core's checks
+            generation_config(self, (), repeat=repeat)
         check_draft_vocab(self.draft_vocab)
         check_model_names(self.drafter_models)
         object.__setattr__(self, "drafters", with_models(self.drafters, self.drafter_models))

@@ -40,6 +40,8 @@ from specbench.core.generate import GenerationConfig, context_limit, rope_bounda
 from specbench.core.sampling import logits_to_probs
 from specbench.core.stats import RunStats, StepRecord, verify_cost_at
 from specbench.drafters import LookupFirstDrafter, make_drafter, uses_model
+from specbench.drafters.model import drafts_within
+from specbench.models.loading import output_vocab_size
 from specbench.policies import make_policy
 from specbench.speed.draft_vocab import path_logits
 
@@ -53,9 +55,9 @@ def record_path(target, drafter_model, prompt_ids: list[int], output: list[int],
     draft_logits, draft_limit = None, None
     if drafter_model is not None:
         draft_limit = context_limit(drafter_model)
-        seen = output[: max(0, draft_limit - len(prompt_ids) + 1)]  # the rows the drafter can attend to: ModelDrafter drafts no further
+        seen = output[: max(0, drafts_within(draft_limit, len(prompt_ids)))]  # the rows ModelDrafter can draft from
         if not seen:
-            draft_logits = torch.zeros(0, int(drafter_model.config.vocab_size))
+            draft_logits = torch.zeros(0, output_vocab_size(drafter_model))
         else:
             draft_logits = path_logits(drafter_model, prompt_ids, seen) if draft_vocab > 0 else teacher_forced_logits(drafter_model, prompt_ids, seen)
     target_probs = None

@@ -54,6 +54,7 @@ from specbench.core.generate import GenerationConfig, GenerationResult, Stopper
 from specbench.core.protocols import Draft, Drafter, GammaPolicy, Keep, KeepDrafting
 from specbench.core.sampling import SamplingConfig, greedy_tokens, logits_to_probs, sample_from_cdf
 from specbench.core.stats import BONUS, CORRECTION, FIRST, RunStats, StepRecord
+from specbench.drafters.model import drafts_within
 
 REPLICAS = 16  # sampled replays averaged per prediction (each draws its own acceptances)
 
@@ -158,7 +159,7 @@ class PathDrafter:
         self._observe(context)
         position = context.shape[0] - len(self.path.prompt_ids)
         if self.path.draft_limit is not None:  # ModelDrafter.propose's bound
-            max_tokens = min(max_tokens, self.path.draft_limit - context.shape[0] + 1)
+            max_tokens = min(max_tokens, drafts_within(self.path.draft_limit, context.shape[0]))
         tokens, rows, feeds = [], [], []
         pending = context.shape[0] - self.cache_len
         for step in range(max_tokens):

@@ -149,7 +149,8 @@ def _summary_line(result, pair) -> str:
 def _model_key(loaded) -> str:
     """A model's part of a cache key: its name, and for a local folder or file also where
     it is and what it holds (ModelSpec.identity): two files of one name are two models."""
-    return loaded.name if loaded.spec.kind in ("default", "hub") else f"{loaded.name}@{loaded.spec.identity()}"
+    identity = loaded.spec.identity()
+    return loaded.name if identity is None else f"{loaded.name}@{identity}"
 
 
 def _drafter_label(pair) -> str:

@@ -107,7 +107,7 @@ def _read_lines(path: Path) -> list[str]:
     not JSON."""
     text = _read_text(path)
     lines = text.split("\n")
-    if lines and not text.endswith("\n") and len(lines) > 1:
+    if len(lines) > 1 and not text.endswith("\n"):
         try:
             json.loads(lines[-1])
         except json.JSONDecodeError:

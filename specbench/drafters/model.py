@@ -23,6 +23,13 @@ from specbench.drafters.step import DraftStep, ModelForward
 from specbench.drafters.tables import PromptLookupDrafter, table_draft
 
 
+def drafts_within(limit: int, context_len: int) -> int:
+    """How many drafts a model that attends over `limit` positions can make after a context
+    of context_len ids: draft j is read at position context_len + j - 1 (the last one is
+    never fed). ModelDrafter drafts no more; a sweep's replay and its recorded rows follow."""
+    return limit - context_len + 1
+
+
 class ModelDrafter:
     """A small causal LM that drafts autoregressively over its own DynamicCache.
 
@@ -74,8 +81,7 @@ class ModelDrafter:
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
         feeds: list[int] = []
-        # draft j is read at position len(context) + j - 1 (the last one is never fed)
-        max_tokens = min(max_tokens, self.limit - context.shape[0] + 1)
+        max_tokens = min(max_tokens, drafts_within(self.limit, context.shape[0]))
         if max_tokens > 0:
             # feed only what the cache has not seen: the prompt on the first round, then the
             # tokens the target accepted or emitted since the last round

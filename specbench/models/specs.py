@@ -40,14 +40,13 @@ class ModelSpec:
     def __str__(self) -> str:
         return self.source
 
-    def identity(self) -> str:
-        """What tells this model's files apart from others' with the same name, for caches
-        keyed by it: a local folder or file by its absolute path, size and modification
-        time (a checkpoint rewritten in place is another model); the embedded pair and a hub
-        id by name."""
+    def identity(self) -> str | None:
+        """What tells a local folder or file apart from others with the same name, for caches
+        keyed by it: its absolute path, size and modification time (a checkpoint rewritten
+        in place is another model). None for the embedded pair and a hub id: their names do."""
         path = Path(self.source)
         if self.kind not in ("dir", "gguf") or not path.exists():
-            return self.source
+            return None
         files = [f for f in path.iterdir() if f.is_file()] if path.is_dir() else [path]
         stats = [f.stat() for f in files]
         return f"{path.resolve()}:{sum(st.st_size for st in stats)}:{max((st.st_mtime_ns for st in stats), default=0)}"

@@ -651,6 +651,8 @@ def test_sweep_settings_that_would_fail_mid_sweep_fail_first():
     assert SweepConfig(policies=("fixed", "cost", "fixed")).policies == ("fixed", "cost")
     with pytest.raises(SweepError, match="seed must be in"):
         SweepConfig(seed=2**64 - 1, repeats=2)
+    with pytest.raises(SweepError, match="seed must be in"):
+        SweepConfig(seed=-1, repeats=2)  # the first repeat's seed too
     assert SweepConfig(seed=2**64 - 2, repeats=2).seed == 2**64 - 2
 
 

@@ -313,7 +313,7 @@ def replay(path: RecordedPath, drafter: Drafter, policy: GammaPolicy, config: Ge
         k = draft.tokens.shape[0]
         n = min(acceptance.accepted(position, draft), len(output_path) - 1 - position)
         drafter.commit(n)
-        policy.update(n, k)
+        policy.update(n, k, output_path[position + n])
         stats.add_round(k, n, 0.0, 0.0)
         drafted = draft.tokens.tolist()
         kind = BONUS if n == k else CORRECTION

@@ -207,7 +207,7 @@ def speculative_generate(
         # 4. roll both caches back to the accepted prefix; tell the drafter and the policy
         crop_cache(cache, seq.shape[0] + n)
         drafter.commit(n)
-        policy.update(n, k)
+        policy.update(n, k, verdict.next_token)
         sync(device)
         verify_seconds = time.perf_counter() - t0
 

@@ -8,8 +8,9 @@ Drafter
     propose(context, max_tokens, keep_drafting) -> Draft
         context: [n] every token so far (prompt + output); max_tokens: the policy's gamma;
         keep_drafting(step, probs, token): the policy's per-step say (a Keep or a bool):
-        drop the token and stop, keep it and go on, or keep it and stop. Model drafters pass
-        the token they drew from probs; table drafters pass neither.
+        drop the token and stop, keep it and go on, or keep it and stop. Every drafter passes
+        the token: model drafters the one they drew from probs, table drafters (probs None)
+        the one their table predicts.
     start(sampling, generator)
         a new generation begins: drop all state; use the SAME sampling processor as the target
         (rejection sampling is lossless only then) and draw from the given generator.
@@ -28,7 +29,10 @@ GammaPolicy, asked three things a round, in this order:
     keep_drafting(step, probs, token) for each draft token, with the drafter's row q for it
                                       (None for drafters without one) and the token drawn
                                       from it: a Keep (or a bool: True is YES, False is NO);
-    update(n_accepted, n_drafted)     the outcome, once the target has verified.
+    update(n_accepted, n_drafted, next_token)
+                                      the outcome, once the target has verified: next_token
+                                      is the token it emitted after the kept drafts (the
+                                      correction, or the bonus when all were accepted).
     info() says what decided the round (for the StepRecord and the trace); the loop calls it
     after update().
 
@@ -69,7 +73,7 @@ class GammaPolicy(Protocol):
 
     def keep_drafting(self, step: int, draft_probs: torch.Tensor | None, token: int | None = None) -> Keep | bool: ...
 
-    def update(self, n_accepted: int, n_drafted: int) -> None: ...
+    def update(self, n_accepted: int, n_drafted: int, next_token: int | None = None) -> None: ...
 
     def info(self) -> dict: ...
 

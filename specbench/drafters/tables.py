@@ -231,7 +231,7 @@ def table_draft(predicted: list[int], keep_drafting: KeepDrafting, device: torch
     from start."""
     tokens: list[int] = []
     for step, token in enumerate(predicted):
-        say = keep_drafting(step, None)
+        say = keep_drafting(step, None, token)
         if not say:
             break
         tokens.append(token)

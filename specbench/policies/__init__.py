@@ -9,7 +9,9 @@ A round asks the policy three things, in this order:
                                   it (None for drafters without one) and the token drawn
                                   from it: a Keep (or a bool: True is Keep.YES, False is
                                   Keep.NO);
-  3. update(n_accepted, n_drafted) the outcome, once the target has verified.
+  3. update(n_accepted, n_drafted, next_token)
+                                  the outcome, once the target has verified, and the token
+                                  it emitted after the kept drafts.
 Policies that do not care about a step answer with the do-nothing default, so the decoding
 loop never asks which kind of policy it holds. info() says what decided the round, for the
 StepRecord and the trace; the loop calls it after update(), so a policy keeps the round's

@@ -31,7 +31,18 @@ questions are answered:
 
 Keep.NO, Keep.YES or Keep.LAST follow. LAST saves the forward for a row that would be
 refused: asking only "P_i >= d_i + c" after the forward pays c for one refused row in almost
-every round.
+every round. A draft without q has no forward to save, so after a kept one the policy always
+asks about the next (YES) and lets that draft's own keep question decide.
+
+Refused drafts without q are still learned from. A table's draft costs nothing to make, so
+it is the one draft whose verdict can be had without verifying it: when every kept draft
+survived, the token the target emits next sits where the refused draft would have, and the
+refused draft would have survived exactly when it equals that token (under sampling with
+probability p(token), which is what accepting a draft of one-hot q takes). Without this, a
+table whose first matches failed (a story's opening repeats nothing) fell below its price
+and was never tried again, so it missed the repetition that came later (docs/log.md, "The
+cost policy and drafts without q"). A refused draft with q is not learned from: under
+sampling its survival is min(1, p/q), which one emitted token does not show.
 
 Sampled drafts: once draft i is kept its token is known, and a token drawn from the tail of
 q_i (q_i(token) well below m_i) survives far less often than m_i promises (docs/log.md,
@@ -145,6 +156,12 @@ class Calibration:
             self._after_first[0] += n_accepted - 1
             self._after_first[1] += 1
 
+    def observe_refused(self, step: int, b: int, survived: int) -> None:
+        """The verdict a refused draft from bin b at `step` would have had (the cost policy
+        learns it only for drafts without q; see the module docstring)."""
+        self.by_top[self.depth(step)].add(b, survived)
+        self.by_drawn[self.depth(step)].add(b, survived)
+
     def observe_cost(self, tokens: int, cost: float) -> None:
         """One round's yield and price (in target steps), for rate()."""
         self._tokens += tokens
@@ -191,6 +208,7 @@ class CostAwareGamma:
         self._paid = 0  # drafter forwards this round
         self._rate = self.calibration.rate()
         self._p_all, self._threshold, self._stopped_at, self._wasted = 1.0, 0.0, None, False
+        self._refused_free: int | None = None  # the token of a refused draft without q
         self._skipped = self._skip_left > 0
         if self._skipped:
             self._skip_left -= 1
@@ -208,6 +226,7 @@ class CostAwareGamma:
         gain = self._p_all * (1.0 + calibration.further_after_first()) if step == 0 else self._p_all
         if gain < self._threshold:  # the row alone decides: the token is not looked at
             self._stopped_at, self._wasted = step, not free
+            self._refused_free = token if free else None  # for update(): its verdict is free
             return Keep.NO
         # kept whatever follows; from here on the token may inform what comes next
         drawn = b if free or token is None else calibration.bin(draft_probs, token)
@@ -221,6 +240,8 @@ class CostAwareGamma:
         """YES or LAST for kept draft `step` from bin b: is one more drafter forward worth it?"""
         if step + 1 >= self.gamma_max:
             return Keep.LAST
+        if free:  # no forward to save: the next draft's own keep question decides
+            return Keep.YES
         next_gain = self._p_all * self.calibration.follow_acceptance(b)
         next_cost = self._rate * (self._added(step + 1) + (0.0 if free else self.c))
         if next_gain < next_cost:
@@ -232,9 +253,12 @@ class CostAwareGamma:
         """d_step: the verify cost that draft `step` adds."""
         return self.v[step + 2] - self.v[step + 1]
 
-    def update(self, n_accepted: int, n_drafted: int) -> None:
+    def update(self, n_accepted: int, n_drafted: int, next_token: int | None = None) -> None:
         refused_next = n_drafted > 0 and self._stopped_at == n_drafted and self._wasted
         self.calibration.observe(self._bins, self._drawn_bins, n_accepted, n_drafted, refused_next)
+        if self._refused_free is not None and next_token is not None and n_accepted == n_drafted:
+            # every kept draft survived, so next_token stands where the refused one would have
+            self.calibration.observe_refused(n_drafted, Calibration.BINS, int(next_token == self._refused_free))
         self.calibration.observe_cost(n_accepted + 1, self._paid * self.c + self.v[n_drafted + 1])  # skipped: v(1) = 1
         if self._skipped:
             return

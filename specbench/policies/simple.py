@@ -70,7 +70,7 @@ class FixedGamma:
     def keep_drafting(self, step: int, draft_probs: torch.Tensor | None, token: int | None = None) -> bool:
         return True
 
-    def update(self, n_accepted: int, n_drafted: int) -> None:
+    def update(self, n_accepted: int, n_drafted: int, next_token: int | None = None) -> None:
         """No-op: a fixed gamma learns nothing."""
 
     def info(self) -> dict:
@@ -112,7 +112,7 @@ class HeuristicGamma:
     def keep_drafting(self, step: int, draft_probs: torch.Tensor | None, token: int | None = None) -> bool:
         return True
 
-    def update(self, n_accepted: int, n_drafted: int) -> None:
+    def update(self, n_accepted: int, n_drafted: int, next_token: int | None = None) -> None:
         if n_drafted == 0:
             return
         if n_accepted == n_drafted:
@@ -187,7 +187,7 @@ class EntropyGuidedGamma:
         self._round_gamma = confidence_to_gamma(self._smoothed, self.gamma_min, self.gamma_max)
         self._round = {**signal, "confidence": self._smoothed, "gamma": self._round_gamma}
 
-    def update(self, n_accepted: int, n_drafted: int) -> None:
+    def update(self, n_accepted: int, n_drafted: int, next_token: int | None = None) -> None:
         if n_drafted > 0:
             self._last_acceptance = n_accepted / n_drafted
 
@@ -253,7 +253,7 @@ class ThresholdStop:
         """True if value is less confident than other."""
         return value > other if self.signal == "entropy" else value < other
 
-    def update(self, n_accepted: int, n_drafted: int) -> None:
+    def update(self, n_accepted: int, n_drafted: int, next_token: int | None = None) -> None:
         """No-op: the stop rule looks only at the current draft."""
 
     def info(self) -> dict:

@@ -30,7 +30,7 @@ from conftest import PROMPTS, SHARPENED_THRESHOLDS, sharpened
 from mock_lm import TrigramLM
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
 from specbench.drafters import DRAFTERS, make_drafter
-from specbench.policies import POLICIES, make_policy
+from specbench.policies import POLICIES, Calibration, make_policy
 from specbench.core.sampling import SamplingConfig, logits_to_probs, sample
 from specbench.core.verify import BONUS, Verdict
 
@@ -158,14 +158,41 @@ def exact_joint(model: TrigramLM, sampling: SamplingConfig) -> dict[tuple[int, .
     return joint
 
 
-def sample_outputs(target, drafter_name: str, sampling: SamplingConfig, n: int = SAMPLES) -> list[tuple[int, ...]]:
+def sample_runs(target, drafter_name: str, sampling: SamplingConfig, n: int = SAMPLES, new_policy=lambda: make_policy("fixed", 2)) -> list:
     drafter = make_drafter(drafter_name)
-    outputs = []
+    runs = []
     for seed in range(n):
         config = GenerationConfig(max_new_tokens=NEW, sampling=sampling, seed=seed)
-        result = speculative_generate(target, drafter, PROMPT, config, make_policy("fixed", 2))
-        outputs.append(tuple(result.token_ids))
-    return outputs
+        runs.append(speculative_generate(target, drafter, PROMPT, config, new_policy()))
+    return runs
+
+
+def sample_outputs(target, drafter_name: str, sampling: SamplingConfig, n: int = SAMPLES) -> list[tuple[int, ...]]:
+    return [tuple(run.token_ids) for run in sample_runs(target, drafter_name, sampling, n)]
+
+
+def reluctant_cost_policy():
+    """The cost policy with its bin for drafts without q just below the price of a first
+    draft (a rate of 0.275 against 0.3): it refuses round 1, and learns from that refused
+    draft's verdict whether round 2 drafts. So its rounds depend on the tokens sampled so far."""
+    policy = make_policy("cost", 3, costs=SimpleNamespace(c=0.0, verify_cost={k: 1.0 + 0.6 * (k > 1) + 0.05 * (k - 1) for k in range(1, 8)}))
+    first = policy.calibration.by_top[0]
+    first.successes[Calibration.BINS], first.trials[Calibration.BINS] = 0.55, 2.0
+    return policy
+
+
+@pytest.mark.parametrize("drafter_name", ["ngram", "prompt-lookup"])
+def test_the_cost_policy_learning_from_refused_table_drafts_keeps_the_target_distribution(cyclic_target, drafter_name):
+    """The cost policy learns from the table drafts it refuses, through the token the target
+    then emits; its later rounds depend on that sampled token, and the output still follows
+    the target. Guard: round 2 drafts in some runs and not in others."""
+    sampling = SETTINGS["temperature"]
+    runs = sample_runs(cyclic_target, drafter_name, sampling, new_policy=reluctant_cost_policy)
+    assert all(len(run.steps[1].draft_tokens) == 0 for run in runs)  # round 1 refused
+    second = [len(run.steps[2].draft_tokens) > 0 for run in runs if len(run.steps) > 2]
+    assert 0.2 < sum(second) / len(second) < 0.9, sum(second) / len(second)
+    found = pvalues([tuple(run.token_ids) for run in runs], exact_joint(cyclic_target, sampling), VIEWS)
+    assert min(found.values()) > 1e-3, found
 
 
 @pytest.mark.parametrize("drafter_name, setting", [("ngram", "temperature"), ("prompt-lookup", "top-k")])

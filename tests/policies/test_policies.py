@@ -510,6 +510,86 @@ def test_cost_without_q_uses_running_acceptance():
     assert run_round(policy, [None] * 4) == 4  # free verify and drafter: always draft
 
 
+def table_round(policy, table: list[int], n_accepted: int, next_token: int) -> int:
+    """One round of a drafter without q that predicts `table` (core's table_draft: the token
+    is passed, probs None); the target accepts n_accepted of what was kept and emits
+    next_token. Returns how many were drafted."""
+    policy.next_gamma()
+    drafted = 0
+    for step, token in enumerate(table):
+        say = policy.keep_drafting(step, None, token)
+        if not say:
+            break
+        drafted += 1
+        if say == Keep.LAST:
+            break
+    policy.update(min(n_accepted, drafted), drafted, next_token)
+    return drafted
+
+
+def test_cost_learns_from_the_drafts_without_q_it_refused():
+    """A table whose first drafts all fail falls below its price (v(2) is dear) and is
+    refused. A refused table draft costs nothing and the target's next token shows its
+    verdict, so once the text starts repeating (the refused token is the one the target
+    emits) the policy drafts from the table again. Told nothing of the next token, it
+    would refuse forever: the old policy on a story that repeats only later."""
+    costs = {k: 1.0 + 0.6 * (k > 1) + 0.05 * (k - 1) for k in range(1, 6)}
+    drafted = {}
+    for told in (True, False):
+        policy = CostAwareGamma(4, c=0.0, verify_cost=costs)
+        while table_round(policy, [5, 6], n_accepted=0, next_token=9):
+            pass  # rejected until refused
+        rounds = [table_round(policy, [5, 6], n_accepted=2, next_token=5 if told else None) for _ in range(20)]
+        drafted[told] = rounds
+    assert drafted[False] == [0] * 20
+    assert drafted[True][0] == 0 and drafted[True][-1] == 2
+
+
+def test_cost_refused_table_drafts_that_would_have_failed_keep_it_refused():
+    """The same shadow verdicts, failing (the target emits another token), keep the table
+    refused; a refused draft behind a rejected kept draft is not counted (the emitted token
+    stands at the rejection, not where the refused draft would have been)."""
+    costs = {k: 1.0 + 0.6 * (k > 1) + 0.05 * (k - 1) for k in range(1, 6)}
+    policy = CostAwareGamma(4, c=0.0, verify_cost=costs)
+    while table_round(policy, [5, 6], n_accepted=0, next_token=9):
+        pass
+    first = policy.calibration.by_top[0]
+    trials = first.trials[Calibration.BINS]
+    assert [table_round(policy, [5, 6], n_accepted=0, next_token=9) for _ in range(20)] == [0] * 20
+    assert first.trials[Calibration.BINS] == trials + 20 and first.rate(Calibration.BINS) < 0.2
+    deeper = CostAwareGamma(4, c=0.0, verify_cost=costs)
+    later = deeper.calibration.by_top[1]
+    later.successes[Calibration.BINS] = 0.0  # drafts after the first: refused
+    for n_accepted, counted in ((0, 0), (1, 1)):
+        deeper.next_gamma()
+        assert [deeper.keep_drafting(0, None, 5), deeper.keep_drafting(1, None, 6)] == [Keep.YES, Keep.NO]
+        before = later.trials[Calibration.BINS]
+        deeper.update(n_accepted, 1, 7)  # rejected first draft: 7 is no verdict on the refused 6
+        assert later.trials[Calibration.BINS] == before + counted
+
+
+def test_cost_does_not_learn_from_refused_drafts_with_q():
+    """Under sampling a draft of q survives with min(1, p/q), which one emitted token does not
+    show: a refused model draft leaves the tables as they were."""
+    policy = CostAwareGamma(4, c=0.3, verify_cost=COSTS.verify_cost)
+    tables = copy.deepcopy(policy.calibration.by_top)
+    policy.next_gamma()
+    assert policy.keep_drafting(0, uniform(), 3) == Keep.NO
+    policy.update(0, 0, 3)
+    assert [t.trials for t in policy.calibration.by_top] == [t.trials for t in tables]
+
+
+def test_cost_asks_about_every_next_draft_without_q():
+    """A draft without q has no drafter forward to save, so after a kept one the policy asks
+    about the next (YES) instead of stopping before it (LAST) on the follow table."""
+    policy = CostAwareGamma(4, c=0.5, verify_cost=COSTS.verify_cost)
+    policy.calibration.follow.successes[Calibration.BINS] = 0.0  # the follow table says stop
+    policy.next_gamma()
+    assert [policy.keep_drafting(i, None, 5) for i in range(4)] == [Keep.YES, Keep.YES, Keep.YES, Keep.LAST]
+    policy.next_gamma()
+    assert policy.keep_drafting(0, peaked(0.95), 5) == Keep.LAST  # with q, the follow table still decides
+
+
 def test_cost_policy_needs_costs_covering_gamma_max():
     with pytest.raises(ValueError, match="needs measured costs"):
         make_policy("cost", 4)

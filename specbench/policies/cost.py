@@ -26,8 +26,8 @@ questions are answered:
                    (the next row's confidence is not known yet; f(m) is how often a
                    forward that followed an accepted draft of confidence m yielded an
                    accepted draft. The row's own a(m) overrates the next row where a
-                   confident token is followed by a hard one, as in translation. c is 0 for
-                   a draft without q: it came from a table or a copy, not from a forward)
+                   confident token is followed by a hard one, as in translation. Asked
+                   only after a draft with q: see below for those without)
 
 Keep.NO, Keep.YES or Keep.LAST follow. LAST saves the forward for a row that would be
 refused: asking only "P_i >= d_i + c" after the forward pays c for one refused row in almost
@@ -41,8 +41,9 @@ refused draft would have survived exactly when it equals that token (under sampl
 probability p(token), which is what accepting a draft of one-hot q takes). Without this, a
 table whose first matches failed (a story's opening repeats nothing) fell below its price
 and was never tried again, so it missed the repetition that came later (docs/log.md, "The
-cost policy and drafts without q"). A refused draft with q is not learned from: under
-sampling its survival is min(1, p/q), which one emitted token does not show.
+cost policy learns from the table drafts it refuses"). A refused draft with q is not
+learned from: under sampling its survival is min(1, p/q), which one emitted token does not
+show.
 
 Sampled drafts: once draft i is kept its token is known, and a token drawn from the tail of
 q_i (q_i(token) well below m_i) survives far less often than m_i promises (docs/log.md,
@@ -243,7 +244,7 @@ class CostAwareGamma:
         if free:  # no forward to save: the next draft's own keep question decides
             return Keep.YES
         next_gain = self._p_all * self.calibration.follow_acceptance(b)
-        next_cost = self._rate * (self._added(step + 1) + (0.0 if free else self.c))
+        next_cost = self._rate * (self._added(step + 1) + self.c)
         if next_gain < next_cost:
             self._p_all, self._threshold, self._stopped_at = next_gain, next_cost, step + 1
             return Keep.LAST

@@ -146,9 +146,7 @@ class Calibration:
         for i, (b, drawn) in enumerate(zip(bins[:n_drafted], drawn_bins)):
             if i > n_accepted:
                 break  # never checked: an earlier draft was rejected
-            depth, survived = self.depth(i), 1 if i < n_accepted else 0
-            self.by_top[depth].add(b, survived)
-            self.by_drawn[depth].add(drawn, survived)
+            self.observe_verdict(i, b, drawn, 1 if i < n_accepted else 0)
         # the forwards that followed an accepted draft: the next kept draft, or a refused row
         forwards_after = n_drafted - 1 + (1 if refused_next else 0)
         for i in range(min(n_accepted, forwards_after, len(bins))):
@@ -157,11 +155,13 @@ class Calibration:
             self._after_first[0] += n_accepted - 1
             self._after_first[1] += 1
 
-    def observe_refused(self, step: int, b: int, survived: int) -> None:
-        """The verdict a refused draft from bin b at `step` would have had (the cost policy
-        learns it only for drafts without q; see the module docstring)."""
-        self.by_top[self.depth(step)].add(b, survived)
-        self.by_drawn[self.depth(step)].add(b, survived)
+    def observe_verdict(self, step: int, b: int, drawn: int, survived: int) -> None:
+        """One draft's verdict at `step`, its row's bin b and its token's bin drawn: a kept
+        draft's (from observe), or the one a refused draft without q would have had (the
+        cost policy learns it from the next token; see the module docstring)."""
+        depth = self.depth(step)
+        self.by_top[depth].add(b, survived)
+        self.by_drawn[depth].add(drawn, survived)
 
     def observe_cost(self, tokens: int, cost: float) -> None:
         """One round's yield and price (in target steps), for rate()."""
@@ -259,7 +259,7 @@ class CostAwareGamma:
         self.calibration.observe(self._bins, self._drawn_bins, n_accepted, n_drafted, refused_next)
         if self._refused_free is not None and next_token is not None and n_accepted == n_drafted:
             # every kept draft survived, so next_token stands where the refused one would have
-            self.calibration.observe_refused(n_drafted, Calibration.BINS, int(next_token == self._refused_free))
+            self.calibration.observe_verdict(n_drafted, Calibration.BINS, Calibration.BINS, int(next_token == self._refused_free))
         self.calibration.observe_cost(n_accepted + 1, self._paid * self.c + self.v[n_drafted + 1])  # skipped: v(1) = 1
         if self._skipped:
             return

@@ -53,21 +53,23 @@ def with_entropy(h: float, v: int = V) -> torch.Tensor:
     return row
 
 
-def run_round(policy, rows: list[torch.Tensor | None], n_accepted: int | None = None) -> int:
+def run_round(policy, rows: list[torch.Tensor | None], n_accepted: int | None = None, tokens: list[int] | None = None, next_token: int | None = None) -> int:
     """One round with one row per draft the drafter could make; returns how many were drafted.
 
-    n_accepted None means all drafted tokens are accepted.
+    n_accepted None means all drafted tokens are accepted. tokens, when given, are passed
+    with the rows (a table drafter's: rows None); next_token is what the target emits after
+    the kept drafts.
     """
     gamma = policy.next_gamma()
     drafted = 0
     for step, row in enumerate(rows[:gamma]):
-        say = policy.keep_drafting(step, row)
+        say = policy.keep_drafting(step, row) if tokens is None else policy.keep_drafting(step, row, tokens[step])
         if not say:
             break
         drafted += 1
         if say == Keep.LAST:
             break
-    policy.update(drafted if n_accepted is None else min(n_accepted, drafted), drafted)
+    policy.update(drafted if n_accepted is None else min(n_accepted, drafted), drafted, next_token)
     return drafted
 
 
@@ -510,21 +512,11 @@ def test_cost_without_q_uses_running_acceptance():
     assert run_round(policy, [None] * 4) == 4  # free verify and drafter: always draft
 
 
-def table_round(policy, table: list[int], n_accepted: int, next_token: int) -> int:
+def table_round(policy, table: list[int], n_accepted: int, next_token: int | None) -> int:
     """One round of a drafter without q that predicts `table` (core's table_draft: the token
     is passed, probs None); the target accepts n_accepted of what was kept and emits
     next_token. Returns how many were drafted."""
-    policy.next_gamma()
-    drafted = 0
-    for step, token in enumerate(table):
-        say = policy.keep_drafting(step, None, token)
-        if not say:
-            break
-        drafted += 1
-        if say == Keep.LAST:
-            break
-    policy.update(min(n_accepted, drafted), drafted, next_token)
-    return drafted
+    return run_round(policy, [None] * len(table), n_accepted, tokens=table, next_token=next_token)
 
 
 def test_cost_learns_from_the_drafts_without_q_it_refused():

@@ -105,6 +105,8 @@ class RunStats:
             "tokens_per_second",
         ):
             raw[name] = getattr(self, name)
+        if not self.drafted:  # no draft, no rate: null, not a 0% that reads as all rejected
+            raw["acceptance_rate"] = None
         return raw
 
 

@@ -362,3 +362,15 @@ def test_position_acceptance_takes_expected_counts(tmp_path):
     append_positions(tmp_path / "positions.csv", [{**base, "position": 1, "reached": 4.0, "accepted": 2.5}, {**base, "position": 2, "reached": 2.5, "accepted": 0.75}])
     table = position_acceptance(load_positions(tmp_path))
     assert table["acceptance"].tolist() == pytest.approx([0.625, 0.3])
+
+
+def test_best_gammas_breaks_a_tie_for_the_smallest_gamma_whatever_the_row_order():
+    from specbench.bench.results import as_runs, best_gammas, summary_frame
+
+    # a cost policy that never drafts past 3 predicts one run at every cap from 3 up; the
+    # geometric means can differ in the last bits with the order they were summed in
+    tied = [_row("predicted", "a", 1.2295162675030444 + (1e-16 if g == 4 else 0.0), gamma=g, policy="cost") for g in (5, 4, 3, 6)]
+    rows = [_row("predicted", "a", 1.1, gamma=2, policy="cost"), *tied, _row("predicted", "a", 1.3, gamma=1), _row("predicted", "a", 1.3, gamma=2)]
+    best = best_gammas(summary_frame(as_runs(rows)))
+    assert best == {("model", "fixed"): 1, ("model", "cost"): 3}
+    assert list(best) == [("model", "fixed"), ("model", "cost")]  # still fastest first

@@ -214,6 +214,10 @@ def test_make_row_speedup_and_parity():
     assert row["identical_to_baseline"] is True and row["acceptance_rate"] == 0.5
     other = make_row(run, bench.Measurement([1, 2, 3, 4, 6], stats), base, c=0.25, prompt_tokens=7, seed=0)
     assert other["identical_to_baseline"] is False
+    idle = RunStats(new_tokens=5, first_pass_tokens=1, rounds=4, target_forwards=5, decode_seconds=0.5)  # a policy that never drafted
+    row = make_row(run, bench.Measurement([1, 2, 3, 4, 5], idle), base, c=0.25, prompt_tokens=7, seed=0)
+    assert (row["drafted"], row["accepted"], row["acceptance_rate"]) == (0, 0, None)  # no drafts: no rate, not 0%
+    assert idle.as_dict()["acceptance_rate"] is None and stats.as_dict()["acceptance_rate"] == 0.5
     assert make_row(run, same, None, c=None, prompt_tokens=7, seed=0)["speedup"] is None
     sampled = PlannedRun("specbench", "model", "fixed", 2, 0.7, PROMPTS[0], 0)
     assert make_row(sampled, same, base, c=0.25, prompt_tokens=7, seed=0)["identical_to_baseline"] is None

@@ -69,10 +69,15 @@ class Tally:
     """Per-bin successes over trials, each bin starting from `weight` pseudo-trials at its
     midpoint: bin b of `bins` starts at rate (b + 0.5) / bins (a calibrated drafter's top
     probability is its chance of matching). There is one bin past the last, for drafts
-    without q; the same formula starts it at (bins + 0.5) / bins, a little above 1."""
+    without q, which have no confidence to start from: it starts at 1/2 (with weight 2,
+    Laplace's rule of succession). It once started by the formula, a little above 1, and
+    every step of an untried table then looked surer than the last: each generation's
+    first table rounds drafted to gamma_max and were mostly rejected at their first draft,
+    which made ngram at gamma 8 run 8% slower than at 1 (docs/log.md, "An untried table
+    drafted to the cap")."""
 
     def __init__(self, bins: int, weight: float):
-        self.successes = [weight * (b + 0.5) / bins for b in range(bins + 1)]
+        self.successes = [weight * (b + 0.5) / bins for b in range(bins)] + [weight * 0.5]
         self.trials = [weight] * (bins + 1)
 
     def rate(self, b: int) -> float:

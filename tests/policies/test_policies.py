@@ -519,6 +519,24 @@ def table_round(policy, table: list[int], n_accepted: int, next_token: int | Non
     return run_round(policy, [None] * len(table), n_accepted, tokens=table, next_token=next_token)
 
 
+# the default pair's verify curve on an AVX-512 CPU (results/gamma-curve): each draft is dear
+STEEP = {1: 1.0, 2: 1.12, 3: 1.36, 4: 1.65, 5: 2.21, 6: 2.51, 7: 2.85, 8: 3.17, 9: 3.58}
+
+
+def test_cost_drafts_an_untried_table_only_as_deep_as_an_even_chance_pays():
+    """A table has no confidence to start from, so its first drafts count as even chances
+    (Laplace: 1/2, 1/4, ... for the whole run so far). With each draft dear, that is two
+    drafts, not gamma_max: when untried tables looked surer the deeper they went, every
+    generation's first table rounds drafted 8 and were mostly rejected at the first. Where
+    drafts are cheap, a table whose drafts keep surviving earns the cap within rounds."""
+    policy = CostAwareGamma(8, c=0.34, verify_cost=STEEP)
+    assert table_round(policy, list(range(8)), n_accepted=0, next_token=99) == 2
+    cheap = {k: 1.0 + 0.1 * (k - 1) for k in range(1, 10)}  # 1/8 > 0.1 > 1/16: three drafts
+    proven = CostAwareGamma(8, c=0.34, verify_cost=cheap)
+    rounds = [table_round(proven, list(range(8)), n_accepted=None, next_token=None) for _ in range(6)]
+    assert rounds[0] == 3 and rounds[-1] == 8 and rounds == sorted(rounds)
+
+
 def test_cost_learns_from_the_drafts_without_q_it_refused():
     """A table whose first drafts all fail falls below its price (v(2) is dear) and is
     refused. A refused table draft costs nothing and the target's next token shows its
@@ -732,17 +750,19 @@ def scripted_rounds(policy, seed: int, rounds: int) -> tuple[str, dict]:
     return " ".join(letters), policy.info()
 
 
-# recorded with the policy before it was split into Calibration and CostAwareGamma (e0587b8)
+# recorded when the bin of drafts without q came to start at 1/2 (before: a little above 1);
+# the policy's split into Calibration and CostAwareGamma (e0587b8) had kept the answers of
+# the policy before it, round for round
 RECORDED = {
     0: (
-        "L YYYL YL N - YN N - YL L L YL YYYL L YL N - L YYYL YL YYL L YYL YYL L YYYL YL YL YL N - "
-        "YYYYL YYYL N - N - - YL YYL YYL YL YL YYYL YL YYL L N - N - - YL YYYYN YYL N - YL YYL YL",
-        {"p_all": 0.147, "cost": 0.223, "stopped_at": 2, "rate": 1.115},
+        "L YYYL YL N - YN N - YL L L YL YYL N - YL YL L YYYL YL YYL L YYL YYL L YYYL YL YL YN N - "
+        "YYYL N - N - - YL YYYYL L L YL N - YN N - YL N - YYL YYN YYL L YYN L YN YL N -",
+        {"skipped": True},
     ),
     1: (
-        "YYL N - YYYL YL YL N - YYL YL YYYL YL L YYL L YYL YL N - N - - YN L YYYL YYYL YYYN N - YYL "
-        "YL YL YL N - N - - N - - - - L YYYYN YYL N - YYL YYYL YYN L YYL YYYYN YYL YL L YL YYYL L",
-        {"p_all": 0.172, "cost": 0.238, "stopped_at": 1, "rate": 1.192},
+        "YYL N - YYL L YL YL L L N - N - - YYN L YYN N - YL L YYN L YL YYL YYL YL YYYN YL N - YL L "
+        "N - YL YL YL L N - L L YYYN YL N - YYL YYYYL YL N - N - - YYYYL YYN YYL YL N",
+        {"p_all": 0.233, "cost": 0.389, "stopped_at": 0, "rate": 1.112},
     ),
 }
 

@@ -559,11 +559,11 @@ def speedup_by_category(runs: pd.DataFrame | Iterable[dict], source: str = MEASU
 def best_gammas(summary: pd.DataFrame, source: str = PREDICTED) -> dict[tuple[str, str], int]:
     """{(drafter, policy): the gamma with the highest geometric-mean speedup} over the
     specbench rows of `source` in a summary_frame (oracles left out), fastest first. Ties
-    (speedups equal to 9 significant digits: an adaptive policy that never drafts as deep as
+    (speedups equal to 9 decimals: an adaptive policy that never drafts as deep as
     its cap predicts the same run at every gamma above it) go to the smallest gamma, so the
     tables, the charts and the gamma phase 2 measures name the same one."""
     rows = summary[(summary["source"] == source) & (summary["method"] == "specbench") & (summary["policy"] != ORACLE_POLICY) & summary["speedup"].notna()]
-    rows = rows.assign(rank=rows["speedup"].map(lambda s: float(f"{s:.9g}")))
+    rows = rows.assign(rank=rows["speedup"].round(9))
     best = rows.sort_values(["rank", "gamma"], ascending=[False, True], kind="stable").drop_duplicates(["drafter", "policy"])
     return {(d, p): int(g) for d, p, g in zip(best["drafter"], best["policy"], best["gamma"])}
 

@@ -284,7 +284,7 @@ def make_row(run: PlannedRun, m: Measurement, baseline: Baseline | None, *, c: f
         "new_tokens": stats.new_tokens,
         "drafted": stats.drafted if known else None,
         "accepted": stats.accepted if known else None,
-        "acceptance_rate": stats.acceptance_rate if known and stats.drafted else None,  # no drafts: no rate
+        "acceptance_rate": stats.acceptance_rate if known else None,
         "mean_accepted_length": stats.mean_accepted_length if (known or is_baseline) and stats.rounds else None,  # no round: nothing to average
         "target_forwards": stats.target_forwards,
         "tokens_per_second": tps,

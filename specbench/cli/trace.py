@@ -373,7 +373,7 @@ def metrics_table(stats: RunStats, estimated: bool, stop: str | None) -> Table:
         ("rounds", str(stats.rounds), "after the first-target pass"),
         ("drafted", str(stats.drafted), ""),
         ("accepted", str(stats.accepted), ""),
-        ("acceptance rate", f"{stats.acceptance_rate:.1%}", "accepted / drafted"),
+        ("acceptance rate", "–" if stats.acceptance_rate is None else f"{stats.acceptance_rate:.1%}", "accepted / drafted"),
         ("mean accepted length", f"{stats.mean_accepted_length:.2f}", "per round, counting the emitted token"),
         ("tokens/s", f"{stats.tokens_per_second:.1f}", per_second),
         ("decode time", format_seconds(stats.decode_seconds), f"draft {format_seconds(stats.draft_seconds)}, verify {format_seconds(stats.verify_seconds)}"),

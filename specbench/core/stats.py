@@ -72,9 +72,10 @@ class RunStats:
         self.verify_seconds += verify_seconds
 
     @property
-    def acceptance_rate(self) -> float:
-        """accepted / drafted (0 when nothing was drafted)."""
-        return self.accepted / self.drafted if self.drafted else 0.0
+    def acceptance_rate(self) -> float | None:
+        """accepted / drafted; None when nothing was drafted (no draft, no rate: a 0% would
+        read as every draft rejected)."""
+        return self.accepted / self.drafted if self.drafted else None
 
     @property
     def mean_accepted_length(self) -> float:
@@ -105,8 +106,6 @@ class RunStats:
             "tokens_per_second",
         ):
             raw[name] = getattr(self, name)
-        if not self.drafted:  # no draft, no rate: null, not a 0% that reads as all rejected
-            raw["acceptance_rate"] = None
         return raw
 
 

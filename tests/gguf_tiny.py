@@ -7,7 +7,8 @@ import numpy as np
 import torch
 
 from conftest import tiny_model
-from specbench.speed.gguf_blocks import BLOCK_BYTES, Q6K_BLOCK_BYTES, QK, Q4KLinear, Q6KLinear, dequantize, dequantize_q6k, nibbles, q6k_values, repack, repack_q6k, to_file_order, use_gguf_blocks
+from specbench.speed import native
+from specbench.speed.gguf_blocks import BLOCK_BYTES, Q6K_BLOCK_BYTES, QK, Q4KLinear, Q6KLinear, dequantize, dequantize_q6k, nibbles, q4k_why_not, q6k_values, quantize_q4k, repack, repack_q6k, to_file_order
 
 HIDDEN = 256  # Q4_K needs widths that are multiples of 256
 
@@ -173,3 +174,105 @@ def q4k_gguf_with_tokenizer(path, seed: int = 0):
     types = {False: GGMLQuantizationType.Q4_K, True: GGMLQuantizationType.Q6_K}
     blocks = {name: (types[six], raw) for name, (_, raw, six) in q4k_weights(model, seed, Q4_K_M_LIKE).items()}
     return model, write_tiny_gguf(path, model, raw=blocks)
+
+
+# ---------------------------------------------------------------------------- the two-step reference
+# How a q4k model was made before models/build.py: loaded dense by transformers, then its
+# layers swapped for the file's blocks (checked against the dense weight on sampled rows)
+# or quantized. Kept here as the reference the builder is tested against, and as a quick
+# way to give an in-memory tiny model q4k layers.
+
+
+def block_tensors(gguf_path: str) -> tuple[str, dict[str, tuple[int, np.ndarray]]]:
+    """(the file's general.architecture, GGUF tensor name -> (its ggml type, its bytes [rows,
+    row bytes]) for the file's Q4_K and Q6_K tensors, memory-mapped). gguf_file's index, not
+    gguf-py's GGUFReader: that one parses every metadata value (a 151k-token vocabulary: seconds)."""
+    from specbench.speed.gguf_file import Q4_K, Q6_K, read_tensor_index
+
+    block_bytes = {Q4_K: BLOCK_BYTES, Q6_K: Q6K_BLOCK_BYTES}
+    index = read_tensor_index(gguf_path)
+    data = np.memmap(gguf_path, dtype=np.uint8, mode="r")
+    found = {}
+    for tensor in index.tensors:
+        if tensor.type in block_bytes and len(tensor.shape) == 2:
+            cols, rows = tensor.shape  # GGUF lists the fastest-varying dimension first
+            row_bytes = cols // QK * block_bytes[tensor.type]
+            start = index.data_offset + tensor.offset
+            found[tensor.name] = (tensor.type, data[start : start + rows * row_bytes].reshape(rows, row_bytes))
+    return index.architecture, found
+
+
+def gguf_to_hf_names(model, architecture: str) -> dict[str, str]:
+    """GGUF tensor name -> the model's Linear weight names, by gguf-py's name map for the
+    file's architecture (the map transformers' GGUF loader uses); {} for an unknown one."""
+    from gguf import MODEL_ARCH_NAMES, get_tensor_name_map
+
+    arch = next((key for key, value in MODEL_ARCH_NAMES.items() if value == architecture), None)
+    if arch is None:
+        return {}
+    layers = getattr(model.config, "num_hidden_layers", 0)
+    name_map = get_tensor_name_map(arch, layers)
+    names = {}
+    for module_name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            parts = module_name.split(".")
+            for i in range(len(parts)):  # "model.layers.0.mlp.up_proj", then "layers.0.mlp.up_proj", ...
+                if (gguf_name := name_map.get_name(".".join(parts[i:]))) is not None:
+                    names[gguf_name + ".weight"] = module_name + ".weight"
+                    break
+    return names
+
+
+def use_gguf_blocks(model: torch.nn.Module, gguf_path: str) -> tuple[int, int]:
+    """Swap every float32 nn.Linear whose weight is a Q4_K (or, where q6k_linear.c is built,
+    Q6_K) tensor of the GGUF file, checked on sampled rows, for a Q4KLinear (Q6KLinear);
+    returns (swapped, Linear layers left as they were). Raises ValueError where the Q4_K
+    kernel cannot run here."""
+    from specbench.speed.gguf_file import Q4_K, Q6_K
+
+    if (why := q4k_why_not()) is not None:
+        raise ValueError(why)
+    kinds = {Q4_K: (repack, dequantize, Q4KLinear)}
+    if native.q6k_kernel() is not None:
+        kinds[Q6_K] = (repack_q6k, dequantize_q6k, Q6KLinear)
+    modules = dict(model.named_modules())
+    architecture, tensors = block_tensors(gguf_path)
+    names = gguf_to_hf_names(model, architecture)
+    swapped = 0
+    for gguf_name, (kind, raw) in tensors.items():
+        module_name = names.get(gguf_name, "").removesuffix(".weight")
+        linear = modules.get(module_name) if module_name else None
+        if kind not in kinds or not isinstance(linear, torch.nn.Linear) or linear.weight.dtype != torch.float32:
+            continue
+        unpack, dequantizer, cls = kinds[kind]
+        blocks = unpack(raw)
+        if _matches(blocks, dequantizer, linear.weight):
+            model.set_submodule(module_name, cls(blocks, linear.bias))
+            swapped += 1
+    left = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    return swapped, left
+
+
+def quantize_to_q4k(model: torch.nn.Module) -> int:
+    """Swap every nn.Linear of the model's decoder (not its output head, which
+    speed/draft_vocab.py scores in part) for a Q4KLinear of quantize_q4k's blocks; returns
+    how many. For drafters only: the weights change, which a target must not."""
+    if (why := q4k_why_not()) is not None:
+        raise ValueError(why)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    swapped = 0
+    for name, module in list(model.named_modules()):
+        if isinstance(module, torch.nn.Linear) and module is not head:
+            model.set_submodule(name, Q4KLinear(quantize_q4k(module.weight), module.bias, module.in_features))
+            swapped += 1
+    return swapped
+
+
+def _matches(blocks: dict[str, torch.Tensor], dequantizer, weight: torch.Tensor) -> bool:
+    """Whether the blocks dequantize to the weight, bit for bit, on its first, middle and last rows."""
+    rows = blocks["d"].shape[0]
+    if tuple(weight.shape) != (rows, blocks["d"].shape[1] * QK):
+        return False
+    picks = sorted({0, rows // 2, rows - 1})
+    sample = {k: v[picks] for k, v in blocks.items()}
+    return torch.equal(dequantizer(**sample), weight.detach()[picks].float())

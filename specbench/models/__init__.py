@@ -3,6 +3,8 @@
     specs.py     what a model spec, a drafter spec, a device or a kernels name means
     loading.py   load_pair: the target and the drafter, dtypes, the vocabulary check, kernels
     defaults.py  the embedded default pair, assembled from its packages and cached
+    build.py     a quantized model built one tensor at a time from a GGUF or safetensors source
+    prepare.py   every quantized model prepared once into the cache; prepared.py its file
     text.py      encode_prompt (the one prompt rule) and TextStream
     run.py       generation settings and the gamma policy from user values; run_generation
 
@@ -18,7 +20,7 @@ _MODULES = ("loading", "specs", "text", "run")  # searched in this order for a n
 
 
 def __getattr__(name: str):
-    if name in ("defaults", *_MODULES):
+    if name in ("defaults", "build", "prepare", "prepared", *_MODULES):
         return importlib.import_module(f"specbench.models.{name}")
     if name.startswith("__"):
         raise AttributeError(name)

@@ -415,7 +415,7 @@ def _convert(model: EmbeddedModel, gguf: Path, dest: Path, progress: Progress, w
 
     task = f"writing {model.name} to the cache"
     progress(task, 0, None)
-    _add_eos(generation, model.extra_eos_ids)
+    add_eos(generation, model.extra_eos_ids)
     if weights:
         _check_free_space(loaded, dest.parent)
         loaded.save_pretrained(str(dest))
@@ -442,7 +442,7 @@ def _drop_quantizer(model) -> None:
         del model.config.quantization_config
 
 
-def _add_eos(generation, extra: tuple[int, ...]) -> None:
+def add_eos(generation, extra: tuple[int, ...]) -> None:
     """Add end-of-turn ids to a generation config (kept in order, no duplicates)."""
     current = generation.eos_token_id
     ids = [current] if isinstance(current, int) else list(current or [])

@@ -10,7 +10,6 @@ knows nothing about the command line: progress goes through a callback, and the 
 from __future__ import annotations
 
 import functools
-import gc
 import hashlib
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,14 +24,14 @@ from specbench.drafters.early_exit import EarlyExitModel
 from specbench.drafters.translated import TextCodec, check_translatable
 from specbench.errors import ModelError, OptionError, VocabMismatch, reraise_as
 from specbench.models import defaults
-from specbench.models.prepared import load_prepared, prepared_path, save_prepared
+from specbench.models.prepare import cache_folder, gguf_metadata, hub_folder, prepared_model
 from specbench.models.specs import DEFAULT, NONE, ModelSpec, check_device, check_draft_vocab, drafter_kind, parse_model_spec
 from specbench.speed.draft_vocab import output_head
 from specbench.speed.kernels import use_kernels
 from specbench.speed.lean_step import use_lean_forward
-from specbench.speed.gguf_blocks import Q4K, q4k_why_not, use_gguf_blocks
-from specbench.speed.gguf_file import one_reader_per_file, release_readers
-from specbench.speed.quantize import INT8, int8_available, quantize_linears, quantize_target, target_int8_why_not
+from specbench.speed.gguf_blocks import Q4K, q4k_why_not
+from specbench.speed.gguf_file import one_reader_per_file
+from specbench.speed.quantize import INT8, int8_available, target_int8_why_not
 
 DTYPES = {
     "float32": torch.float32,
@@ -86,10 +85,10 @@ def has_q4k_layers(target: str) -> bool:
 
 
 def parse_target_dtype(name: str, device: str) -> torch.dtype:
-    """The dtype a target loads in; int8 (quantize.Int8TargetLinear) and q4k (a GGUF's own
+    """The dtype a target computes in; int8 (quantize.Int8TargetLinear) and q4k (a GGUF's own
     Q4_K and Q6_K blocks, gguf_blocks.Q4KLinear and Q6KLinear, int8 for any other layers),
-    all batch-invariant,
-    load float32 first and need specbench's AVX2 kernels on a CPU."""
+    both batch-invariant, compute in float32 (models/build.py builds them one tensor at a
+    time) and need specbench's AVX2 kernels on a CPU."""
     if name.lower() not in (INT8, Q4K):
         return parse_dtype(name)
     if device != "cpu":
@@ -111,9 +110,9 @@ def resolve_draft_dtype(name: str, device: str) -> str:
 
 
 def parse_draft_dtype(name: str, device: str) -> torch.dtype:
-    """The dtype a drafter loads in before it is quantized: bf16 for int8 (weight-only,
-    quantize.py) and for q4k (its decoder layers as Q4_K blocks quantized by
-    gguf_blocks.quantize_to_q4k, its head int8)."""
+    """The dtype a drafter computes in: bf16 for int8 (weight-only, quantize.py) and for q4k
+    (its decoder layers as Q4_K blocks quantized by gguf_blocks.quantize_q4k, its head
+    int8; models/build.py)."""
     if name.lower() not in (INT8, Q4K):
         return parse_dtype(name)
     if device != "cpu":
@@ -168,24 +167,15 @@ def load_model(
 def _load_model(spec: ModelSpec, role: str, dtype: str, device: str, progress: Progress, require_tokenizer: bool, share_tokenizer_with: LoadedModel | None) -> LoadedModel:
     torch_dtype = parse_draft_dtype(dtype, device) if role == "drafter" else parse_target_dtype(dtype, device)
     check_device(device)
-    # a default model in q4k is prepared once and mapped from the cache after (prepared.py)
-    prepares = spec.kind == DEFAULT and dtype.lower() == Q4K
-    folder, kwargs, name = _locate(spec, role, progress, weights=not prepares)
-    task = f"loading {role} {name} ({dtype})"
-    progress(task, 0, None)
-    if prepares:
-        model = load_prepared(folder, prepared_path(Path(folder), Q4K)) or _prepare_default_once(folder, role, name, progress)
+    if dtype.lower() in (INT8, Q4K):  # a CPU run format: built one tensor at a time, prepared once (prepare.py)
+        folder, name, model = _load_prepared(spec, role, dtype.lower(), progress)
+        kwargs = {}
     else:
-        q4k_target = dtype.lower() == Q4K and role == "target"
-        if q4k_target and spec.kind != "gguf":  # refused before the weights are loaded
-            raise ModelError(f"--dtype q4k runs a GGUF file's Q4_K blocks; the target {name} is not a .gguf file")
+        folder, kwargs, name = _locate(spec, role, progress)
+        task = f"loading {role} {name} ({dtype})"
+        progress(task, 0, None)
         model = _load_weights(folder, kwargs, torch_dtype, device, role, name)
-        if q4k_target:
-            _use_gguf_blocks(model, Path(spec.source), name, progress)
-        elif dtype.lower() == Q4K:
-            _quantize_drafter_to_q4k(model, name, progress)
-        if dtype.lower() in (INT8, Q4K):
-            (quantize_linears if role == "drafter" else quantize_target)(model)
+        progress(task, 1, 1)
     if role == "target" and model_device(model).type == "cpu":
         use_row_invariant_attention(model)  # a verify row's logits = a decoding step's, bit for bit
         use_lean_forward(model)  # the same bits, without HF's per-call plumbing
@@ -195,16 +185,65 @@ def _load_model(spec: ModelSpec, role: str, dtype: str, device: str, progress: P
         tokenizer = shared.tokenizer
     else:
         tokenizer = _load_tokenizer(folder, kwargs, role, name, required=require_tokenizer)
-    progress(task, 1, 1)
     return LoadedModel(model, tokenizer, spec, name, digest)
 
 
-def _locate(spec: ModelSpec, role: str, progress: Progress, weights: bool = True) -> tuple[str, dict, str]:
-    """(folder or id for from_pretrained, extra kwargs, display name); weights=False: a
-    default model's cache entry need not hold its float32 weights."""
+def _load_prepared(spec: ModelSpec, role: str, dtype: str, progress: Progress) -> tuple[str, str, object]:
+    """(the folder of its config and tokenizer, display name, the model) for a model in a
+    CPU run format, mapped from its prepared file, which the first run builds (prepare.py)."""
+    if dtype == Q4K and role == "target" and spec.kind not in (DEFAULT, "gguf"):  # refused before anything loads
+        shown = spec.source if spec.kind == "hub" else Path(spec.source).name
+        raise ModelError(f"--dtype q4k runs a GGUF file's Q4_K blocks; the target {shown} is not a .gguf file")
+    if dtype == Q4K and role == "target" and not has_q4k_layers(spec.source):
+        raise ModelError(f"--dtype q4k: no layer of {Path(spec.source).name} is stored as Q4_K; use --dtype auto, int8 or float32")
+    keep_source = True
     if spec.kind == DEFAULT:
         embedded = defaults.TARGET if role == "target" else defaults.DRAFTER
-        folder = defaults.ensure_cached(embedded, progress, weights)  # DefaultModelError is a ModelError
+        meta = defaults.ensure_cached(embedded, progress, weights=False)  # DefaultModelError is a ModelError
+        cache, name, keep_source = meta, embedded.name, False  # its parts rebuild the GGUF
+        source = lambda: defaults.ensure_gguf(embedded, progress)  # noqa: E731 - assembled only to prepare
+    elif spec.kind == "gguf":
+        path = Path(spec.source)
+        name, cache = path.name, cache_folder(spec, path)
+        task = f"reading the config and tokenizer of {name} (once)"
+        progress(task, 0, None)
+        with _read_errors(role, name):
+            gguf_metadata(path, cache)
+        progress(task, 1, 1)
+        meta, source = cache, lambda: path
+    else:
+        folder = hub_folder(spec.source) if spec.kind == "hub" else Path(spec.source)
+        name = spec.source if spec.kind == "hub" else folder.name
+        meta, cache = folder, cache_folder(ModelSpec("dir", str(folder)), folder)
+        source = lambda: folder  # noqa: E731
+    task = f"loading {role} {name} ({dtype})"
+    progress(task, 0, None)
+    with _read_errors(role, name):
+        model = prepared_model(source, meta, cache, role, dtype, name, progress, keep_source)
+    check_left_to_right(model.config, role, name)
+    progress(task, 1, 1)
+    return str(meta), name, model
+
+
+@contextmanager
+def _read_errors(role: str, name: str):
+    """A source that cannot be read, as one line (ModelError)."""
+    from struct import error as StructError  # a GGUF cut inside its header
+
+    from safetensors import SafetensorError  # a cut or corrupt weights file
+
+    try:
+        yield
+    except (OSError, ValueError, KeyError, ImportError, SafetensorError, StructError) as error:
+        damaged = "its weights file looks cut short or corrupt: " if isinstance(error, (SafetensorError, StructError)) or "reshape" in str(error) else ""
+        raise ModelError(f"cannot load {role} {name}: {damaged}{_first_line(error, {})}") from error
+
+
+def _locate(spec: ModelSpec, role: str, progress: Progress) -> tuple[str, dict, str]:
+    """(folder or id for from_pretrained, extra kwargs, display name) of a model loaded dense."""
+    if spec.kind == DEFAULT:
+        embedded = defaults.TARGET if role == "target" else defaults.DRAFTER
+        folder = defaults.ensure_cached(embedded, progress)  # DefaultModelError is a ModelError
         return str(folder), {}, embedded.name
     if spec.kind == "gguf":
         path = Path(spec.source)
@@ -212,68 +251,6 @@ def _locate(spec: ModelSpec, role: str, progress: Progress, weights: bool = True
     if spec.kind == "hub":
         return spec.source, {"local_files_only": True}, spec.source
     return spec.source, {}, Path(spec.source).name
-
-
-def _prepare_default_once(folder: str, role: str, name: str, progress: Progress):
-    """_prepare_default under the cache folder's lock (defaults.preparing): a run that finds
-    another preparing the same model waits for it and maps the file it wrote."""
-    task = f"waiting for another specbench run to prepare the {role} {name}"
-    waited = []
-    with defaults.preparing(Path(folder), on_wait=lambda: waited.append(progress(task, 0, None))):
-        if waited:
-            progress(task, 1, 1)
-        return load_prepared(folder, prepared_path(Path(folder), Q4K)) or _prepare_default(folder, role, name, progress)
-
-
-def _prepare_default(folder: str, role: str, name: str, progress: Progress):
-    """A default model in q4k, built from its GGUF (dequantized in memory, never written as
-    float32), saved as the prepared file, then mapped back as every later run maps it. The
-    GGUF is deleted after: the prepared file replaces it, and the parts rebuild it.
-    The target keeps the file's Q4_K and Q6_K blocks (int8 for any other layers); the drafter's
-    layers are quantized to Q4_K (its head int8)."""
-    gguf = defaults.ensure_gguf(defaults.TARGET if role == "target" else defaults.DRAFTER, progress)
-    kwargs = {"gguf_file": gguf.name}
-    model = _load_weights(str(gguf.parent), kwargs, torch.float32 if role == "target" else torch.bfloat16, "cpu", role, name)
-    release_readers()  # the GGUF is read: its reader would only hold memory while preparing
-    if role == "target":
-        _use_gguf_blocks(model, gguf, name, progress)
-    else:
-        _quantize_drafter_to_q4k(model, name, progress)
-    task = f"preparing the q4k {role} {name} (once)"
-    progress(task, 0, None)
-    (quantize_target if role == "target" else quantize_linears)(model)
-    path = prepared_path(Path(folder), Q4K)
-    save_prepared(model, path)
-    del model
-    gc.collect()
-    gguf.unlink(missing_ok=True)
-    progress(task, 1, 1)
-    model = load_prepared(folder, path)
-    if model is None:
-        raise ModelError(f"the prepared {role} {path} could not be read back; run `specbench clear-cache` and try again")
-    return model
-
-
-def _use_gguf_blocks(model, path: Path, name: str, progress: Progress) -> None:
-    """Swap a target's Q4_K layers for Q4KLinear over the blocks of its GGUF file at path; a
-    target none of whose layers are Q4_K is refused with one line."""
-    task = f"reading the Q4_K blocks of {name}"
-    progress(task, 0, None)
-    swapped, _ = use_gguf_blocks(model, str(path))
-    progress(task, 1, 1)
-    if not swapped:
-        raise ModelError(f"--dtype q4k: no layer of {path.name} is stored as Q4_K; use --dtype auto, int8 or float32")
-
-
-def _quantize_drafter_to_q4k(model, name: str, progress: Progress) -> None:
-    """A drafter's decoder layers as Q4_K blocks quantized from its weights (any model, no
-    GGUF file needed: a drafter's weights may change, its q is whatever it computes)."""
-    from specbench.speed.gguf_blocks import quantize_to_q4k
-
-    task = f"quantizing drafter {name} to Q4_K"
-    progress(task, 0, None)
-    quantize_to_q4k(model)  # parse_draft_dtype refused q4k where the kernel cannot run
-    progress(task, 1, 1)
 
 
 def _load_weights(folder: str, kwargs: dict, dtype: torch.dtype, device: str, role: str, name: str):

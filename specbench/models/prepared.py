@@ -26,18 +26,20 @@ import torch
 from specbench.speed import native
 from specbench.speed.gguf_blocks import Q4KLinear, Q6KLinear
 from specbench.speed.quantize import Int8Linear, Int8TargetLinear, dense_twin
+from specbench.speed.row_embedding import RowEmbedding
 
-PREPARED_FORMAT = 3  # bump when a layer's buffers change (2: drafters; Q4_K widths short of 256 columns; 3: Q6_K layers)
-_LAYERS = {"q4k": Q4KLinear, "q6k": Q6KLinear, "int8": Int8TargetLinear, "int8-draft": Int8Linear}
+PREPARED_FORMAT = 4  # bump when a layer's buffers change
+_LAYERS = {"q4k": Q4KLinear, "q6k": Q6KLinear, "int8": Int8TargetLinear, "int8-draft": Int8Linear, "rows": RowEmbedding}
 
 
-def prepared_path(folder: Path, dtype: str) -> Path:
-    """Where a prepared model lives in its cache folder: one file per block order, so that
+def prepared_path(folder: Path, role: str, dtype: str) -> Path:
+    """Where a prepared model lives in its cache folder: one file per role and dtype (a
+    file can be a target and a drafter, built differently), and per block order, so that
     builds of both orders (`SPECBENCH_MARCH=x86-64-v3` beside the native build, or one cache
     shared by machines with and without VNNI) each keep their own instead of preparing the
     model again, over the other's file, at every switch."""
     order = "-lanes" if native.lane_order() else ""
-    return folder / f"{dtype}{order}.safetensors"
+    return folder / f"{role}-{dtype}{order}.safetensors"
 
 
 def save_prepared(model, path: Path) -> None:
@@ -45,7 +47,7 @@ def save_prepared(model, path: Path) -> None:
     name, then a rename)."""
     from safetensors.torch import save_file
 
-    layers = {name: [kind, module.in_features] for name, module in model.named_modules() for kind, cls in _LAYERS.items() if type(module) is cls}
+    layers = {name: _describe(kind, module) for name, module in model.named_modules() for kind, cls in _LAYERS.items() if type(module) is cls}
     state = {name: tensor.contiguous() for name, tensor in model.state_dict().items()}
     metadata = {"format": str(PREPARED_FORMAT), "layers": json.dumps(layers), "dtype": str(model.dtype).removeprefix("torch."), "lane_order": str(int(native.lane_order()))}
     partial = path.with_name(f".tmp-{os.getpid()}-{path.name}")
@@ -54,6 +56,13 @@ def save_prepared(model, path: Path) -> None:
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)
+
+
+def _describe(kind: str, module) -> list:
+    """A layer's entry in the file's metadata: its kind and what its buffers do not say."""
+    if kind == "rows":
+        return [kind, module.embedding_dim, module.qtype, str(module.out_dtype).removeprefix("torch.")]
+    return [kind, module.in_features]
 
 
 def _untie(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -86,8 +95,8 @@ def load_prepared(folder: str, path: Path):
     config = AutoConfig.from_pretrained(folder)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, metadata.get("dtype", "float32")))
-    for name, (kind, in_features) in layers.items():
-        model.set_submodule(name, _shell(_LAYERS[kind], name, in_features, state))
+    for name, (kind, in_features, *extra) in layers.items():
+        model.set_submodule(name, _shell(_LAYERS[kind], name, in_features, state, extra))
     try:
         model.load_state_dict(state, strict=True, assign=True)
     except RuntimeError:
@@ -102,8 +111,11 @@ def load_prepared(folder: str, path: Path):
     return model.eval()
 
 
-def _shell(cls, name: str, in_features: int, state: dict[str, torch.Tensor]) -> torch.nn.Module:
+def _shell(cls, name: str, in_features: int, state: dict[str, torch.Tensor], extra: list) -> torch.nn.Module:
     """An empty layer of cls whose buffers load_state_dict(assign=True) replaces."""
+    if cls is RowEmbedding:
+        qtype, dtype = extra
+        return RowEmbedding(torch.empty_like(state[f"{name}.rows"], device="meta"), qtype, in_features, getattr(torch, dtype))
     module = cls.__new__(cls)
     torch.nn.Module.__init__(module)
     prefix = name + "."

@@ -128,7 +128,7 @@ class FusedLayers:
         self.lean, self.int8 = lean, int8
         decoder = lean.decoder
         self.embed, self.rotary, self.norm = decoder.embed_tokens, decoder.rotary_emb, decoder.norm
-        self.dtype = decoder.embed_tokens.weight.dtype  # the model's: what HF's forward stores and returns
+        self.dtype = decoder.norm.weight.dtype  # the model's: what HF's forward stores and returns (an embedding may keep its rows quantized)
         self.q_width = lean.heads * lean.head_dim
         self.kv_width = lean.kv_heads * lean.head_dim
         self.lib = self.args = self.keep = None  # taken at the first call

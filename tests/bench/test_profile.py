@@ -17,7 +17,7 @@ from specbench.drafters import DRAFTERS, make_drafter
 from specbench.core.attention import use_row_invariant_attention
 from specbench.policies import make_policy
 from specbench.speed import native
-from specbench.speed.gguf_blocks import quantize_to_q4k
+from gguf_tiny import quantize_to_q4k
 from specbench.speed.lean_step import lean_decoder
 from specbench.speed.quantize import int8_available, quantize_linears, quantize_target
 

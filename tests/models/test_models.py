@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from conftest import tiny_model
-from specbench.models import defaults
+from specbench.models import defaults, prepare
 from specbench.models.prepared import prepared_path
 from specbench import models
 from specbench.speed import native
@@ -476,7 +476,7 @@ def test_the_default_q4k_target_is_prepared_from_its_gguf_without_float32_weight
     tasks = []
     first = models.load_model(models.ModelSpec("default", "default"), role="target", dtype="q4k", progress=lambda t, d, n: tasks.append(t))
     entry = defaults.cached_dir(model)
-    assert sorted(p.name for p in entry.glob("*.safetensors")) == [prepared_path(entry, "q4k").name] and not list(entry.glob("*.gguf"))
+    assert sorted(p.name for p in entry.glob("*.safetensors")) == [prepared_path(entry, "target", "q4k").name] and not list(entry.glob("*.gguf"))
     assert any(t.startswith("preparing the q4k target") for t in tasks) and not any(t.startswith("dequantizing") for t in tasks)
     assert sum(isinstance(m, Q4KLinear) for m in first.model.modules()) == 2 * 7 + 1 - len(Q4_K_M_LIKE)
     assert sum(isinstance(m, Q6KLinear) for m in first.model.modules()) == len(Q4_K_M_LIKE)
@@ -500,7 +500,7 @@ def test_the_default_q4k_drafter_is_prepared_once_and_mapped_after(tmp_path, mon
     tasks = []
     first = models.load_model(models.ModelSpec("default", "default"), role="drafter", dtype="q4k", progress=lambda t, d, n: tasks.append(t))
     entry = defaults.cached_dir(model)
-    assert sorted(p.name for p in entry.glob("*.safetensors")) == [prepared_path(entry, "q4k").name] and not list(entry.glob("*.gguf"))
+    assert sorted(p.name for p in entry.glob("*.safetensors")) == [prepared_path(entry, "drafter", "q4k").name] and not list(entry.glob("*.gguf"))
     assert any(t.startswith("preparing the q4k drafter") for t in tasks)
     layers = [m for m in first.model.modules() if isinstance(m, Q4KLinear)]
     assert len(layers) == 2 * 7 and {m.in_features for m in layers} == {32, 64}  # widths short of 256 columns
@@ -509,7 +509,7 @@ def test_the_default_q4k_drafter_is_prepared_once_and_mapped_after(tmp_path, mon
     def no_preparing(*args, **kwargs):
         raise AssertionError("a prepared drafter must be mapped, not prepared again")
 
-    monkeypatch.setattr(models.loading, "_prepare_default", no_preparing)
+    monkeypatch.setattr(prepare, "_prepare", no_preparing)
     again = models.load_model(models.ModelSpec("default", "default"), role="drafter", dtype="q4k")
     ids = torch.tensor([[1, 5, 9, 12, 3, 40]])
     assert torch.equal(again.model(input_ids=ids).logits, first.model(input_ids=ids).logits)
@@ -575,20 +575,17 @@ def test_one_run_at_a_time_prepares_a_default_model(tmp_path):
 def test_the_prepared_file_is_looked_for_again_once_the_lock_is_held(tmp_path, monkeypatch):
     """A run that found no file looks again once it holds the lock, and maps the file another
     run wrote meanwhile instead of preparing it a second time."""
-    from specbench.models import loading
-
     found = iter([None, "the other run's model"])  # before the lock: no file; inside it: the other's
-    monkeypatch.setattr(loading, "load_prepared", lambda folder, path: next(found))
-    monkeypatch.setattr(loading, "_prepare_default", lambda *args: pytest.fail("prepared a second time"))
-    model = loading.load_prepared(str(tmp_path), prepared_path(tmp_path, "q4k")) or loading._prepare_default_once(str(tmp_path), "target", "Tiny", lambda *a: None)
+    monkeypatch.setattr(prepare, "load_prepared", lambda folder, path: next(found))
+    monkeypatch.setattr(prepare, "_prepare", lambda *args: pytest.fail("prepared a second time"))
+    model = prepare.prepared_model(lambda: pytest.fail("no source is needed"), tmp_path, tmp_path, "target", "q4k", "Tiny", lambda *a: None)
     assert model == "the other run's model"
 
 
 def test_a_run_that_waits_for_the_lock_says_so_and_ends_that_line(tmp_path, monkeypatch):
     """The wait is one progress task, finished once the lock is ours."""
-    from specbench.models import loading
-
-    monkeypatch.setattr(loading, "load_prepared", lambda folder, path: "mapped")
+    found = iter([None, "mapped"])  # the other run writes the file while this one waits
+    monkeypatch.setattr(prepare, "load_prepared", lambda folder, path: next(found))
     reports = []
     with _another_run_holds_the_lock(tmp_path) as release:
 
@@ -596,7 +593,7 @@ def test_a_run_that_waits_for_the_lock_says_so_and_ends_that_line(tmp_path, monk
             reports.append((task, done, total))
             release.set()  # the other run finishes once this one has said it waits
 
-        assert loading._prepare_default_once(str(tmp_path), "target", "Tiny", progress) == "mapped"
+        assert prepare.prepared_model(lambda: tmp_path, tmp_path, tmp_path, "target", "q4k", "Tiny", progress) == "mapped"
     assert reports == [("waiting for another specbench run to prepare the target Tiny", 0, None), ("waiting for another specbench run to prepare the target Tiny", 1, 1)]
 
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gguf_tiny import Q4_K_M_LIKE, q4k_model_and_file
+from gguf_tiny import Q4_K_M_LIKE, q4k_model_and_file, use_gguf_blocks
 from specbench.models import prepared
 from specbench.models.prepared import load_prepared, prepared_path, save_prepared
 from specbench.speed import native
-from specbench.speed.gguf_blocks import Q4KLinear, Q6KLinear, use_gguf_blocks
+from specbench.speed.gguf_blocks import Q4KLinear, Q6KLinear
 from specbench.speed.quantize import Int8TargetLinear, quantize_target
 
 pytestmark = pytest.mark.skipif(native.q4k_kernel() is None or native.linear_kernel() is None, reason="specbench's AVX2 kernels are not built here")
@@ -25,7 +25,7 @@ def prepared_tiny(tmp_path):
     folder = tmp_path / "model"
     model.config.save_pretrained(folder)
     model.generation_config.save_pretrained(folder)
-    path = prepared_path(folder, "q4k")
+    path = prepared_path(folder, "target", "q4k")
     save_prepared(model, path)
     return model, folder, path
 
@@ -66,8 +66,8 @@ def test_a_prepared_file_with_q4k_nibbles_in_another_order_is_not_used(tmp_path,
 def test_each_block_order_keeps_its_own_prepared_file(tmp_path, monkeypatch):
     """Switching between builds of both orders maps each build's own file, never the other's."""
     monkeypatch.setattr(native, "lane_order", lambda: False)
-    file_order = prepared_path(tmp_path, "q4k")
+    file_order = prepared_path(tmp_path, "target", "q4k")
     monkeypatch.setattr(native, "lane_order", lambda: True)
-    lanes = prepared_path(tmp_path, "q4k")
-    assert (file_order.name, lanes.name) == ("q4k.safetensors", "q4k-lanes.safetensors")
+    lanes = prepared_path(tmp_path, "target", "q4k")
+    assert (file_order.name, lanes.name) == ("target-q4k.safetensors", "target-q4k-lanes.safetensors")
 

@@ -16,13 +16,12 @@ import copy
 import pytest
 import torch
 from conftest import accepted_with_greedy_parity, as_cpu_target, block_and_steps, int8_target, noisy_copy, tiny_model
-from gguf_tiny import Q4_K_M_LIKE, q4k_model_and_file, q4k_target
+from gguf_tiny import Q4_K_M_LIKE, q4k_model_and_file, q4k_target, quantize_to_q4k, use_gguf_blocks
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specbench.core.cache import cache_arg, crop_cache, new_cache
 from specbench.speed import native
 from specbench.speed.fused_step import FusedLayers, fused_layers
-from specbench.speed.gguf_blocks import quantize_to_q4k, use_gguf_blocks
 from specbench.speed.lean_step import LeanDecoder, lean_decoder
 from specbench.speed.quantize import int8_available, quantize_linears, quantize_target
 

@@ -15,7 +15,7 @@ from specbench.core.attention import use_row_invariant_attention
 from specbench.core.cache import cache_arg, crop_cache, new_cache
 from specbench.speed.lean_step import MAX_LEAN_ROWS, LeanDecoder, lean_call, lean_decoder, supports, use_lean_forward
 from specbench.speed import native
-from specbench.speed.gguf_blocks import quantize_to_q4k
+from gguf_tiny import quantize_to_q4k
 from specbench.speed.quantize import int8_available, quantize_linears
 
 pytestmark = pytest.mark.usefixtures("single_thread")

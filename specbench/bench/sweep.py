@@ -12,7 +12,7 @@ measure_per_category prompts of each category. Rows say which they are in `sourc
 
 This module runs the benchmark protocol: how each method is timed, the cost measurements
 (c and the verify cost curve v(k)) and how they price runs, and writing the results directory
-(runs.csv appended row by row, positions.csv, paths.jsonl, optional steps.jsonl). What runs
+(runs.csv appended row by row, positions.csv, paths.jsonl, rounds.jsonl, optional steps.jsonl). What runs
 in which order is plan.py's (pure: SweepConfig and the PlannedRun lists of both phases);
 what meta.json records, and what a resume must match, is meta.py's. It receives models that are
 already loaded (the CLI loads them with models.load_pair, as `generate` does) and a tokenizer;
@@ -57,7 +57,9 @@ each prompt's block starts, on that prompt's context (or once per sweep with
 costs_per_prompt=False; a resumed sweep reuses what its blocks measured), and every
 prediction and every measured cost policy priced with their pooled median, so a measured
 run's policy decides as its prediction did. paths.jsonl keeps each plain output, so a
-resumed sweep can still predict from it.
+resumed sweep can still predict from it; rounds.jsonl keeps each predicted run's rounds
+(stats.RoundCounts), so `specbench predict` (reprice.py) can price them again with other
+costs, with the same functions (predicted_price, price_blocks).
 """
 
 from __future__ import annotations
@@ -129,6 +131,7 @@ from specbench.speed.costs import Costs, for_drafter, measure_costs, pooled, sha
 from specbench.speed.kernels import stock_kernels
 
 PATHS_JSONL = "paths.jsonl"  # each plain run's output ids, what predictions replay
+ROUNDS_JSONL = "rounds.jsonl"  # each predicted run's rounds (RoundCounts), what `specbench predict` prices again
 
 
 def hf_tells_apart(target, drafter_model) -> bool:
@@ -566,6 +569,9 @@ def run_plan(
         if run.method == BASELINE_METHOD and run.source == PROFILE:
             with open(out_dir / PATHS_JSONL, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps({"prompt_id": run.prompt.id, "repeat": run.repeat, "output": m.token_ids}) + "\n")
+        if run.source == PREDICTED:  # before its row: every predicted row has its rounds
+            with open(out_dir / ROUNDS_JSONL, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps({"run": dict(zip(KEY_COLUMNS, run.key)), "rounds": RoundCounts.of(m.steps).as_json()}) + "\n")
         append_row(out_dir / RUNS_CSV, row)
         if m.positions:
             append_positions(out_dir / POSITIONS_CSV, position_rows(run, m.positions))

@@ -351,6 +351,8 @@ def test_sweep_writes_results(close_pair, tokenizer, tmp_path):
     positions = load_positions(out)
     assert set(positions["source"]) == {"predicted", "measured"} and (positions["accepted"] <= positions["reached"]).all()
     assert len((out / "paths.jsonl").read_text().splitlines()) == len(PROMPTS)
+    rounds = [json.loads(line) for line in (out / "rounds.jsonl").read_text().splitlines()]  # what `specbench predict` prices again
+    assert sorted(row_key(r["run"]) for r in rounds) == sorted(row_key(r) for r in predicted)
     plain = {(r["source"], r["prompt_id"]): float(r["tokens_per_second"]) for r in every if r["method"] == "plain"}
     assert {source for source, _ in plain} == {"profile", "measured"}
     for row in every:  # a measured run against the plain run timed beside it, a prediction against its path's

@@ -150,6 +150,7 @@ def load_model(
     progress: Progress = defaults._no_progress,
     require_tokenizer: bool = True,
     share_tokenizer_with: LoadedModel | None = None,
+    random_weights: bool = False,
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer from a spec. role is "target" or "drafter".
 
@@ -160,26 +161,31 @@ def load_model(
     row-invariant one, so its verify forwards give the logits its decoding steps give (on a
     GPU the dense kernels round by batch anyway, and a call per row costs launches); then its
     forwards over a cache take speed.lean_step's forward, which gives the same bits faster.
+    random_weights: the model of the spec's config with random weights and no tokenizer,
+    in the same dtype and kernels (what a forward costs does not depend on the weights'
+    values: `specbench costs --random-weights`); a q4k target's layers are then all
+    quantized to Q4_K, as a drafter's are, where a GGUF file may keep some as Q6_K.
     """
     with one_reader_per_file():  # a GGUF's metadata parsed once, not for each of config, tokenizer, weights
-        return _load_model(spec, role, dtype, device, progress, require_tokenizer, share_tokenizer_with)
+        return _load_model(spec, role, dtype, device, progress, require_tokenizer, share_tokenizer_with, random_weights)
 
 
-def _load_model(spec: ModelSpec, role: str, dtype: str, device: str, progress: Progress, require_tokenizer: bool, share_tokenizer_with: LoadedModel | None) -> LoadedModel:
+def _load_model(spec: ModelSpec, role: str, dtype: str, device: str, progress: Progress, require_tokenizer: bool, share_tokenizer_with: LoadedModel | None, random_weights: bool = False) -> LoadedModel:
     torch_dtype = parse_draft_dtype(dtype, device) if role == "drafter" else parse_target_dtype(dtype, device)
     check_device(device)
     # a default model in q4k is prepared once and mapped from the cache after (prepared.py)
-    prepares = spec.kind == DEFAULT and dtype.lower() == Q4K
-    folder, kwargs, name = _locate(spec, role, progress, weights=not prepares)
-    task = f"loading {role} {name} ({dtype})"
+    prepares = spec.kind == DEFAULT and dtype.lower() == Q4K and not random_weights
+    folder, kwargs, name = _locate(spec, role, progress, weights=not prepares and not random_weights)
+    task = f"loading {role} {name} ({dtype}{', random weights' if random_weights else ''})"
     progress(task, 0, None)
     if prepares:
         model = load_prepared(folder, prepared_path(Path(folder), Q4K)) or _prepare_default_once(folder, role, name, progress)
     else:
-        q4k_target = dtype.lower() == Q4K and role == "target"
+        q4k_target = dtype.lower() == Q4K and role == "target" and not random_weights
         if q4k_target and spec.kind != "gguf":  # refused before the weights are loaded
             raise ModelError(f"--dtype q4k runs a GGUF file's Q4_K blocks; the target {name} is not a .gguf file")
-        model = _load_weights(folder, kwargs, torch_dtype, device, role, name)
+        load = _random_weights if random_weights else _load_weights
+        model = load(folder, kwargs, torch_dtype, device, role, name)
         if q4k_target:
             _use_gguf_blocks(model, Path(spec.source), name, progress)
         elif dtype.lower() == Q4K:
@@ -189,9 +195,11 @@ def _load_model(spec: ModelSpec, role: str, dtype: str, device: str, progress: P
     if role == "target" and model_device(model).type == "cpu":
         use_row_invariant_attention(model)  # a verify row's logits = a decoding step's, bit for bit
         use_lean_forward(model)  # the same bits, without HF's per-call plumbing
-    digest = tokenizer_digest(folder) if "gguf_file" not in kwargs else None
+    digest = tokenizer_digest(folder) if "gguf_file" not in kwargs and not random_weights else None
     shared = share_tokenizer_with
-    if shared is not None and digest is not None and shared.tokenizer_digest == digest:
+    if random_weights:
+        tokenizer = None
+    elif shared is not None and digest is not None and shared.tokenizer_digest == digest:
         tokenizer = shared.tokenizer
     else:
         tokenizer = _load_tokenizer(folder, kwargs, role, name, required=require_tokenizer)
@@ -267,10 +275,11 @@ def _use_gguf_blocks(model, path: Path, name: str, progress: Progress) -> None:
 
 def _quantize_drafter_to_q4k(model, name: str, progress: Progress) -> None:
     """A drafter's decoder layers as Q4_K blocks quantized from its weights (any model, no
-    GGUF file needed: a drafter's weights may change, its q is whatever it computes)."""
+    GGUF file needed: a drafter's weights may change, its q is whatever it computes); a
+    target's with random weights too."""
     from specbench.speed.gguf_blocks import quantize_to_q4k
 
-    task = f"quantizing drafter {name} to Q4_K"
+    task = f"quantizing {name} to Q4_K"
     progress(task, 0, None)
     quantize_to_q4k(model)  # parse_draft_dtype refused q4k where the kernel cannot run
     progress(task, 1, 1)
@@ -290,6 +299,24 @@ def _load_weights(folder: str, kwargs: dict, dtype: torch.dtype, device: str, ro
         damaged = "its weights file looks cut short or corrupt: " if isinstance(error, (SafetensorError, StructError)) else ""
         raise ModelError(f"cannot load {role} {name}: {damaged}{_first_line(error, kwargs)}") from error
     check_left_to_right(model.config, role, name)
+    return model.eval()
+
+
+def _random_weights(folder: str, kwargs: dict, dtype: torch.dtype, device: str, role: str, name: str):
+    """The causal LM of the config at folder (a model folder, a config-only folder, a GGUF
+    file's header, a cached hub id) with random weights, on one device."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if device == "auto":
+        raise OptionError("random weights go on one device: give --device cpu, cuda or mps")
+    try:
+        with _no_gguf_bar():
+            config = AutoConfig.from_pretrained(folder, **kwargs)
+    except (OSError, ValueError, KeyError, ImportError) as error:
+        raise ModelError(f"cannot read the config of {role} {name}: {_first_line(error, kwargs)}") from error
+    check_left_to_right(config, role, name)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     return model.eval()
 
 
@@ -493,6 +520,7 @@ class PairConfig:
     device: str = "cpu"  # cpu, cuda, mps or auto
     draft_vocab: int = defaults.DEFAULT_DRAFT_VOCAB  # a model drafter scores ids below it (+ prompt, EOS); 0: all
     lookup: bool = defaults.DEFAULT_LOOKUP  # a model drafter copies from the context when it can ("model+lookup")
+    random_weights: bool = False  # both models from their configs with random weights, no tokenizers (load_model)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", resolve_target_dtype(self.dtype, self.device, self.target))
@@ -595,7 +623,7 @@ def load_pair(config: PairConfig, progress: Progress = defaults._no_progress) ->
     """Load the target and, if the drafter is a model, the drafter; pair them (translates).
     An early-exit drafter is checked against the target now (ModelError)."""
     validate_pair_config(config)
-    target = load_model(parse_model_spec(config.target), role="target", dtype=config.dtype, device=config.device, progress=progress)
+    target = load_model(parse_model_spec(config.target), role="target", dtype=config.dtype, device=config.device, progress=progress, random_weights=config.random_weights)
     kind = drafter_kind(config.drafter)
     if kind != "model":
         pair = LoadedPair(target, None, kind)
@@ -631,6 +659,7 @@ def load_drafter(config: PairConfig, target: LoadedModel, spec: str, progress: P
         progress=progress,
         require_tokenizer=False,
         share_tokenizer_with=target,
+        random_weights=config.random_weights,
     )
     translated = translates(target, drafter)
     if config.draft_vocab and not translated:

@@ -117,13 +117,14 @@ from specbench.bench.results import (
     prediction_check,
     read_meta,
     read_rows,
+    row_key,
     write_meta,
 )
 from specbench.core.generate import GenerationConfig, context_limit, plain_generate, speculative_generate
 from specbench.core.stats import RoundCounts, RunStats, StepRecord, verify_cost_at, walltime_speedup
 from specbench.drafters import make_drafter, parse_early_exit, uses_model
 from specbench.drafters.early_exit import check_early_exit
-from specbench.errors import PromptError, SweepError, reraise_as
+from specbench.errors import PromptError, ResultsError, SweepError, reraise_as
 from specbench.models.loading import output_vocab_size, timing_ids
 from specbench.models.text import check_prompt_fits, encode_prompt
 from specbench.policies import make_policy
@@ -646,6 +647,23 @@ def read_paths(out_dir: Path) -> dict[tuple[str, int], list[int]]:
     return outputs
 
 
+
+
+def read_rounds(out_dir: Path) -> dict[tuple[str, ...], RoundCounts]:
+    """Each predicted run's rounds (rounds.jsonl), by results.row_key; a half-written last
+    line is skipped. A directory without the file (a sweep from before it was written) is
+    a ResultsError."""
+    path = Path(out_dir) / ROUNDS_JSONL
+    if not path.is_file():
+        raise ResultsError(f"no {ROUNDS_JSONL} in {out_dir}: its sweep was written before sweeps recorded their predicted rounds; run it again with this version to price it")
+    rounds = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            item = json.loads(line)
+            rounds[row_key(item["run"])] = RoundCounts.from_json(item["rounds"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+            continue
+    return rounds
 
 
 def drafters_of(config: SweepConfig, drafter_model, drafter_tokenizer=None) -> dict[str, DrafterModel]:

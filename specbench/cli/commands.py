@@ -681,16 +681,21 @@ def _run_sweep(bench, pair, prompt_list, config, out_dir: Path, *, resume: bool,
     render_sweep_end(out_dir, result, config)
 
 
-def render_sweep_end(out_dir: Path, result, config) -> None:
-    """The tables after a sweep: predicted (best gamma per configuration, share of the
-    oracle), measured, and prediction against measurement at each measured point."""
-    runs = sweep_results.load_runs(out_dir)
+def render_predicted(runs) -> None:
+    """The predicted table of a results directory's rows (load_runs), if it has predictions."""
     frame = sweep_results.summary_frame(runs)
     predicted = frame[(frame["source"] == "predicted") & (frame["method"] == "specbench")]
     best = sweep_results.best_gammas(frame)
     chosen = predicted[[best.get((d, p)) == g or p == "oracle" for d, p, g in zip(predicted["drafter"], predicted["policy"], predicted["gamma"])]]
     if len(chosen):
         console.print(predicted_table(chosen, sweep_results.oracle_share(frame)))
+
+
+def render_sweep_end(out_dir: Path, result, config) -> None:
+    """The tables after a sweep: predicted (best gamma per configuration, share of the
+    oracle), measured, and prediction against measurement at each measured point."""
+    runs = sweep_results.load_runs(out_dir)
+    render_predicted(runs)
     summaries = [s for s in sweep_results.summarize(runs) if s.source == "measured"]
     greedy = config.temperature == 0
     console.print(summary_table(summaries, greedy))
@@ -760,6 +765,28 @@ def _costs_lines(measured: dict, pooled: dict) -> list[str]:
             each = "one per prompt" if len(prompts) == len(blocks) else "one per prompt and repeat"
             lines.append(f"  its {len(blocks)} measurements, {each}: {spread}target step {steps[0]:.{digits}f} to {steps[-1]:.{digits}f} ms")
     return lines
+
+
+# ---------------------------------------------------------------------------- predict
+
+
+@command("predict")
+def predict_command(
+    directory: Annotated[Path, typer.Argument(help="A results directory written by `specbench sweep`.", show_default=False)],
+    out: Annotated[Path, typer.Option("--out", help="The results directory to write (charts: specbench plot DIR).", show_default=False)],
+    costs: Annotated[Path | None, typer.Option("--costs", help="A costs file (`specbench costs --out`) or another sweep's meta.json; default: the sweep's own costs.", show_default=False)] = None,
+) -> None:
+    """Price a sweep's predictions again with other costs (another machine's, other shapes'). Needs no models."""
+    from specbench.bench.reprice import reprice
+    from specbench.bench.sweep import costs_summary
+
+    result = reprice(directory, out, costs, command="specbench " + " ".join(_sys.argv[1:]))
+    render_predicted(sweep_results.load_runs(out))
+    which = f"the costs in {result.costs_file}" if result.costs_file is not None else "the sweep's own costs"
+    console.print(f"{result.rows} predicted row(s) priced with {which}: {costs_summary(result.costs)}", highlight=False, soft_wrap=True, markup=False)
+    if result.kept_drafts:
+        err_console.print(f"[dim]{result.kept_drafts} row(s) of the cost policy and the oracle keep the drafts the sweep's costs chose: only their price changed[/]", highlight=False, soft_wrap=True)
+    console.print(f"wrote {out}  (charts: specbench plot {out})", highlight=False, soft_wrap=True, markup=False)
 
 
 @command("plot")

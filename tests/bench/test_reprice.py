@@ -1,6 +1,6 @@
-"""`specbench predict` on tiny sweeps: re-pricing a sweep with its own costs gives its
-predicted rows back, other costs change the price and never the rounds, and bad input is
-one line."""
+"""`specbench costs` and `specbench predict` on tiny sweeps: re-pricing a sweep with its own
+costs gives its predicted rows back, other costs change the price and never the rounds, a
+costs file measured with random weights is one predict reads, and bad input is one line."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import shutil
 from dataclasses import replace
 
 import pytest
+from transformers import Qwen2Config
 from typer.testing import CliRunner
 
-from specbench.bench.meta import costs_meta, read_costs_meta
+from specbench.bench.meta import costs_meta, model_meta, read_costs_meta
 from specbench.bench.plan import SweepConfig
 from specbench.bench.prompts import Prompt
 from specbench.bench.reprice import reprice
@@ -20,6 +21,7 @@ from specbench.bench.results import read_rows
 from specbench.bench.sweep import sweep
 from specbench.cli import commands as cli
 from specbench.errors import ResultsError
+from specbench.speed.costs import Costs
 from tiny_hf import char_tokenizer
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -82,6 +84,31 @@ def test_other_costs_change_the_price_and_not_the_rounds(swept, tmp_path):
     assert meta["c"] == pytest.approx(cheaper.c) and meta["repriced"]["costs"] == str(costs_file) and "costs_by_block" not in meta
 
 
+def test_costs_with_random_weights_write_a_file_predict_reads(swept, tmp_path):
+    """`specbench costs --random-weights` on folders that hold only a config (shapes, no
+    weights, no tokenizer); `specbench predict --costs` prices the sweep with the file,
+    and `specbench plot` charts the result."""
+    for name, layers in (("target", 3), ("drafter", 1)):
+        config = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False)
+        config.save_pretrained(tmp_path / name)
+    costs_file = tmp_path / "costs" / "tiny.json"
+    args = ["costs", "--target", str(tmp_path / "target"), "--drafter-model", str(tmp_path / "drafter"), "--random-weights", "--dtype", "float32", "--draft-dtype", "float32",
+            "--draft-vocab", "0", "--kernels", "default", "--timing-repeats", "1", "--context-tokens", "16", "--out", str(costs_file)]  # fmt: skip
+    result = CliRunner().invoke(cli.app, args)
+    assert result.exit_code == 0, result.output
+    costs, raw = read_costs_meta(costs_file)
+    assert costs.c > 0 and sorted(costs.verify_cost) == list(range(1, 10)) and costs.plain_step_seconds and costs.loop_seconds is not None
+    assert raw["costs_settings"]["random_weights"] is True and raw["models"]["target"]["name"] == "target" and raw["models"]["drafter"]["dtype"] == "float32"
+    assert raw["machine"]["cpu_count"] and raw["versions"]["torch"] and raw["created"]
+    out = tmp_path / "priced"
+    result = CliRunner().invoke(cli.app, ["predict", str(swept), "--costs", str(costs_file), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert f"priced with the costs in {costs_file}" in result.output and "keep the drafts the sweep's costs chose" in result.stderr
+    assert all(float(r["c"]) == pytest.approx(costs.c, rel=1e-5) for r in rows_of(out, ("predicted",)))
+    charts = CliRunner().invoke(cli.app, ["plot", str(out)])
+    assert charts.exit_code == 0 and "speedup_vs_gamma.png" in charts.output
+
+
 def test_a_sweep_of_several_drafter_models_is_priced_with_its_own_costs_only(swept, tmp_path):
     """A costs file holds one pair's costs: it cannot price model@A and model@B alike."""
     several = tmp_path / "several"
@@ -111,6 +138,8 @@ def older(swept, tmp_path):
         (["predict", "{swept}", "--costs", "{tmp}/missing.json", "--out", "{tmp}/o"], "no costs file"),
         (["predict", "{older}", "--out", "{tmp}/o"], "no rounds.jsonl in"),
         (["predict", "{swept}", "--out", "{swept}"], "already holds results"),
+        (["costs", "--drafter-model", "ngram", "--out", "{tmp}/c.json"], "--drafter-model ngram: give a model"),
+        (["costs", "--out", "{tmp}"], "is a folder"),
     ],
 )
 def test_bad_input_is_one_line(swept, older, tmp_path, args, message):

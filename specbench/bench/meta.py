@@ -8,6 +8,10 @@ A resumed sweep refuses settings, models (dtype, device) and prompt texts that w
 what its rows mean (check_resume_meta)
 and keeps the costs its blocks measured (carry_over_meta), so a prediction made before an
 interruption and one made after it are priced alike.
+
+A costs file (`specbench costs`, costs_meta) is the part of meta.json that says which costs
+were measured, where and how, under the same keys: a sweep's meta.json is one too, so
+`specbench predict --costs` reads either (read_costs_meta).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import os
 import platform
 from dataclasses import asdict
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -26,7 +31,7 @@ from specbench import __version__
 from specbench.bench.plan import SweepConfig
 from specbench.bench.prompts import Prompt
 from specbench.bench.results import summary_frame
-from specbench.errors import SweepError
+from specbench.errors import ResultsError, SweepError
 from specbench.speed import native
 from specbench.speed.costs import METHOD as COSTS_METHOD, Costs
 from specbench.speed.gguf_blocks import Q4KLinear
@@ -156,19 +161,38 @@ def build_meta(target, drafters: dict[str, DrafterModel], config: SweepConfig, p
     """drafters: the sweep's drafter models by name (drafters_of), drafter_names their names
     for meta.json. models.drafter is the first; with named drafter models (several),
     models.drafters has each."""
-    import transformers
-
     first = next(iter(drafters), None)
     models = {"target": model_meta(target, target_name), "drafter": model_meta(drafters[first].model if first is not None else None, drafter_names.get(first))}
     several = config.drafter_models != ("",)
     if several:
         models["drafters"] = {name: model_meta(d.model, drafter_names.get(name)) for name, d in drafters.items()}
     return {
+        **where_and_when(command),
+        "seed": config.seed,
+        "models": models,
+        "sweep": {
+            **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(config).items()},
+            "target": target_name,
+            "drafter_model": drafter_names if several else drafter_names.get(""),
+            "prompts": prompts_source,
+            "prompt_ids": [p.id for p in prompts],
+            "prompt_hashes": {p.id: prompt_hash(p) for p in prompts},
+            "categories": list(dict.fromkeys(p.category for p in prompts)),
+            "costs_method": COSTS_METHOD,  # how c, v(k) and u(n) were measured (speed/costs.py)
+        },
+    }
+
+
+def where_and_when(command: str) -> dict:
+    """What meta.json and a costs file say of the run that wrote them: the version, the
+    date, the command, the library versions and the machine (its CPU's instruction sets
+    pick the fast paths, so they decide the costs)."""
+    import transformers
+
+    return {
         "specbench_version": __version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": command,
-        "seed": config.seed,
-        "models": models,
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__},
         "machine": {
             "platform": platform.platform(),
@@ -181,14 +205,49 @@ def build_meta(target, drafters: dict[str, DrafterModel], config: SweepConfig, p
         # what runs an int8 drafter's draft steps in specbench (HF's generation runs the
         # modules' forward, always torch._weight_int8pack_mm)
         "draft_int8_kernel": native.name(),
-        "sweep": {
-            **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(config).items()},
-            "target": target_name,
-            "drafter_model": drafter_names if several else drafter_names.get(""),
-            "prompts": prompts_source,
-            "prompt_ids": [p.id for p in prompts],
-            "prompt_hashes": {p.id: prompt_hash(p) for p in prompts},
-            "categories": list(dict.fromkeys(p.category for p in prompts)),
-            "costs_method": COSTS_METHOD,  # how c, v(k) and u(n) were measured (speed/costs.py)
-        },
     }
+
+
+# ---------------------------------------------------------------------------- costs files
+
+
+def costs_meta(costs: Costs, models: dict, settings: dict, command: str) -> dict:
+    """A costs file (`specbench costs --out FILE`): the keys of meta.json that say what was
+    measured, on which machine and how, under the same names and with the same meanings, so
+    that a sweep's meta.json is a costs file too (priced by its pool over all its blocks)
+    and `specbench predict --costs` reads either:
+
+        specbench_version, created, command, versions, machine, draft_int8_kernel
+                     where_and_when's, as meta.json's
+        models       {"target": model_meta, "drafter": model_meta or null}, as meta.json's
+        costs        Costs.as_meta(): c, target_step_seconds, drafter_step_seconds,
+                     verify_cost {k: v(k)}, verify_measured, drafter_cost {n: u(n)},
+                     context_tokens, plain_step_seconds, loop_seconds
+        c, verify_cost, costs_pooled   copies, as meta.json's (set_sweep_costs)
+        costs_settings   how they were measured: costs_method (costs.METHOD), kernels,
+                     draft_vocab, temperature, top_k, top_p, timing_repeats, random_weights
+    """
+    meta = {**where_and_when(command), "models": models, "costs_settings": {"costs_method": COSTS_METHOD, **settings}}
+    set_sweep_costs(meta, costs, 1)
+    return meta
+
+
+def read_costs_meta(path: Path) -> tuple[Costs, dict]:
+    """(the costs, the whole file) of a costs file or a sweep's meta.json (costs_meta);
+    anything else is a ResultsError in one line."""
+    path = Path(path)
+    hint = "write one with `specbench costs --out FILE`, or give a sweep's meta.json"
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ResultsError(f"no costs file {path}: {hint}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ResultsError(f"{path} is not a costs file ({exc}): {hint}") from None
+    recorded = raw.get("costs") if isinstance(raw, dict) else None
+    try:
+        costs = Costs.from_meta(recorded)
+    except (AttributeError, TypeError, ValueError):
+        costs = None
+    if costs is None or not costs.verify_cost or not costs.target_step_seconds:
+        raise ResultsError(f"{path} is not a costs file (no 'costs' with a target step and v(k)): {hint}")
+    return costs, raw

@@ -323,6 +323,9 @@ def describe(meta: dict, runs: pd.DataFrame) -> str:
     count = runs["prompt_id"].nunique()
     parts.append(f"{count} prompt{'' if count == 1 else 's'}")
     parts.append(describe_c(meta))
+    costs = (meta.get("repriced") or {}).get("costs_from")  # `specbench predict --costs`: whose costs priced it
+    if costs is not None:
+        parts.append(f"priced with costs measured {(costs.get('created') or '')[:10]} on {((costs.get('machine') or {}).get('cpu') or {}).get('model') or 'another machine'}")
     return " · ".join(part for part in parts if part)
 
 

@@ -12,7 +12,7 @@ measure_per_category prompts of each category. Rows say which they are in `sourc
 
 This module runs the benchmark protocol: how each method is timed, the cost measurements
 (c and the verify cost curve v(k)) and how they price runs, and writing the results directory
-(runs.csv appended row by row, positions.csv, paths.jsonl, optional steps.jsonl). What runs
+(runs.csv appended row by row, positions.csv, paths.jsonl, rounds.jsonl, optional steps.jsonl). What runs
 in which order is plan.py's (pure: SweepConfig and the PlannedRun lists of both phases);
 what meta.json records, and what a resume must match, is meta.py's. It receives models that are
 already loaded (the CLI loads them with models.load_pair, as `generate` does) and a tokenizer;
@@ -57,7 +57,9 @@ each prompt's block starts, on that prompt's context (or once per sweep with
 costs_per_prompt=False; a resumed sweep reuses what its blocks measured), and every
 prediction and every measured cost policy priced with their pooled median, so a measured
 run's policy decides as its prediction did. paths.jsonl keeps each plain output, so a
-resumed sweep can still predict from it.
+resumed sweep can still predict from it; rounds.jsonl keeps each predicted run's rounds
+(stats.RoundCounts), so `specbench predict` (reprice.py) can price them again with other
+costs, with the same functions (predicted_price, price_blocks).
 """
 
 from __future__ import annotations
@@ -115,13 +117,14 @@ from specbench.bench.results import (
     prediction_check,
     read_meta,
     read_rows,
+    row_key,
     write_meta,
 )
 from specbench.core.generate import GenerationConfig, context_limit, plain_generate, speculative_generate
-from specbench.core.stats import RunStats, StepRecord, drafter_cost, verify_cost_at, walltime_speedup
+from specbench.core.stats import RoundCounts, RunStats, StepRecord, verify_cost_at, walltime_speedup
 from specbench.drafters import make_drafter, parse_early_exit, uses_model
 from specbench.drafters.early_exit import check_early_exit
-from specbench.errors import PromptError, SweepError, reraise_as
+from specbench.errors import PromptError, ResultsError, SweepError, reraise_as
 from specbench.models.loading import output_vocab_size, timing_ids
 from specbench.models.text import check_prompt_fits, encode_prompt
 from specbench.policies import make_policy
@@ -129,6 +132,7 @@ from specbench.speed.costs import Costs, for_drafter, measure_costs, pooled, sha
 from specbench.speed.kernels import stock_kernels
 
 PATHS_JSONL = "paths.jsonl"  # each plain run's output ids, what predictions replay
+ROUNDS_JSONL = "rounds.jsonl"  # each predicted run's rounds (RoundCounts), what `specbench predict` prices again
 
 
 def hf_tells_apart(target, drafter_model) -> bool:
@@ -228,26 +232,40 @@ def baselines_from_rows(rows: list[dict]) -> dict[tuple[str, str, str], Baseline
     return found
 
 
-def predicted_speedup(run: PlannedRun, m: Measurement, costs: Costs | None) -> float | None:
-    """stats.walltime_speedup of a specbench run's rounds, priced by its block's measured
-    costs in units of the target's single step t(1): c = drafter step / t(1), paid by each
-    drafter forward the round ran, a forward over n tokens as u(n) steps
-    (stats.drafter_cost; a copy or a table's guess runs none), v(k) as measured, v(1) = 1
-    (a round without drafts is a single step among the round's others), and the loop's own
-    work per round (Costs.loop; 0 for costs from before it was measured). Plain decoding is
-    priced by the measured plain step (Costs.plain_step), not by the plain run: every
-    number here is a median of interleaved timings (costs.py), where the plain run is one
-    run whose speed wanders from run to run on a shared CPU as much as the speedups
-    being predicted (the sweep reports that noise floor); pricing in the plain run's own
-    step carried its noise into every prediction (docs/log.md, "Pricing predictions in t(1)").
-    None for other methods."""
-    if run.method != SPECBENCH or not m.steps or costs is None or not costs.verify_cost or not costs.target_step_seconds:
+def predicted_speedup(run: PlannedRun, counts: RoundCounts, costs: Costs | None) -> float | None:
+    """The walltime model's speedup of a specbench run's rounds (modelled_speedup); None
+    for other methods."""
+    return modelled_speedup(counts, costs) if run.method == SPECBENCH else None
+
+
+def modelled_speedup(counts: RoundCounts, costs: Costs | None) -> float | None:
+    """stats.walltime_speedup of a run's rounds, priced by its block's measured costs in
+    units of the target's single step t(1): c = drafter step / t(1), paid by each drafter
+    forward the round ran, a forward over n tokens as u(n) steps (a copy or a table's guess
+    runs none), v(k) as measured, v(1) = 1 (a round without drafts is a single step among
+    the round's others), and the loop's own work per round (Costs.loop; 0 for costs from
+    before it was measured). Plain decoding is priced by the measured plain step
+    (Costs.plain_step), not by the plain run: every number here is a median of interleaved
+    timings (costs.py), where the plain run is one run whose speed wanders from run to run
+    on a shared CPU as much as the speedups being predicted (the sweep reports that noise
+    floor); pricing in the plain run's own step carried its noise into every prediction
+    (docs/log.md, "Pricing predictions in t(1)"). None without costs or rounds."""
+    if costs is None or not costs.verify_cost or not costs.target_step_seconds:
         return None
     c = (costs.drafter_step_seconds or 0.0) / costs.target_step_seconds
     verify = lambda k: 1.0 if k == 1 else verify_cost_at(costs.verify_cost, k)  # noqa: E731
     step_cost = lambda n: verify_cost_at(costs.drafter_cost, n) if costs.drafter_cost else 1.0  # noqa: E731
-    rounds = [(len(step.draft_tokens), len(step.tokens), drafter_cost(step.drafter_feeds, step_cost)) for step in m.steps if step.round > 0]
-    return walltime_speedup(rounds, c, verify, costs.plain_step(), costs.loop())
+    return walltime_speedup(counts, c, verify, step_cost, costs.plain_step(), costs.loop())
+
+
+def predicted_price(counts: RoundCounts, baseline: Baseline | None, costs: Costs | None) -> dict:
+    """The columns of a predicted row that its costs set, and all that re-pricing it with
+    other costs changes (`specbench predict`, reprice.py): the walltime model's speedup as
+    speedup and predicted_speedup, tokens_per_second as that speedup times its plain run's
+    (the profile run's, as runs.csv reads back), and c."""
+    model = modelled_speedup(counts, costs)
+    tps = model * baseline.tokens_per_second if model is not None and baseline is not None and baseline.tokens_per_second else None
+    return {"tokens_per_second": tps, "speedup": model, "c": costs.c if costs is not None else None, "predicted_speedup": model}
 
 
 def make_row(run: PlannedRun, m: Measurement, baseline: Baseline | None, *, c: float | None, prompt_tokens: int, seed: int, costs: Costs | None = None) -> dict:
@@ -256,14 +274,12 @@ def make_row(run: PlannedRun, m: Measurement, baseline: Baseline | None, *, c: f
     stats, greedy = m.stats, run.temperature == 0
     is_baseline = run.method == BASELINE_METHOD
     predicted = run.source == PREDICTED
-    model = predicted_speedup(run, m, costs)
+    counts = RoundCounts.of(m.steps)
+    model = predicted_speedup(run, counts, costs)
     tps = stats.tokens_per_second
     speedup = None
     if is_baseline:
         speedup = 1.0
-    elif predicted:  # the walltime model's speedup, in the plain run's tokens per second
-        speedup = model
-        tps = model * baseline.tokens_per_second if model is not None and baseline is not None and baseline.tokens_per_second else None
     elif baseline is not None and baseline.tokens_per_second:
         speedup = tps / baseline.tokens_per_second
     identical = None
@@ -271,7 +287,7 @@ def make_row(run: PlannedRun, m: Measurement, baseline: Baseline | None, *, c: f
         identical = output_hash(m.token_ids) == baseline.output_hash
     known = m.acceptance_known
     timed = lambda value: None if predicted else value
-    return {
+    row = {
         "source": run.source,
         "method": run.method,
         "drafter": run.drafter,
@@ -303,6 +319,9 @@ def make_row(run: PlannedRun, m: Measurement, baseline: Baseline | None, *, c: f
         "seed": seed,
         "output_hash": output_hash(m.token_ids),
     }
+    if predicted:  # the walltime model's speedup, in the plain run's tokens per second
+        row.update(predicted_price(counts, baseline, costs))
+    return row
 
 
 def position_rows(run: PlannedRun, positions: dict[int, tuple[float, float]]) -> list[dict]:
@@ -315,6 +334,46 @@ def step_lines(run: PlannedRun, steps: list[StepRecord]) -> list[str]:
     """steps.jsonl lines: each StepRecord's fields, plus "run" naming the run it belongs to."""
     head = {"run": dict(zip(KEY_COLUMNS, run.key))}
     return [json.dumps({**head, **json.loads(step.to_json())}) for step in steps]
+
+
+# ---------------------------------------------------------------------------- which costs price a run (pure)
+
+
+def costs_model(drafter: str, first_model: str) -> str:
+    """Whose c a run's row carries: its drafter model's (drafter is a label, model@NAME),
+    or the sweep's first model's for plain and drafters without a model (their c is 0;
+    v(k) is the target's alike)."""
+    kind, name = label_parts(drafter)
+    return name if uses_model(kind) else first_model
+
+
+def costs_key(prompt_id: str, repeat: int, model: str, per_prompt: bool) -> str:
+    """Which measurement of c and v(k) a run uses: its prompt's block (prompt id/repeat),
+    or the sweep's one measurement ("sweep"); "@NAME" after it for a named drafter model.
+
+    costs_key("cw-01", 0, "", True) == "cw-01/0"; costs_key("cw-01", 0, "small", False) == "sweep@small"
+    """
+    block = f"{prompt_id}/{repeat}" if per_prompt else "sweep"
+    return f"{block}{MODEL_SEPARATOR}{model}" if model else block
+
+
+def price_blocks(block_costs: dict[str, Costs], keys: dict[str, list[str]]) -> tuple[dict[str, Costs], dict[str, tuple[Costs, int]]]:
+    """What each measured block is priced with: costs.pooled over the blocks of its drafter
+    model (keys: by model name, the costs_keys of its blocks, in the sweep's order; those
+    not in block_costs were not measured). Returns (the pooled costs by costs_key, and by
+    model name the pool over all its blocks, what meta.json and the tables report, with
+    their count). The sweep prices its predictions with it, and `specbench predict` prices
+    them again with it from meta.json's costs_by_block."""
+    priced, sweep_wide = {}, {}
+    for name, model_keys in keys.items():
+        measured = [key for key in dict.fromkeys(model_keys) if key in block_costs]
+        blocks = [block_costs[key] for key in measured]
+        if not blocks:
+            continue
+        for key in measured:
+            priced[key] = pooled(blocks, block_costs[key].context_tokens)
+        sweep_wide[name] = (pooled(blocks, int(statistics.median(b.context_tokens for b in blocks))), len(blocks))
+    return priced, sweep_wide
 
 
 # ---------------------------------------------------------------------------- the sweep
@@ -433,18 +492,12 @@ class SweepRunner:
                 self.measure(run, max_new_tokens=min(self.config.warmup_tokens, self.config.max_new_tokens))
 
     def costs_model(self, run: PlannedRun) -> str:
-        """Whose c a run's row carries: its drafter model's, or the sweep's first model's
-        for plain and drafters without a model (their c is 0; v(k) is the target's alike)."""
-        name = self.model_name(run)
-        return name if name is not None else self.config.drafter_models[0]
+        return costs_model(run.drafter, self.config.drafter_models[0])
 
     def costs_key(self, run: PlannedRun, name: str | None = None) -> str:
-        """Which measurement of c and v(k) a run uses: its prompt's block (prompt id/repeat),
-        or the sweep's one measurement ("sweep"); "@NAME" after it for a named drafter model
-        (costs_model's, or `name`)."""
-        block = f"{run.prompt.id}/{run.repeat}" if self.config.costs_per_prompt else "sweep"
+        """costs_key of run's block, for its costs_model or drafter model `name`."""
         name = self.costs_model(run) if name is None else name
-        return f"{block}{MODEL_SEPARATOR}{name}" if name else block
+        return costs_key(run.prompt.id, run.repeat, name, self.config.costs_per_prompt)
 
     def costs_for(self, run: PlannedRun) -> Costs:
         """The costs a run's row carries (its c) and is priced with: a plain run of phase 1
@@ -472,19 +525,11 @@ class SweepRunner:
         return self.block_costs[self.costs_key(run)]
 
     def price_blocks(self, runs: list[PlannedRun]) -> dict[str, tuple[Costs, int]]:
-        """Price every measured block of `runs` with costs.pooled over its model's blocks;
-        returns, by model name, the pool over all its blocks (what meta.json and the tables
-        report) and how many blocks it pools."""
-        sweep_wide = {}
-        for name in self.cost_models:
-            keys = list(dict.fromkeys(self.costs_key(run, name) for run in runs))
-            blocks = [self.block_costs[key] for key in keys if key in self.block_costs]
-            if not blocks:
-                continue
-            for key in keys:
-                if key in self.block_costs:
-                    self.priced[key] = pooled(blocks, self.block_costs[key].context_tokens)
-            sweep_wide[name] = (pooled(blocks, int(statistics.median(b.context_tokens for b in blocks))), len(blocks))
+        """Price every measured block of `runs` (price_blocks); returns, by model name, the
+        pool over all its blocks (what meta.json and the tables report) and their count."""
+        keys = {name: [self.costs_key(run, name) for run in runs] for name in self.cost_models}
+        priced, sweep_wide = price_blocks(self.block_costs, keys)
+        self.priced.update(priced)
         return sweep_wide
 
     def costs(self, prompt: Prompt, name: str) -> Costs:
@@ -525,6 +570,9 @@ def run_plan(
         if run.method == BASELINE_METHOD and run.source == PROFILE:
             with open(out_dir / PATHS_JSONL, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps({"prompt_id": run.prompt.id, "repeat": run.repeat, "output": m.token_ids}) + "\n")
+        if run.source == PREDICTED:  # before its row: every predicted row has its rounds
+            with open(out_dir / ROUNDS_JSONL, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps({"run": dict(zip(KEY_COLUMNS, run.key)), "rounds": RoundCounts.of(m.steps).as_json()}) + "\n")
         append_row(out_dir / RUNS_CSV, row)
         if m.positions:
             append_positions(out_dir / POSITIONS_CSV, position_rows(run, m.positions))
@@ -599,6 +647,23 @@ def read_paths(out_dir: Path) -> dict[tuple[str, int], list[int]]:
     return outputs
 
 
+
+
+def read_rounds(out_dir: Path) -> dict[tuple[str, ...], RoundCounts]:
+    """Each predicted run's rounds (rounds.jsonl), by results.row_key; a half-written last
+    line is skipped. A directory without the file (a sweep from before it was written) is
+    a ResultsError."""
+    path = Path(out_dir) / ROUNDS_JSONL
+    if not path.is_file():
+        raise ResultsError(f"no {ROUNDS_JSONL} in {out_dir}: its sweep was written before sweeps recorded their predicted rounds; run it again with this version to price it")
+    rounds = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            item = json.loads(line)
+            rounds[row_key(item["run"])] = RoundCounts.from_json(item["rounds"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+            continue
+    return rounds
 
 
 def drafters_of(config: SweepConfig, drafter_model, drafter_tokenizer=None) -> dict[str, DrafterModel]:

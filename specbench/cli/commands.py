@@ -681,16 +681,21 @@ def _run_sweep(bench, pair, prompt_list, config, out_dir: Path, *, resume: bool,
     render_sweep_end(out_dir, result, config)
 
 
-def render_sweep_end(out_dir: Path, result, config) -> None:
-    """The tables after a sweep: predicted (best gamma per configuration, share of the
-    oracle), measured, and prediction against measurement at each measured point."""
-    runs = sweep_results.load_runs(out_dir)
+def render_predicted(runs) -> None:
+    """The predicted table of a results directory's rows (load_runs), if it has predictions."""
     frame = sweep_results.summary_frame(runs)
     predicted = frame[(frame["source"] == "predicted") & (frame["method"] == "specbench")]
     best = sweep_results.best_gammas(frame)
     chosen = predicted[[best.get((d, p)) == g or p == "oracle" for d, p, g in zip(predicted["drafter"], predicted["policy"], predicted["gamma"])]]
     if len(chosen):
         console.print(predicted_table(chosen, sweep_results.oracle_share(frame)))
+
+
+def render_sweep_end(out_dir: Path, result, config) -> None:
+    """The tables after a sweep: predicted (best gamma per configuration, share of the
+    oracle), measured, and prediction against measurement at each measured point."""
+    runs = sweep_results.load_runs(out_dir)
+    render_predicted(runs)
     summaries = [s for s in sweep_results.summarize(runs) if s.source == "measured"]
     greedy = config.temperature == 0
     console.print(summary_table(summaries, greedy))
@@ -760,6 +765,83 @@ def _costs_lines(measured: dict, pooled: dict) -> list[str]:
             each = "one per prompt" if len(prompts) == len(blocks) else "one per prompt and repeat"
             lines.append(f"  its {len(blocks)} measurements, {each}: {spread}target step {steps[0]:.{digits}f} to {steps[-1]:.{digits}f} ms")
     return lines
+
+
+# ---------------------------------------------------------------------------- costs, predict
+
+
+@command("costs")
+def costs_command(
+    out: Annotated[Path, typer.Option("--out", help="The costs file to write (JSON), for `specbench predict --costs`.", show_default=False)],
+    target: Annotated[str, typer.Option("--target", help="Target model: default, a local folder, a .gguf file or a cached hub id.")] = "default",
+    drafter_model: Annotated[str, typer.Option("--drafter-model", help="Drafter model (a model spec), or none to measure the target's v(k) alone.")] = "default",
+    random_weights: Annotated[bool, typer.Option("--random-weights", help="Build both models from their configs with random weights (no weights read; a folder holding only config.json will do): the costs of shapes you have not downloaded.")] = False,
+    dtype: Annotated[str | None, typer.Option("--dtype", help="Target weights dtype (default: the pair's).", show_default=False)] = None,
+    draft_dtype: Annotated[str | None, typer.Option("--draft-dtype", help="Drafter weights dtype (default: the pair's).", show_default=False)] = None,
+    device: Annotated[str, typer.Option("--device", help="cpu, cuda, mps or auto.")] = "cpu",
+    kernels: Annotated[str, typer.Option("--kernels", help="auto (onednn when available), onednn or default.")] = "auto",
+    draft_vocab: Annotated[int, typer.Option("--draft-vocab", help="The model drafter scores only ids below this (plus EOS); 0 scores all.")] = defaults.DEFAULT_DRAFT_VOCAB,
+    temperature: Annotated[float, typer.Option("--temperature", help="The sampling settings whose work on the logits each forward is timed with (0: greedy).")] = 0.0,
+    top_k: Annotated[int, typer.Option("--top-k", help="As generate's.")] = 0,
+    top_p: Annotated[float, typer.Option("--top-p", help="As generate's.")] = 1.0,
+    context_tokens: Annotated[int, typer.Option("--context-tokens", help="Tokens in the cache the forwards are timed over (a sweep times each prompt's: prompt plus half the new tokens).")] = 160,
+    timing_repeats: Annotated[int, typer.Option("--timing-repeats", help="Timed forwards per point of c, v(k) and u(n) (the median counts).")] = 5,
+) -> None:
+    """Measure what forwards cost on this machine (c, v(k), u(n), the plain step, the loop) for a pair, as a sweep does, and write them to a file."""
+    from specbench import models
+    from specbench.bench.meta import costs_meta, model_meta
+    from specbench.bench.sweep import costs_summary
+    from specbench.speed.costs import measure_costs, shared_limit, timing_context
+
+    # 1. everything that can be checked before minutes of model loading
+    sampling = models.generation_config(max_new_tokens=1, temperature=temperature, top_k=top_k, top_p=top_p).sampling
+    if context_tokens < 1 or timing_repeats < 1:
+        raise OptionError("--context-tokens and --timing-repeats must be >= 1")
+    if models.drafter_kind(drafter_model) not in ("model", models.NONE):
+        raise OptionError(f"--drafter-model {drafter_model}: give a model (default, a folder, a .gguf file or a hub id) or none")
+    dtypes = {k: v for k, v in (("dtype", dtype), ("draft_dtype", draft_dtype)) if v}  # else the pair's defaults
+    pair_config = models.PairConfig(target=target, drafter=drafter_model, device=device, draft_vocab=draft_vocab, random_weights=random_weights, **dtypes)
+    models.validate_pair_config(pair_config)
+    models.check_kernels(kernels)
+    if out.is_dir():
+        raise ResultsError(f"--out {out} is a folder; give the costs file's name (e.g. costs.json)")
+    sweep_results.make_dir(out.parent)
+    # 2. the pair, then its costs on a context of context_tokens ids (which ids does not change what a forward costs)
+    pair = load_pair_with_progress(pair_config, mismatch_hint="pick a drafter model with the target's vocabulary")
+    pair.use_kernels(kernels)
+    target_model, drafter = pair.target.model, pair.drafting_model
+    context = models.timing_ids(timing_context(list(range(context_tokens)), 0, shared_limit(target_model, drafter)), target_model, drafter)
+    with err_console.status("timing forwards of both models"):
+        costs = measure_costs(target_model, drafter, context, timing_repeats, draft_vocab=pair.draft_vocab, sampling=sampling, predicting=True)
+    # 3. the file
+    named = {"target": model_meta(target_model, pair.target.name), "drafter": model_meta(drafter, pair.drafter_model.name) if pair.drafter_model is not None else None}
+    settings = dict(kernels=kernels, draft_vocab=pair.draft_vocab, temperature=temperature, top_k=top_k, top_p=top_p, timing_repeats=timing_repeats, random_weights=random_weights)
+    recorded = costs_meta(costs, named, settings, command="specbench " + " ".join(_sys.argv[1:]))
+    try:
+        out.write_text(_json.dumps(recorded, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise ResultsError(f"cannot write {out}: {exc.strerror or exc}") from None
+    console.print(costs_summary(costs), highlight=False, soft_wrap=True, markup=False)
+    console.print(f"wrote {out}; price a sweep with it: specbench predict RESULTS --costs {out} --out DIR", highlight=False, soft_wrap=True, markup=False)
+
+
+@command("predict")
+def predict_command(
+    directory: Annotated[Path, typer.Argument(help="A results directory written by `specbench sweep`.", show_default=False)],
+    out: Annotated[Path, typer.Option("--out", help="The results directory to write (charts: specbench plot DIR).", show_default=False)],
+    costs: Annotated[Path | None, typer.Option("--costs", help="A costs file (`specbench costs --out`) or another sweep's meta.json; default: the sweep's own costs.", show_default=False)] = None,
+) -> None:
+    """Price a sweep's predictions again with other costs (another machine's, other shapes'). Needs no models."""
+    from specbench.bench.reprice import reprice
+    from specbench.bench.sweep import costs_summary
+
+    result = reprice(directory, out, costs, command="specbench " + " ".join(_sys.argv[1:]))
+    render_predicted(sweep_results.load_runs(out))
+    which = f"the costs in {result.costs_file}" if result.costs_file is not None else "the sweep's own costs"
+    console.print(f"{result.rows} predicted row(s) priced with {which}: {costs_summary(result.costs)}", highlight=False, soft_wrap=True, markup=False)
+    if result.kept_drafts:
+        err_console.print(f"[dim]{result.kept_drafts} row(s) of the cost policy and the oracle keep the drafts the sweep's costs chose: only their price changed[/]", highlight=False, soft_wrap=True)
+    console.print(f"wrote {out}  (charts: specbench plot {out})", highlight=False, soft_wrap=True, markup=False)
 
 
 @command("plot")

@@ -126,32 +126,69 @@ def predicted_speedup(alpha: float, gamma: int, c: float, verify_cost: float = 1
     return expected_tokens_per_round(alpha, gamma) / (gamma * c + verify_cost)
 
 
-def walltime_speedup(rounds: list[tuple[int, int, float]], c: float, verify_cost, plain_step: float = 1.0, loop: float = 0.0) -> float | None:
+@dataclass(frozen=True)
+class RoundCounts:
+    """A run's rounds after the first-target pass, as much of them as pricing reads: what
+    walltime_speedup needs, and what a sweep records of each predicted run (rounds.jsonl)
+    so that it can be priced again with other costs without replaying it.
+
+    A round that drafts k tokens pays one target forward over k + 1 tokens; each drafter
+    forward over n new tokens (StepRecord.drafter_feeds) one drafter step of n tokens; and
+    it emits its accepted drafts plus one token (fewer when a stop cuts it). Those costs
+    add up round by round, so counting rounds by k and forwards by n loses nothing.
+
+    RoundCounts.of(steps) for rounds (k drafted, feeds, tokens) = (2, [1, 1], 3), (2, [2, 1], 1),
+    (0, [], 1): RoundCounts(emitted=5, verified={2: 2, 0: 1}, feeds={1: 3, 2: 1}).
+    """
+
+    emitted: int = 0  # tokens the rounds emitted
+    verified: dict[int, int] = field(default_factory=dict)  # k -> rounds that verified k drafts
+    feeds: dict[int, int] = field(default_factory=dict)  # n -> drafter forwards over n new tokens
+
+    @property
+    def rounds(self) -> int:
+        return sum(self.verified.values())
+
+    @classmethod
+    def of(cls, steps) -> RoundCounts:
+        """The counts of StepRecords (round 0, the first-target pass, is not a round)."""
+        emitted, verified, feeds = 0, {}, {}
+        for step in steps:
+            if step.round > 0:
+                emitted += len(step.tokens)
+                k = len(step.draft_tokens)
+                verified[k] = verified.get(k, 0) + 1
+                for n in step.drafter_feeds:
+                    feeds[n] = feeds.get(n, 0) + 1
+        return cls(emitted, verified, feeds)
+
+    def as_json(self) -> dict:
+        return {"emitted": self.emitted, "verified": {str(k): v for k, v in self.verified.items()}, "feeds": {str(n): v for n, v in self.feeds.items()}}
+
+    @classmethod
+    def from_json(cls, raw: dict) -> RoundCounts:
+        return cls(int(raw["emitted"]), {int(k): int(v) for k, v in raw["verified"].items()}, {int(n): int(v) for n, v in raw["feeds"].items()})
+
+
+def walltime_speedup(counts: RoundCounts, c: float, verify_cost, drafter_step=lambda n: 1.0, plain_step: float = 1.0, loop: float = 0.0) -> float | None:
     """The speedup over plain decoding that a run's own rounds predict.
 
-    rounds: (k drafted, tokens emitted, s drafter steps) per round after the first-target
-    pass; s counts the round's drafter forwards in single-token steps (drafter_cost: a
-    forward that catches up on several tokens costs more than one step), 0 for a
-    model-free drafter or a copy. A round costs s * c + v(k + 1) + loop target single
-    steps (verify_cost(k) gives v(k); loop is the loop's own work in a round) and emits its
-    accepted drafts plus one token (fewer when a stop cuts it); plain decoding emits one per
-    step, of plain_step single steps (a step in a row of plain steps can run faster than the
-    t(1) the rest is priced in). This is Leviathan et al.'s walltime factor evaluated on the
+    counts: the run's rounds after the first-target pass (RoundCounts). In target single
+    steps, a round that drafts k tokens costs v(k + 1) (verify_cost(k + 1)) plus loop, the
+    loop's own work in a round; a drafter forward over n new tokens costs c * u(n)
+    (drafter_step(n); u(1) = 1: a forward that catches up on several tokens costs more
+    than one step; a model-free drafter or a copy runs none); every forward counts, the
+    one whose row the policy refused included. Plain decoding emits one token per step, of
+    plain_step single steps (a step in a row of plain steps can run faster than the t(1)
+    the rest is priced in). This is Leviathan et al.'s walltime factor evaluated on the
     rounds that happened rather than on its expectation under a fixed gamma and i.i.d.
-    acceptance, so it applies to adaptive policies too. What it
-    leaves out (forwards slower than measured, the Python of each draft step) is what a
-    measured speedup below it points to.
-    None for a run with no rounds.
+    acceptance, so it applies to adaptive policies too. What it leaves out (forwards
+    slower than measured, the Python of each draft step) is what a measured speedup below
+    it points to. None for a run with no rounds.
     """
-    cost = sum(s * c + verify_cost(k + 1) + loop for k, _, s in rounds)
-    return sum(emitted for _, emitted, _ in rounds) * plain_step / cost if rounds and cost > 0 else None
-
-
-def drafter_cost(feeds: list[int], step_cost) -> float:
-    """A round's drafter forwards in single-token steps: step_cost(n) = t(n tokens) / t(1)
-    for each forward (StepRecord.drafter_feeds). Every forward counts, the one whose row the
-    policy refused included."""
-    return sum(1.0 if n == 1 else step_cost(n) for n in feeds)
+    drafter = sum(forwards * (1.0 if n == 1 else drafter_step(n)) for n, forwards in counts.feeds.items())
+    cost = c * drafter + sum(rounds * verify_cost(k + 1) for k, rounds in counts.verified.items()) + counts.rounds * loop
+    return counts.emitted * plain_step / cost if counts.rounds and cost > 0 else None
 
 
 def verify_cost_at(costs: dict[int, float], k: int) -> float | None:

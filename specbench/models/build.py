@@ -41,7 +41,7 @@ import torch
 
 from specbench.errors import ModelError
 from specbench.speed import native
-from specbench.speed.gguf_blocks import Q4KLinear, Q6KLinear, quantize_q4k, repack, repack_q6k
+from specbench.speed.gguf_blocks import QK, Q4KLinear, Q6KLinear, quantize_q4k, random_q4k, random_q6k, repack, repack_q6k
 from specbench.speed.quantize import Int8Linear, Int8TargetLinear
 from specbench.speed.row_embedding import DENSE_TYPES, RowEmbedding, dequantize_rows
 
@@ -294,6 +294,29 @@ def _row_order(processor, gguf_name: str, shape: tuple[int, int], names: dict[st
         return None
     permutation = out[:, 0].astype(np.int64)
     return names[result.name], None if np.array_equal(permutation, index[:, 0]) else permutation
+
+
+# ---------------------------------------------------------------------------- random weights
+
+
+def random_tensors(model, run: RunFormat, seed: int = 0, std: float = 0.02) -> Iterator[StoredTensor]:
+    """A tensor for each parameter of model (built by empty_model), drawn one at a time: for
+    a q4k target, its Linear weights and embedding as random Q4_K blocks and its head as Q6_K
+    (a Q4_K_M file's layout) where the width is a multiple of 256; norms at 1; everything
+    else Gaussian with std `std`."""
+    rng = np.random.default_rng(seed)
+    head = model.get_output_embeddings()
+    kinds = {id(m.weight): (m is head) for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Embedding))}
+    for name, param in model.named_parameters():
+        shape = tuple(param.shape)
+        as_head = kinds.get(id(param))
+        if run.keeps_blocks and as_head is not None and len(shape) == 2 and shape[1] % QK == 0:
+            qtype, draw = (Q6_K, random_q6k) if as_head else (Q4_K, random_q4k)
+            rows = draw(shape[0], shape[1], rng, std)
+            yield StoredTensor(name, shape, qtype, rows, lambda rows=rows, qtype=qtype: dequantize_rows(rows, qtype))
+            continue
+        value = np.ones(shape, np.float32) if name.endswith("norm.weight") else (rng.standard_normal(shape, dtype=np.float32) * std)
+        yield StoredTensor(name, shape, DENSE_TYPES[torch.float32], None, lambda value=value: value)
 
 
 # ---------------------------------------------------------------------------- safetensors

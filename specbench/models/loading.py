@@ -23,7 +23,7 @@ from specbench.drafters import Drafter, make_drafter, parse_early_exit, uses_mod
 from specbench.drafters.early_exit import EarlyExitModel
 from specbench.drafters.translated import TextCodec, check_translatable
 from specbench.errors import ModelError, OptionError, VocabMismatch, reraise_as
-from specbench.models import defaults
+from specbench.models import build, defaults
 from specbench.models.prepare import cache_folder, gguf_metadata, hub_folder, prepared_model
 from specbench.models.specs import DEFAULT, NONE, ModelSpec, check_device, check_draft_vocab, drafter_kind, parse_model_spec
 from specbench.speed.draft_vocab import output_head
@@ -149,6 +149,7 @@ def load_model(
     progress: Progress = defaults._no_progress,
     require_tokenizer: bool = True,
     share_tokenizer_with: LoadedModel | None = None,
+    random_weights: bool = False,
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer from a spec. role is "target" or "drafter".
 
@@ -159,8 +160,14 @@ def load_model(
     row-invariant one, so its verify forwards give the logits its decoding steps give (on a
     GPU the dense kernels round by batch anyway, and a call per row costs launches); then its
     forwards over a cache take speed.lean_step's forward, which gives the same bits faster.
+    random_weights: the model of the spec's config with random weights and no tokenizer,
+    in the same dtype and kernels (what a forward costs does not depend on the weights'
+    values: `specbench costs --random-weights`); a q4k target's layers are then random
+    Q4_K blocks, its head Q6_K, as in a Q4_K_M file.
     """
     with one_reader_per_file():  # a GGUF's metadata parsed once, not for each of config, tokenizer, weights
+        if random_weights:
+            return _load_random(spec, role, dtype, device, progress)
         return _load_model(spec, role, dtype, device, progress, require_tokenizer, share_tokenizer_with)
 
 
@@ -186,6 +193,37 @@ def _load_model(spec: ModelSpec, role: str, dtype: str, device: str, progress: P
     else:
         tokenizer = _load_tokenizer(folder, kwargs, role, name, required=require_tokenizer)
     return LoadedModel(model, tokenizer, spec, name, digest)
+
+
+def _load_random(spec: ModelSpec, role: str, dtype: str, device: str, progress: Progress) -> LoadedModel:
+    """load_model's random_weights: a CPU run format built one random tensor at a time
+    (build.random_tensors), a float dtype built whole on its device."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch_dtype = parse_draft_dtype(dtype, device) if role == "drafter" else parse_target_dtype(dtype, device)
+    check_device(device)
+    if device == "auto":
+        raise OptionError("random weights go on one device: give --device cpu, cuda or mps")
+    folder, kwargs, name = _locate(spec, role, progress, weights=False)
+    task = f"building {role} {name} ({dtype}, random weights)"
+    progress(task, 0, None)
+    try:
+        with _no_gguf_bar():
+            config = AutoConfig.from_pretrained(folder, **kwargs)
+    except (OSError, ValueError, KeyError, ImportError) as error:
+        raise ModelError(f"cannot read the config of {role} {name}: {_first_line(error, kwargs)}") from error
+    check_left_to_right(config, role, name)
+    if dtype.lower() in (INT8, Q4K):
+        run = build.RunFormat(role, dtype.lower())
+        model = build.build(config, build.random_tensors(build.empty_model(config, run.float_dtype), run), run, name)
+    else:
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype).eval()
+    if role == "target" and model_device(model).type == "cpu":
+        use_row_invariant_attention(model)
+        use_lean_forward(model)
+    progress(task, 1, 1)
+    return LoadedModel(model, None, spec, name, None)
 
 
 def _load_prepared(spec: ModelSpec, role: str, dtype: str, progress: Progress) -> tuple[str, str, object]:
@@ -239,11 +277,12 @@ def _read_errors(role: str, name: str):
         raise ModelError(f"cannot load {role} {name}: {damaged}{_first_line(error, {})}") from error
 
 
-def _locate(spec: ModelSpec, role: str, progress: Progress) -> tuple[str, dict, str]:
-    """(folder or id for from_pretrained, extra kwargs, display name) of a model loaded dense."""
+def _locate(spec: ModelSpec, role: str, progress: Progress, weights: bool = True) -> tuple[str, dict, str]:
+    """(folder or id for from_pretrained, extra kwargs, display name) of a model loaded dense;
+    weights=False: a default model's cache entry need not hold its float32 weights."""
     if spec.kind == DEFAULT:
         embedded = defaults.TARGET if role == "target" else defaults.DRAFTER
-        folder = defaults.ensure_cached(embedded, progress)  # DefaultModelError is a ModelError
+        folder = defaults.ensure_cached(embedded, progress, weights)  # DefaultModelError is a ModelError
         return str(folder), {}, embedded.name
     if spec.kind == "gguf":
         path = Path(spec.source)
@@ -470,6 +509,7 @@ class PairConfig:
     device: str = "cpu"  # cpu, cuda, mps or auto
     draft_vocab: int = defaults.DEFAULT_DRAFT_VOCAB  # a model drafter scores ids below it (+ prompt, EOS); 0: all
     lookup: bool = defaults.DEFAULT_LOOKUP  # a model drafter copies from the context when it can ("model+lookup")
+    random_weights: bool = False  # both models from their configs with random weights, no tokenizers (load_model)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", resolve_target_dtype(self.dtype, self.device, self.target))
@@ -572,7 +612,7 @@ def load_pair(config: PairConfig, progress: Progress = defaults._no_progress) ->
     """Load the target and, if the drafter is a model, the drafter; pair them (translates).
     An early-exit drafter is checked against the target now (ModelError)."""
     validate_pair_config(config)
-    target = load_model(parse_model_spec(config.target), role="target", dtype=config.dtype, device=config.device, progress=progress)
+    target = load_model(parse_model_spec(config.target), role="target", dtype=config.dtype, device=config.device, progress=progress, random_weights=config.random_weights)
     kind = drafter_kind(config.drafter)
     if kind != "model":
         pair = LoadedPair(target, None, kind)
@@ -608,6 +648,7 @@ def load_drafter(config: PairConfig, target: LoadedModel, spec: str, progress: P
         progress=progress,
         require_tokenizer=False,
         share_tokenizer_with=target,
+        random_weights=config.random_weights,
     )
     translated = translates(target, drafter)
     if config.draft_vocab and not translated:

@@ -32,7 +32,7 @@ from specbench.bench.results import (
     read_rows,
     row_key,
 )
-from specbench.core.stats import RunStats, walltime_speedup
+from specbench.core.stats import RoundCounts, RunStats, walltime_speedup
 
 SPECIALS = ("<unk>", "<|im_start|>", "<|im_end|>")
 CHARS = "abcdefghijklmnopqrstuvwxyz0123456789Ġ.,:;!?'\"()[]{}=+-*/_#<>|"  # Ġ: byte-level space
@@ -230,18 +230,32 @@ def test_make_row_speedup_and_parity():
 
 
 def test_walltime_model_prices_each_round():
-    """Rounds (k drafted, tokens emitted, drafter steps); c = 0.25, v(k) = 1 + 0.1 (k - 1): two rounds of 4
-    drafts cost 1 + 1.4 each and a round with none costs 1, for 5 + 2 + 1 tokens."""
+    """c = 0.25, v(k) = 1 + 0.1 (k - 1): two rounds of 4 drafts (4 drafter steps each) cost
+    1 + 1.4 each and a round with none costs 1, for 5 + 2 + 1 tokens."""
     v = lambda k: 1 + 0.1 * (k - 1)  # noqa: E731
-    assert walltime_speedup([(4, 5, 4), (4, 2, 4), (0, 1, 0)], 0.25, v) == pytest.approx(8 / 5.8)
-    assert walltime_speedup([(0, 1, 0)] * 5, 0.25, v) == pytest.approx(1.0)  # plain steps predict 1x
+    rounds = RoundCounts(emitted=8, verified={4: 2, 0: 1}, feeds={1: 8})
+    assert walltime_speedup(rounds, 0.25, v) == pytest.approx(8 / 5.8)
+    assert walltime_speedup(RoundCounts(5, {0: 5}), 0.25, v) == pytest.approx(1.0)  # plain steps predict 1x
     # a copied draft costs no drafter step: 4 drafts verified for v(5) alone
-    assert walltime_speedup([(4, 5, 0), (4, 2, 4), (0, 1, 0)], 0.25, v) == pytest.approx(8 / 4.8)
-    assert walltime_speedup([], 0.25, v) is None
+    assert walltime_speedup(RoundCounts(8, {4: 2, 0: 1}, {1: 4}), 0.25, v) == pytest.approx(8 / 4.8)
+    assert walltime_speedup(RoundCounts(), 0.25, v) is None
+    # a forward over 2 tokens priced at u(2) = 1.5 steps
+    assert walltime_speedup(RoundCounts(8, {4: 2, 0: 1}, {1: 6, 2: 1}), 0.25, v, lambda n: 1.5) == pytest.approx(8 / 5.675)
     # plain decoding's step measured at 0.95 t(1): the plain run it is compared with is that much faster
-    assert walltime_speedup([(4, 5, 4), (4, 2, 4), (0, 1, 0)], 0.25, v, 0.95) == pytest.approx(8 * 0.95 / 5.8)
+    assert walltime_speedup(rounds, 0.25, v, plain_step=0.95) == pytest.approx(8 * 0.95 / 5.8)
     # the loop's own work, 0.1 of a step in each of the three rounds
-    assert walltime_speedup([(4, 5, 4), (4, 2, 4), (0, 1, 0)], 0.25, v, 1.0, 0.1) == pytest.approx(8 / 6.1)
+    assert walltime_speedup(rounds, 0.25, v, loop=0.1) == pytest.approx(8 / 6.1)
+
+
+def test_round_counts_are_what_the_rounds_cost():
+    """RoundCounts.of counts rounds by drafts and drafter forwards by tokens fed (round 0,
+    the first-target pass, is none), and reads back from its JSON as it was."""
+    from types import SimpleNamespace
+
+    steps = [SimpleNamespace(round=r, draft_tokens=[7] * k, tokens=[1] * n, drafter_feeds=f) for r, k, n, f in ((0, 0, 1, []), (1, 2, 3, [1, 1]), (2, 2, 1, [2, 1]), (3, 0, 1, []))]
+    counts = RoundCounts.of(steps)
+    assert counts == RoundCounts(emitted=5, verified={2: 2, 0: 1}, feeds={1: 3, 2: 1}) and counts.rounds == 3
+    assert RoundCounts.from_json(json.loads(json.dumps(counts.as_json()))) == counts
 
 
 def test_predicted_speedup_prices_rounds_in_the_targets_step():
@@ -262,24 +276,24 @@ def test_predicted_speedup_prices_rounds_in_the_targets_step():
 
     m = measured(0.5)
     run = PlannedRun("specbench", "model", "cost", 4, 0.0, Prompt("a", "code", ("x",)), 0)
-    assert bench.predicted_speedup(run, m, costs) == pytest.approx(8 / 6.375)
+    assert bench.predicted_speedup(run, RoundCounts.of(m.steps), costs) == pytest.approx(8 / 6.375)
     # costs measured before u(n) was: every forward is one step
     from dataclasses import replace
-    assert bench.predicted_speedup(run, m, replace(costs, drafter_cost=None)) == pytest.approx(8 / 6.25)
+    assert bench.predicted_speedup(run, RoundCounts.of(m.steps), replace(costs, drafter_cost=None)) == pytest.approx(8 / 6.25)
     ngram = PlannedRun("specbench", "ngram", "cost", 4, 0.0, Prompt("a", "code", ("x",)), 0)
-    assert bench.predicted_speedup(ngram, measured(None, feeds=False), costs) == pytest.approx(8 / 4.0)  # no forwards
-    assert bench.predicted_speedup(run, m, None) is None
+    assert bench.predicted_speedup(ngram, RoundCounts.of(measured(None, feeds=False).steps), costs) == pytest.approx(8 / 4.0)  # no forwards
+    assert bench.predicted_speedup(run, RoundCounts.of(m.steps), None) is None
     # a plain step measured at 0.36 s (0.9 t(1)): plain decoding is priced at it
-    assert bench.predicted_speedup(run, m, replace(costs, plain_step_seconds=0.36)) == pytest.approx(8 * 0.9 / 6.375)
+    assert bench.predicted_speedup(run, RoundCounts.of(m.steps), replace(costs, plain_step_seconds=0.36)) == pytest.approx(8 * 0.9 / 6.375)
     # and the loop's work measured at 0.02 s a round (0.05 t(1)), in each of the 3 rounds
-    assert bench.predicted_speedup(run, m, replace(costs, loop_seconds=0.02)) == pytest.approx(8 / 6.525)
-    assert bench.predicted_speedup(PlannedRun("plain", "", "", None, 0.0, Prompt("a", "code", ("x",)), 0), m, costs) is None
+    assert bench.predicted_speedup(run, RoundCounts.of(m.steps), replace(costs, loop_seconds=0.02)) == pytest.approx(8 / 6.525)
+    assert bench.predicted_speedup(PlannedRun("plain", "", "", None, 0.0, Prompt("a", "code", ("x",)), 0), RoundCounts.of(m.steps), costs) is None
     # model+lookup: round 1 copies its 4 drafts (no forward); round 2 catches up on the 5
     # tokens round 1 added, u(5) = 2.4 (the line past u(3)): (2.4 + 3) * 0.25 + 1.5
     m.steps[1].draft_probs, m.steps[1].drafter_feeds = [None] * 4, []
     m.steps[2].drafter_feeds = [5, 1, 1, 1]
     hybrid = PlannedRun("specbench", "model+lookup", "cost", 4, 0.0, Prompt("a", "code", ("x",)), 0)
-    assert bench.predicted_speedup(hybrid, m, costs) == pytest.approx(8 / 5.6)
+    assert bench.predicted_speedup(hybrid, RoundCounts.of(m.steps), costs) == pytest.approx(8 / 5.6)
 
 
 def test_resumed_csv_keeps_its_own_columns(tmp_path):
@@ -337,6 +351,8 @@ def test_sweep_writes_results(close_pair, tokenizer, tmp_path):
     positions = load_positions(out)
     assert set(positions["source"]) == {"predicted", "measured"} and (positions["accepted"] <= positions["reached"]).all()
     assert len((out / "paths.jsonl").read_text().splitlines()) == len(PROMPTS)
+    rounds = [json.loads(line) for line in (out / "rounds.jsonl").read_text().splitlines()]  # what `specbench predict` prices again
+    assert sorted(row_key(r["run"]) for r in rounds) == sorted(row_key(r) for r in predicted)
     plain = {(r["source"], r["prompt_id"]): float(r["tokens_per_second"]) for r in every if r["method"] == "plain"}
     assert {source for source, _ in plain} == {"profile", "measured"}
     for row in every:  # a measured run against the plain run timed beside it, a prediction against its path's

@@ -181,3 +181,19 @@ def test_q4k_for_a_gguf_without_q4k_layers_is_refused_before_building(tmp_path):
     with pytest.raises(models.ModelError, match="no layer of f32.gguf is stored as Q4_K"):
         models.load_model(models.ModelSpec("gguf", str(path)), role="target", dtype="q4k")
     assert not (tmp_path / "cache" / "models").exists()
+
+
+@torch.inference_mode()
+def test_random_weights_build_a_q4k_target_as_a_q4k_m_file_lays_it_out(tmp_path):
+    """`costs --random-weights`: the config's shapes, Q4_K layers and a Q6_K head drawn one
+    tensor at a time, no weights read, and a forward that gives finite logits."""
+    folder = tmp_path / "config-only"
+    tiny_model(0, hidden=HIDDEN).config.save_pretrained(folder)
+    loaded = models.load_model(models.ModelSpec("dir", str(folder)), role="target", dtype="q4k", random_weights=True)
+    model = loaded.model
+    assert loaded.tokenizer is None
+    assert sum(isinstance(m, Q4KLinear) for m in model.modules()) == 2 * 7 and isinstance(model.lm_head, Q6KLinear)
+    assert isinstance(model.get_input_embeddings(), RowEmbedding) and model.get_input_embeddings().qtype == 12
+    assert torch.isfinite(model(input_ids=IDS).logits).all()
+    drafter = models.load_model(models.ModelSpec("dir", str(folder)), role="drafter", dtype="q4k", random_weights=True).model
+    assert isinstance(drafter.lm_head, Int8Linear) and torch.isfinite(drafter(input_ids=IDS).logits.float()).all()

@@ -82,6 +82,7 @@ SHAPES = {
         Shape("3b", 2048, 11008, 36, 16, 2, tie_word_embeddings=True),
         Shape("7b", 3584, 18944, 28, 28, 4, tie_word_embeddings=False),
         Shape("14b", 5120, 13824, 48, 40, 8, tie_word_embeddings=False),
+        Shape("tiny", 256, 512, 2, 4, 2, tie_word_embeddings=False),  # for dry runs of bench/scale.py
     )
 }
 
@@ -270,7 +271,7 @@ def source_gguf(folder: Path) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="1.5b,3b,7b,14b", help=f"comma-separated, of {', '.join(SHAPES)}")
+    parser.add_argument("--sizes", default="1.5b,3b,7b,14b", help=f"comma-separated, of {', '.join(SHAPES)} (tiny: 2 layers, hidden 256, for dry runs)")
     parser.add_argument("--out", type=Path, default=Path("/work/scale-models"))
     parser.add_argument("--source", type=Path, help="a GGUF whose tokenizer keys to copy (default: the default target's, assembled into --out)")
     parser.add_argument("--untie", action="store_true", help="a Q6_K output head for the tied sizes too (as the Coder 1.5B file has)")

@@ -187,8 +187,8 @@ def measure(gguf: Path, args, machine: dict) -> dict:
         record["warm_load"] = load(args.specbench, gguf, args.drafter, cache, args.threads)
         for key in ("first_load", "warm_load"):
             print(f"  {key}: {record[key]}", flush=True)
-    else:
-        cache.mkdir(parents=True, exist_ok=True)
+    elif not cache.is_dir():  # plain decoding alone keeps an earlier run's cache
+        record["seeded"] = fresh_cache(cache, args.seed_cache)
     rounds = []
     for round_ in range(args.rounds):
         order = ("llama", "specbench") if round_ % 2 == 0 else ("specbench", "llama")

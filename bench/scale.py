@@ -9,6 +9,8 @@ The GGUFs are meant to be bench/scale_models.py's random-weight Qwen2.5 1.5B, 3B
     specbench's compiled kernels and the prepared default drafter are hard-linked into it
     from --seed-cache where it has them (recorded as "seeded"), so the first load is the
     target's, not a compile's;
+    the record lists what that run wrote into the cache (a prepared target, the cost
+    policy's measured costs of the pair under costs/);
   - warm load: the same command again in the same cache;
   - plain decoding, --rounds times, alternating which goes first: `specbench generate PROMPT
     --target FILE --drafter none --json --max-new-tokens N` (decode tokens/s from its stats,
@@ -103,6 +105,11 @@ def fresh_cache(cache: Path, seed: Path | None) -> list[str]:
     return seeded
 
 
+def files(folder: Path) -> set[str]:
+    """Every file under `folder`, relative to it."""
+    return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
+
+
 def _link_or_copy(source: str, dest: str) -> None:
     try:
         os.link(source, dest)
@@ -183,7 +190,9 @@ def measure(gguf: Path, args, machine: dict) -> dict:
     print(f"{gguf.name}: {record['model']['gb']} GB", flush=True)
     if not args.skip_loads:
         record["seeded"] = fresh_cache(cache, args.seed_cache)
+        before = files(cache)
         record["first_load"] = load(args.specbench, gguf, args.drafter, cache, args.threads)
+        record["first_load"]["wrote"] = sorted(files(cache) - before)  # what it prepared or measured (costs/: the cost policy's)
         record["warm_load"] = load(args.specbench, gguf, args.drafter, cache, args.threads)
         for key in ("first_load", "warm_load"):
             print(f"  {key}: {record[key]}", flush=True)

@@ -70,7 +70,7 @@ def cpu() -> dict:
 
 def run_measured(command: list[str], env: dict) -> dict:
     """Run `command`, returning its exit status, wall seconds, peak RSS (GB, of it and the
-    children it waited for: os.wait4's rusage), stdout and the last line of stderr."""
+    children it waited for: os.wait4's rusage, KiB on Linux), stdout and the last line of stderr."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         start = time.perf_counter()
         process = subprocess.Popen(command, stdout=out, stderr=err, env=env, text=True)
@@ -81,7 +81,7 @@ def run_measured(command: list[str], env: dict) -> dict:
         err.seek(0)
         stdout, stderr = out.read(), err.read()
     last = (stderr.strip().splitlines() or [""])[-1]
-    return {"rc": process.returncode, "seconds": round(seconds, 3), "peak_rss_gb": round(usage.ru_maxrss / 1e6, 3), "stdout": stdout, "last_stderr": last}
+    return {"rc": process.returncode, "seconds": round(seconds, 3), "peak_rss_gb": round(usage.ru_maxrss * 1024 / 1e9, 3), "stdout": stdout, "last_stderr": last}
 
 
 def specbench_env(cache: Path, threads: int) -> dict:

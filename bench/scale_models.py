@@ -1,0 +1,294 @@
+"""Random-weight GGUFs with the real shapes of Qwen2.5 1.5B, 3B, 7B and 14B, laid out as
+llama.cpp's Q4_K_M files are: targets for the scale benchmark (bench/scale.py).
+
+Why: a target step costs its weight bytes, so how specbench loads and decodes a 7B or 14B
+target, and how it compares with llama.cpp there, depends on the shapes and the block types,
+not on what the weights say. Random weights of the real shapes need no download and no
+float copy: each quantized tensor is written directly as random blocks.
+
+What a file holds (llama.cpp's Q4_K_M rules, src/llama-quant.cpp):
+  - every decoder Linear as Q4_K blocks, except attn_v and ffn_down of the layers that
+    llama.cpp's use_more_bits picks (14 of 28, 18 of 36, 24 of 48), which are Q6_K;
+  - the output head as Q6_K and the token embedding as Q4_K for the untied sizes (7B, 14B);
+    the tied sizes (1.5B, 3B) have no output tensor and their token embedding is Q6_K, as
+    llama.cpp quantizes a tied embedding with the head's type (--untie writes a Q6_K head
+    and a Q4_K embedding for them too, as the default target's own Coder 1.5B file has);
+  - norms (ones) and q, k, v biases (normal, std --std) as F32.
+Random blocks: uniform nibbles (Q4_K) and 6-bit values (Q6_K), sub-block scales drawn from a
+narrow range, Q4_K's mins set so each sub-block's mean is about 0, and float16 d (and dmin)
+per super-block chosen so the weights' std is about --std (0.02): the model runs without
+NaN or inf and its greedy tokens vary, but it means nothing.
+
+Metadata: the qwen2 keys the default target's GGUF has (context length, block count, widths,
+heads, rope theta, norm epsilon, file type 15 = Q4_K_M), set to each size's values, and that
+file's tokenizer keys (tokenizer.ggml.*, its chat template) copied as they are, so
+transformers builds a config and a tokenizer from the file. Every size takes the 1.5B's
+vocabulary (151936 tokens); the real 7B and 14B pad theirs to 152064 rows, 0.1% more.
+The source is --source, or the default target's GGUF assembled into --out from its installed
+packages once.
+
+    python bench/scale_models.py [--sizes 1.5b,3b,7b,14b] [--out /work/scale-models]
+        [--source GGUF] [--untie] [--std 0.02] [--seed 0]
+
+Writes OUT/qwen2.5-SIZE-random-q4_k_m.gguf (SIZE-untied with --untie), about 1.1, 2.0, 4.7
+and 9.0 GB; run it under `nice -n 19` on a shared machine. Memory: the largest single tensor
+(the 14B head, 0.6 GB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType
+
+from kernel_shapes import more_bits
+from specbench.models import defaults
+
+QK = 256  # values per K-quant super-block
+Q4K_BYTES, Q6K_BYTES = 144, 210  # bytes per super-block (specbench/speed/gguf_blocks.py)
+Q4K, Q6K, F32 = GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K, GGMLQuantizationType.F32
+ROWS_PER_CHUNK = 8192  # rows of blocks drawn at a time (bounds the temporaries)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a Qwen2 GGUF's metadata and tensor shapes say of a model (config.json's names)."""
+
+    name: str  # size label, e.g. "7b"
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    tie_word_embeddings: bool
+    rope_theta: float = 1_000_000.0
+    rms_norm_eps: float = 1e-6
+    max_position_embeddings: int = 32768
+
+    @property
+    def kv_width(self) -> int:
+        return self.hidden_size // self.num_attention_heads * self.num_key_value_heads
+
+
+# Qwen2.5-{1.5B,3B,7B,14B}(-Instruct)'s config.json (vocabulary apart: see the module's doc)
+SHAPES = {
+    s.name: s
+    for s in (
+        Shape("1.5b", 1536, 8960, 28, 12, 2, tie_word_embeddings=True),
+        Shape("3b", 2048, 11008, 36, 16, 2, tie_word_embeddings=True),
+        Shape("7b", 3584, 18944, 28, 28, 4, tie_word_embeddings=False),
+        Shape("14b", 5120, 13824, 48, 40, 8, tie_word_embeddings=False),
+        Shape("tiny", 256, 512, 2, 4, 2, tie_word_embeddings=False),  # for dry runs of bench/scale.py
+    )
+}
+
+
+def file_name(shape: Shape, untie: bool = False) -> str:
+    untied = "-untied" if untie and shape.tie_word_embeddings else ""
+    return f"qwen2.5-{shape.name}{untied}-random-q4_k_m.gguf"
+
+
+# ---------------------------------------------------------------------------- random blocks
+
+
+def _half(values: np.ndarray) -> np.ndarray:
+    """float values [..., n] -> their float16 bytes [..., 2n]."""
+    return values.astype(np.float16).view(np.uint8)
+
+
+def random_q4k(rows: int, cols: int, rng: np.random.Generator, std: float) -> np.ndarray:
+    """Q4_K bytes [rows, cols / 256 * 144] of weights with mean about 0 and std about `std`.
+
+    w = d * sc * q - dmin * m with q uniform in 0..15 (std 4.61), sc uniform in 8..31 (rms
+    20.7), dmin = 8 d and m = round(7.5 sc / 8) (so each sub-block's mean is within 4 d of 0),
+    d = d0 * uniform(0.75, 1.25) per super-block, d0 = std / (4.61 * 20.7 * 1.01)."""
+    nsb = cols // QK
+    out = np.empty((rows, nsb, Q4K_BYTES), dtype=np.uint8)
+    d0 = std / (4.61 * 20.7 * 1.01)
+    for r0 in range(0, rows, ROWS_PER_CHUNK):
+        n = min(ROWS_PER_CHUNK, rows - r0)
+        chunk = out[r0 : r0 + n]
+        chunk[..., 16:] = rng.integers(0, 256, size=(n, nsb, 128), dtype=np.uint8)
+        d = d0 * rng.uniform(0.75, 1.25, size=(n, nsb, 1)).astype(np.float32)
+        chunk[..., 0:2] = _half(d)
+        chunk[..., 2:4] = _half(8 * d)
+        sc = rng.integers(8, 32, size=(n, nsb, 8), dtype=np.uint8)
+        m = np.rint(sc * (7.5 / 8)).astype(np.uint8)
+        chunk[..., 4:16] = pack_scales_mins(sc, m)
+    return out.reshape(rows, nsb * Q4K_BYTES)
+
+
+def pack_scales_mins(sc: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """Eight 6-bit scales and eight 6-bit mins [..., 8] -> Q4_K's 12 packed bytes [..., 12]
+    (the inverse of gguf_blocks.repack's unpacking: bytes 0-3 hold sc 0-3 and the top 2 bits
+    of sc 4-7, bytes 4-7 m 0-3 and the top 2 bits of m 4-7, bytes 8-11 the low 4 bits of
+    sc 4-7 and of m 4-7)."""
+    lo = sc[..., :4] | ((sc[..., 4:] >> 4) << 6)
+    hi = m[..., :4] | ((m[..., 4:] >> 4) << 6)
+    mixed = (sc[..., 4:] & 0x0F) | ((m[..., 4:] & 0x0F) << 4)
+    return np.concatenate([lo, hi, mixed], axis=-1).astype(np.uint8)
+
+
+def random_q6k(rows: int, cols: int, rng: np.random.Generator, std: float) -> np.ndarray:
+    """Q6_K bytes [rows, cols / 256 * 210] of weights with mean about 0 and std about `std`.
+
+    w = d * sc * (q - 32) with q uniform in 0..63 (std 18.5, mean 31.5), sc uniform in 4..15
+    (rms 10.1), d = d0 * uniform(0.75, 1.25) per super-block, d0 = std / (18.5 * 10.1 * 1.01)."""
+    nsb = cols // QK
+    out = np.empty((rows, nsb, Q6K_BYTES), dtype=np.uint8)
+    d0 = std / (18.5 * 10.1 * 1.01)
+    for r0 in range(0, rows, ROWS_PER_CHUNK):
+        n = min(ROWS_PER_CHUNK, rows - r0)
+        chunk = out[r0 : r0 + n]
+        chunk[..., :192] = rng.integers(0, 256, size=(n, nsb, 192), dtype=np.uint8)  # ql, qh
+        chunk[..., 192:208] = rng.integers(4, 16, size=(n, nsb, 16), dtype=np.uint8)  # int8 scales, positive
+        chunk[..., 208:210] = _half(d0 * rng.uniform(0.75, 1.25, size=(n, nsb, 1)).astype(np.float32))
+    return out.reshape(rows, nsb * Q6K_BYTES)
+
+
+# ---------------------------------------------------------------------------- the file
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    kind: GGMLQuantizationType
+    shape: tuple[int, ...]  # PyTorch's order: (rows, columns) or (n,)
+
+    @property
+    def nbytes(self) -> int:
+        if self.kind == F32:
+            return 4 * int(np.prod(self.shape))
+        rows, cols = self.shape
+        return rows * cols // QK * (Q4K_BYTES if self.kind == Q4K else Q6K_BYTES)
+
+    def data(self, rng: np.random.Generator, std: float) -> np.ndarray:
+        """Random contents (ones for a norm), as GGUFWriter takes them (quantized: bytes)."""
+        if self.kind == F32:
+            if self.name.endswith("norm.weight"):
+                return np.ones(self.shape, dtype=np.float32)
+            return (std * rng.standard_normal(self.shape)).astype(np.float32)
+        rows, cols = self.shape
+        return (random_q4k if self.kind == Q4K else random_q6k)(rows, cols, rng, std)
+
+
+def tensor_plan(shape: Shape, vocab: int, untie: bool = False) -> list[Tensor]:
+    """Every tensor of the file, in llama.cpp's converter's order, with its Q4_K_M type."""
+    h, ff, kv, n = shape.hidden_size, shape.intermediate_size, shape.kv_width, shape.num_hidden_layers
+    for width in (h, ff):
+        if width % QK:
+            raise ValueError(f"{shape.name}: width {width} is not a multiple of {QK}, which Q4_K needs")
+    head = not shape.tie_word_embeddings or untie
+    plan = [Tensor("token_embd.weight", Q4K if head else Q6K, (vocab, h))]
+    for i in range(n):
+        more = Q6K if more_bits(i, n) else Q4K
+        plan += [
+            Tensor(f"blk.{i}.attn_norm.weight", F32, (h,)),
+            Tensor(f"blk.{i}.attn_q.weight", Q4K, (h, h)),
+            Tensor(f"blk.{i}.attn_q.bias", F32, (h,)),
+            Tensor(f"blk.{i}.attn_k.weight", Q4K, (kv, h)),
+            Tensor(f"blk.{i}.attn_k.bias", F32, (kv,)),
+            Tensor(f"blk.{i}.attn_v.weight", more, (kv, h)),
+            Tensor(f"blk.{i}.attn_v.bias", F32, (kv,)),
+            Tensor(f"blk.{i}.attn_output.weight", Q4K, (h, h)),
+            Tensor(f"blk.{i}.ffn_norm.weight", F32, (h,)),
+            Tensor(f"blk.{i}.ffn_gate.weight", Q4K, (ff, h)),
+            Tensor(f"blk.{i}.ffn_up.weight", Q4K, (ff, h)),
+            Tensor(f"blk.{i}.ffn_down.weight", more, (h, ff)),
+        ]
+    plan.append(Tensor("output_norm.weight", F32, (h,)))
+    if head:
+        plan.append(Tensor("output.weight", Q6K, (vocab, h)))
+    return plan
+
+
+def tokenizer_fields(source: Path) -> list[tuple[str, object, GGUFValueType, GGUFValueType | None]]:
+    """A GGUF's tokenizer keys (tokenizer.ggml.*, tokenizer.chat_template) as
+    (key, value, type, array item type), to write into another file unchanged."""
+    reader = GGUFReader(str(source))
+    fields = []
+    for key, field in reader.fields.items():
+        if key.startswith("tokenizer."):
+            kind = field.types[0]
+            fields.append((key, field.contents(), kind, field.types[1] if kind == GGUFValueType.ARRAY else None))
+    if not any(key == "tokenizer.ggml.tokens" for key, *_ in fields):
+        raise ValueError(f"{source} has no tokenizer.ggml.tokens")
+    return fields
+
+
+def vocab_size(fields) -> int:
+    return next(len(value) for key, value, *_ in fields if key == "tokenizer.ggml.tokens")
+
+
+def write_model(path: Path, shape: Shape, tokenizer: list, *, untie: bool = False, std: float = 0.02, seed: int = 0) -> Path:
+    """Write `shape` as a random-weight Q4_K_M-like GGUF at `path` with `tokenizer`'s keys
+    (tokenizer_fields), one tensor in memory at a time; returns the path."""
+    plan = tensor_plan(shape, vocab_size(tokenizer), untie)
+    partial = path.with_name(path.name + ".partial")
+    writer = GGUFWriter(str(partial), "qwen2")
+    writer.add_type("model")
+    writer.add_name(f"Qwen2.5 {shape.name.upper()} shapes, random weights (specbench scale benchmark)")
+    writer.add_size_label(shape.name.upper())
+    writer.add_context_length(shape.max_position_embeddings)
+    writer.add_block_count(shape.num_hidden_layers)
+    writer.add_embedding_length(shape.hidden_size)
+    writer.add_feed_forward_length(shape.intermediate_size)
+    writer.add_head_count(shape.num_attention_heads)
+    writer.add_head_count_kv(shape.num_key_value_heads)
+    writer.add_rope_freq_base(shape.rope_theta)
+    writer.add_layer_norm_rms_eps(shape.rms_norm_eps)
+    writer.add_file_type(LlamaFileType.MOSTLY_Q4_K_M)
+    for key, value, kind, item in tokenizer:
+        writer.add_key_value(key, value, kind, sub_type=item)
+    writer.add_quantization_version(2)
+    for tensor in plan:
+        if tensor.kind == F32:
+            writer.add_tensor_info(tensor.name, tensor.shape, np.dtype(np.float32), tensor.nbytes)
+        else:  # the byte shape; the writer turns it into the value shape
+            rows, cols = tensor.shape
+            writer.add_tensor_info(tensor.name, (rows, tensor.nbytes // rows), np.dtype(np.uint8), tensor.nbytes, raw_dtype=tensor.kind)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for n, tensor in enumerate(plan):
+        writer.write_tensor_data(tensor.data(np.random.default_rng([seed, n]), std))
+    writer.close()
+    partial.replace(path)
+    return path
+
+
+def source_gguf(folder: Path) -> Path:
+    """The default target's GGUF (its tokenizer is every size's), assembled once into `folder`."""
+    path = folder / defaults.TARGET.gguf_name
+    if not path.exists():
+        defaults.assemble(defaults.TARGET, path)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="1.5b,3b,7b,14b", help=f"comma-separated, of {', '.join(SHAPES)} (tiny: 2 layers, hidden 256, for dry runs)")
+    parser.add_argument("--out", type=Path, default=Path("/work/scale-models"))
+    parser.add_argument("--source", type=Path, help="a GGUF whose tokenizer keys to copy (default: the default target's, assembled into --out)")
+    parser.add_argument("--untie", action="store_true", help="a Q6_K output head for the tied sizes too (as the Coder 1.5B file has)")
+    parser.add_argument("--std", type=float, default=0.02, help="the weights' standard deviation")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    sizes = [s.strip().lower() for s in args.sizes.split(",") if s.strip()]
+    if unknown := [s for s in sizes if s not in SHAPES]:
+        parser.error(f"unknown sizes {', '.join(unknown)}; known: {', '.join(SHAPES)}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    tokenizer = tokenizer_fields(args.source or source_gguf(args.out))
+    for size in sizes:
+        shape = SHAPES[size]
+        start = time.perf_counter()
+        path = write_model(args.out / file_name(shape, args.untie), shape, tokenizer, untie=args.untie, std=args.std, seed=args.seed)
+        print(f"{path}: {path.stat().st_size / 1e9:.2f} GB in {time.perf_counter() - start:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

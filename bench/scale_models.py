@@ -47,11 +47,9 @@ from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, Ll
 
 from kernel_shapes import more_bits
 from specbench.models import defaults
+from specbench.speed.gguf_blocks import BLOCK_BYTES as Q4K_BYTES, Q6K_BLOCK_BYTES as Q6K_BYTES, QK, random_q4k, random_q6k
 
-QK = 256  # values per K-quant super-block
-Q4K_BYTES, Q6K_BYTES = 144, 210  # bytes per super-block (specbench/speed/gguf_blocks.py)
 Q4K, Q6K, F32 = GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K, GGMLQuantizationType.F32
-ROWS_PER_CHUNK = 8192  # rows of blocks drawn at a time (bounds the temporaries)
 
 
 @dataclass(frozen=True)
@@ -90,64 +88,6 @@ SHAPES = {
 def file_name(shape: Shape, untie: bool = False) -> str:
     untied = "-untied" if untie and shape.tie_word_embeddings else ""
     return f"qwen2.5-{shape.name}{untied}-random-q4_k_m.gguf"
-
-
-# ---------------------------------------------------------------------------- random blocks
-
-
-def _half(values: np.ndarray) -> np.ndarray:
-    """float values [..., n] -> their float16 bytes [..., 2n]."""
-    return values.astype(np.float16).view(np.uint8)
-
-
-def random_q4k(rows: int, cols: int, rng: np.random.Generator, std: float) -> np.ndarray:
-    """Q4_K bytes [rows, cols / 256 * 144] of weights with mean about 0 and std about `std`.
-
-    w = d * sc * q - dmin * m with q uniform in 0..15 (std 4.61), sc uniform in 8..31 (rms
-    20.7), dmin = 8 d and m = round(7.5 sc / 8) (so each sub-block's mean is within 4 d of 0),
-    d = d0 * uniform(0.75, 1.25) per super-block, d0 = std / (4.61 * 20.7 * 1.01)."""
-    nsb = cols // QK
-    out = np.empty((rows, nsb, Q4K_BYTES), dtype=np.uint8)
-    d0 = std / (4.61 * 20.7 * 1.01)
-    for r0 in range(0, rows, ROWS_PER_CHUNK):
-        n = min(ROWS_PER_CHUNK, rows - r0)
-        chunk = out[r0 : r0 + n]
-        chunk[..., 16:] = rng.integers(0, 256, size=(n, nsb, 128), dtype=np.uint8)
-        d = d0 * rng.uniform(0.75, 1.25, size=(n, nsb, 1)).astype(np.float32)
-        chunk[..., 0:2] = _half(d)
-        chunk[..., 2:4] = _half(8 * d)
-        sc = rng.integers(8, 32, size=(n, nsb, 8), dtype=np.uint8)
-        m = np.rint(sc * (7.5 / 8)).astype(np.uint8)
-        chunk[..., 4:16] = pack_scales_mins(sc, m)
-    return out.reshape(rows, nsb * Q4K_BYTES)
-
-
-def pack_scales_mins(sc: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """Eight 6-bit scales and eight 6-bit mins [..., 8] -> Q4_K's 12 packed bytes [..., 12]
-    (the inverse of gguf_blocks.repack's unpacking: bytes 0-3 hold sc 0-3 and the top 2 bits
-    of sc 4-7, bytes 4-7 m 0-3 and the top 2 bits of m 4-7, bytes 8-11 the low 4 bits of
-    sc 4-7 and of m 4-7)."""
-    lo = sc[..., :4] | ((sc[..., 4:] >> 4) << 6)
-    hi = m[..., :4] | ((m[..., 4:] >> 4) << 6)
-    mixed = (sc[..., 4:] & 0x0F) | ((m[..., 4:] & 0x0F) << 4)
-    return np.concatenate([lo, hi, mixed], axis=-1).astype(np.uint8)
-
-
-def random_q6k(rows: int, cols: int, rng: np.random.Generator, std: float) -> np.ndarray:
-    """Q6_K bytes [rows, cols / 256 * 210] of weights with mean about 0 and std about `std`.
-
-    w = d * sc * (q - 32) with q uniform in 0..63 (std 18.5, mean 31.5), sc uniform in 4..15
-    (rms 10.1), d = d0 * uniform(0.75, 1.25) per super-block, d0 = std / (18.5 * 10.1 * 1.01)."""
-    nsb = cols // QK
-    out = np.empty((rows, nsb, Q6K_BYTES), dtype=np.uint8)
-    d0 = std / (18.5 * 10.1 * 1.01)
-    for r0 in range(0, rows, ROWS_PER_CHUNK):
-        n = min(ROWS_PER_CHUNK, rows - r0)
-        chunk = out[r0 : r0 + n]
-        chunk[..., :192] = rng.integers(0, 256, size=(n, nsb, 192), dtype=np.uint8)  # ql, qh
-        chunk[..., 192:208] = rng.integers(4, 16, size=(n, nsb, 16), dtype=np.uint8)  # int8 scales, positive
-        chunk[..., 208:210] = _half(d0 * rng.uniform(0.75, 1.25, size=(n, nsb, 1)).astype(np.float32))
-    return out.reshape(rows, nsb * Q6K_BYTES)
 
 
 # ---------------------------------------------------------------------------- the file

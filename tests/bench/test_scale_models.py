@@ -15,6 +15,7 @@ from gguf import GGMLQuantizationType, GGUFReader, dequantize
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import scale_models  # noqa: E402
 
+from specbench.speed import gguf_blocks  # noqa: E402
 from specbench.speed.gguf_blocks import dequantize as specbench_dequantize, dequantize_q6k, repack, repack_q6k  # noqa: E402
 from tiny_hf import write_tiny_gguf  # noqa: E402
 
@@ -31,7 +32,7 @@ def tokenizer(tmp_path_factory):
 
 def test_random_blocks_have_the_asked_std_and_read_the_same_in_specbench():
     rng = np.random.default_rng(0)
-    q4k, q6k = scale_models.random_q4k(64, 512, rng, 0.02), scale_models.random_q6k(64, 512, rng, 0.02)
+    q4k, q6k = gguf_blocks.random_q4k(64, 512, rng, 0.02), gguf_blocks.random_q6k(64, 512, rng, 0.02)
     w4, w6 = dequantize(q4k, GGMLQuantizationType.Q4_K), dequantize(q6k, GGMLQuantizationType.Q6_K)
     for w in (w4, w6):
         assert w.shape == (64, 512) and np.isfinite(w).all()

@@ -16,8 +16,8 @@ The GGUFs are meant to be bench/scale_models.py's random-weight Qwen2.5 1.5B, 3B
     --target FILE --drafter none --json --max-new-tokens N` (decode tokens/s from its stats,
     prefill apart) and `llama-bench -m FILE -p 0 -n N -t THREADS -r 3` (tg N's mean tokens/s);
     specbench gets OMP_NUM_THREADS=THREADS;
-  - the drafter's cost ratio c and the verify curve v(k): costs() below, the one place that
-    runs a costs measurement (none yet: its record is null).
+  - the drafter's cost ratio c and the verify curve v(k): `specbench costs`, written to
+    OUT/STEM-costs.json for `specbench predict --costs`.
 A run that fails (a load killed for memory, say) is recorded with its exit status and last
 line, and the script goes on.
 
@@ -151,11 +151,17 @@ def llama_plain(binary: str, gguf: Path, threads: int, tokens: int) -> dict:
     return {"rc": 0, "tokens_per_second": test["avg_ts"], "stddev": test["stddev_ts"], "build": test.get("build_commit"), "peak_rss_gb": done["peak_rss_gb"]}
 
 
-def costs(specbench: str, gguf: Path, cache: Path, threads: int) -> dict | None:
-    """The default drafter's cost ratio c beside this target and the verify curve v(k),
-    k = 1..9, as {"c": float, "v": {k: float}}; None while specbench has no command that
-    measures them alone (a sweep measures them as it goes). The one place to call it from."""
-    return None
+def costs(specbench: str, gguf: Path, cache: Path, threads: int, out: Path) -> dict | None:
+    """The default drafter's cost ratio c beside this target and the verify curve v(k), as
+    {"c": float, "v": {k: float}, "file": path}: `specbench costs`, whose file (OUT/STEM-costs.json)
+    `specbench predict --costs` re-prices a recorded sweep with; None if it failed."""
+    path = out / f"{gguf.stem}-costs.json"
+    command = [specbench, "costs", "--target", str(gguf), "--out", str(path)]
+    done = run_measured(command, specbench_env(cache, threads))
+    if done["rc"] != 0:
+        return {"rc": done["rc"], "error": done["last_stderr"]}
+    measured = json.loads(path.read_text())
+    return {"c": measured["c"], "v": {int(k): v for k, v in measured["verify_cost"].items()}, "file": str(path)}
 
 
 # ---------------------------------------------------------------------------- one file
@@ -212,7 +218,7 @@ def measure(gguf: Path, args, machine: dict) -> dict:
     record["rounds"] = rounds
     record["specbench_plain_tps"] = mean([r["specbench"]["tokens_per_second"] for r in rounds])
     record["llama_tg_tps"] = mean([r["llama"]["tokens_per_second"] for r in rounds])
-    record["costs"] = costs(args.specbench, gguf, cache, args.threads)
+    record["costs"] = costs(args.specbench, gguf, cache, args.threads, args.out)
     return record
 
 

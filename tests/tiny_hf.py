@@ -108,9 +108,11 @@ def load_tiny(folder: Path):
     return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
 
 
-def write_tiny_gguf(path: Path, model=None, vocab: dict[str, int] | None = None, raw: dict | None = None) -> Path:
+def write_tiny_gguf(path: Path, model=None, vocab: dict[str, int] | None = None, raw: dict | None = None, skip: tuple[str, ...] = ()) -> Path:
     """Write `model` (default: tiny_model(0)) and the character vocabulary as a float32 GGUF;
-    `raw`: GGUF tensor name -> (its ggml type, Q4_K or Q6_K, and its bytes) written for that tensor instead.
+    `raw`: GGUF tensor name -> (its ggml type, Q4_K or Q6_K, and its bytes) written for that
+    tensor instead; `skip`: GGUF tensor names left out ("output.weight": a tied head, as
+    llama.cpp writes one).
 
     The same layout llama.cpp gives Qwen2 (architecture "qwen2", a byte-level "gpt2"
     tokenizer), so transformers loads it through the very path the embedded pair takes.
@@ -148,6 +150,8 @@ def write_tiny_gguf(path: Path, model=None, vocab: dict[str, int] | None = None,
     for name, tensor in model.state_dict().items():
         base, suffix = name.rsplit(".", 1)
         gguf_name = f"{names.get_name(base)}.{suffix}"
+        if gguf_name in skip:
+            continue
         if raw is not None and gguf_name in raw:
             kind, data = raw[gguf_name]
             writer.add_tensor(gguf_name, data, raw_dtype=kind)

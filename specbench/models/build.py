@@ -115,11 +115,6 @@ def build(config, tensors: Iterator[StoredTensor], run: RunFormat, name: str, pr
             model.set_submodule(module_name, layer)
             modules[module_name] = layer
         elif type(module) is torch.nn.Embedding and leaf == "weight":
-            if head_name is not None and _tied(model, modules[head_name]):
-                weight = stored.dense(run.float_dtype)
-                layer = linear_layer(_dense_stored(f"{head_name}.weight", weight), run, is_head=True)
-                model.set_submodule(head_name, layer)
-                modules[head_name] = layer
             embedding = row_embedding(stored, run.float_dtype)
             model.set_submodule(module_name, embedding)
             modules[module_name] = embedding
@@ -128,6 +123,9 @@ def build(config, tensors: Iterator[StoredTensor], run: RunFormat, name: str, pr
         done += 1
         if progress is not None:
             progress(done, total)
+    if head_name is not None and _tied(model, modules[head_name]):
+        model.set_submodule(head_name, _tied_head(model.get_input_embeddings(), head_name, run))
+        modules[head_name] = model.get_submodule(head_name)
     for module_name, bias in biases.items():
         _give_bias(modules[module_name], bias)
     missing = [n for n, p in [*model.named_parameters(), *model.named_buffers()] if p.is_meta]
@@ -137,10 +135,19 @@ def build(config, tensors: Iterator[StoredTensor], run: RunFormat, name: str, pr
 
 
 def _tied(model, head) -> bool:
-    """Whether the head reads the input embedding's table (tie_word_embeddings): its weight
-    is still the embedding's meta parameter."""
-    embedding = model.get_input_embeddings()
-    return isinstance(embedding, torch.nn.Embedding) and type(head) is torch.nn.Linear and head.weight is embedding.weight
+    """Whether the head reads the input embedding's table (tie_word_embeddings) and the source
+    held no weight of its own for it (a GGUF without output.weight, a checkpoint saved tied)."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return type(head) is torch.nn.Linear and head.weight.is_meta and bool(getattr(config, "tie_word_embeddings", False))
+
+
+def _tied_head(embedding: torch.nn.Module, head_name: str, run: RunFormat) -> torch.nn.Module:
+    """A tied head's layer, from the embedding table's values (every row looked up: the one
+    tensor made dense) in the model's dtype, as the tied dense head computed with them."""
+    if not isinstance(embedding, RowEmbedding):
+        raise ModelError(f"cannot build a head tied to a {type(embedding).__name__}")
+    weight = embedding(torch.arange(embedding.num_embeddings))
+    return linear_layer(_dense_stored(f"{head_name}.weight", weight), run, is_head=True)
 
 
 def linear_layer(stored: StoredTensor, run: RunFormat, is_head: bool) -> torch.nn.Module:

@@ -197,3 +197,37 @@ def test_random_weights_build_a_q4k_target_as_a_q4k_m_file_lays_it_out(tmp_path)
     assert torch.isfinite(model(input_ids=IDS).logits).all()
     drafter = models.load_model(models.ModelSpec("dir", str(folder)), role="drafter", dtype="q4k", random_weights=True).model
     assert isinstance(drafter.lm_head, Int8Linear) and torch.isfinite(drafter(input_ids=IDS).logits.float()).all()
+
+
+def tied_model(seed: int = 0):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = tiny_model(seed, hidden=HIDDEN).config
+    config.tie_word_embeddings = True
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(config).eval()
+
+
+@torch.inference_mode()
+def test_a_tied_head_is_built_from_the_embedding_as_the_dense_path_builds_it(tmp_path):
+    """A GGUF without output.weight (llama.cpp's tied head) and a checkpoint saved tied: the
+    head is the embedding's table, int8 in a target and in a drafter, as the dense path made it."""
+    model = tied_model()
+    path = write_tiny_gguf(tmp_path / "tied.gguf", model, skip=("output.weight",))
+    built = models.load_model(models.ModelSpec("gguf", str(path)), role="target", dtype="int8").model
+    from transformers import AutoModelForCausalLM
+
+    reference = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=path.name, dtype=torch.float32).eval()
+    assert reference.config.tie_word_embeddings
+    quantize_target(reference)
+    same_layers(built, as_cpu_target(reference))
+    assert isinstance(built.lm_head, Int8TargetLinear)
+    assert torch.equal(built(input_ids=IDS).logits, reference(input_ids=IDS).logits)
+
+    model.save_pretrained(tmp_path / "saved")
+    drafter = models.load_model(models.ModelSpec("dir", str(tmp_path / "saved")), role="drafter", dtype="q4k", require_tokenizer=False).model
+    dense = AutoModelForCausalLM.from_pretrained(tmp_path / "saved", dtype=torch.bfloat16).eval()
+    quantize_to_q4k(dense)
+    quantize_linears(dense)
+    same_layers(drafter, dense)
+    assert torch.equal(drafter(input_ids=IDS).logits, dense(input_ids=IDS).logits)

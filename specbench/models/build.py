@@ -104,6 +104,9 @@ def build(config, tensors: Iterator[StoredTensor], run: RunFormat, name: str, pr
     biases: dict[str, torch.Tensor] = {}
     done = 0
     for stored in tensors:
+        done += 1
+        if progress is not None:
+            progress(done, total)
         module_name, _, leaf = stored.name.rpartition(".")
         module = modules.get(module_name)
         if module is None or not hasattr(module, leaf):
@@ -120,9 +123,6 @@ def build(config, tensors: Iterator[StoredTensor], run: RunFormat, name: str, pr
             modules[module_name] = embedding
         else:
             _set_dense(module, leaf, stored.dense(run.float_dtype))
-        done += 1
-        if progress is not None:
-            progress(done, total)
     if head_name is not None and _tied(model, modules[head_name]):
         model.set_submodule(head_name, _tied_head(model.get_input_embeddings(), head_name, run))
         modules[head_name] = model.get_submodule(head_name)

@@ -250,7 +250,7 @@ def _load_prepared(spec: ModelSpec, role: str, dtype: str, progress: Progress) -
         progress(task, 1, 1)
         meta, source = cache, lambda: path
     else:
-        folder = hub_folder(spec.source) if spec.kind == "hub" else Path(spec.source)
+        folder = hub_folder(spec.source, role) if spec.kind == "hub" else Path(spec.source)
         name = spec.source if spec.kind == "hub" else folder.name
         meta, cache = folder, cache_folder(ModelSpec("dir", str(folder)), folder)
         source = lambda: folder  # noqa: E731

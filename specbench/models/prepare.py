@@ -46,7 +46,7 @@ def weight_files(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.safetensors"))
 
 
-def hub_folder(repo_id: str) -> Path:
+def hub_folder(repo_id: str, role: str) -> Path:
     """The local snapshot of a hub id (nothing is downloaded); ModelError when absent."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
@@ -54,7 +54,7 @@ def hub_folder(repo_id: str) -> Path:
     try:
         return Path(snapshot_download(repo_id, local_files_only=True))
     except (LocalEntryNotFoundError, OSError, ValueError):
-        raise ModelError(f"{repo_id} is not in the local Hugging Face cache (specbench never downloads; set HF_HOME or give a local folder)") from None
+        raise ModelError(f"cannot load {role} {repo_id}: not in the local Hugging Face cache (specbench never downloads; set HF_HOME or give a local folder)") from None
 
 
 def cache_folder(spec: ModelSpec, source: Path) -> Path:

@@ -119,7 +119,7 @@ def test_the_default_drafter_is_q4k_where_the_kernels_build(pair):
     layers = [m for m in drafter.modules() if isinstance(m, Q4KLinear)]
     assert len(layers) == 24 * 7 and {m.in_features for m in layers} == {896, 4864}
     assert isinstance(drafter.lm_head, Int8Linear)
-    assert prepared_path(defaults.cached_dir(defaults.DRAFTER), "q4k").is_file()
+    assert prepared_path(defaults.cached_dir(defaults.DRAFTER), "drafter", "q4k").is_file()
 
 
 def test_greedy_parity_with_an_int8_target(pair):
@@ -157,3 +157,22 @@ def test_greedy_parity_with_early_exit_and_a_drafter_of_another_tokenizer(pair):
     translated = models.LoadedPair(pair.target, drafter, "model", translated=True)
     for gamma in (1, 4, 8):
         assert models.run_generation(translated, prompt_ids, config, make_policy("fixed", gamma)).token_ids == plain
+
+
+@torch.inference_mode()
+def test_the_default_target_given_as_a_gguf_file_is_the_default_target(pair, tmp_path):
+    """A user's GGUF takes the embedded pair's path (built once, prepared, mapped): the
+    default target's own file, given by path, computes the default target's logits."""
+    import shutil
+
+    from specbench.models.prepare import cache_folder
+
+    gguf = defaults.assemble(defaults.TARGET, tmp_path / defaults.TARGET.gguf_name)
+    spec = models.ModelSpec("gguf", str(gguf))
+    try:
+        loaded = models.load_model(spec, role="target", dtype=models.PairConfig().dtype)
+        ids = torch.tensor([models.encode_prompt(pair.tokenizer, PROMPT)])
+        assert torch.equal(loaded.model(input_ids=ids).logits, pair.target.model(input_ids=ids).logits)
+        assert loaded.tokenizer.get_vocab() == pair.tokenizer.get_vocab()
+    finally:
+        shutil.rmtree(cache_folder(spec, gguf), ignore_errors=True)  # 1.2 GB of prepared blocks

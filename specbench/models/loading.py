@@ -24,7 +24,7 @@ from specbench.drafters.early_exit import EarlyExitModel
 from specbench.drafters.translated import TextCodec, check_translatable
 from specbench.errors import ModelError, OptionError, VocabMismatch, reraise_as
 from specbench.models import build, defaults
-from specbench.models.prepare import cache_folder, gguf_metadata, hub_folder, prepared_model
+from specbench.models.prepare import cache_folder, claim, gguf_metadata, hub_folder, prepared_model
 from specbench.models.specs import DEFAULT, NONE, ModelSpec, check_device, check_draft_vocab, drafter_kind, parse_model_spec
 from specbench.speed.draft_vocab import output_head
 from specbench.speed.kernels import use_kernels
@@ -243,6 +243,7 @@ def _load_prepared(spec: ModelSpec, role: str, dtype: str, progress: Progress) -
     elif spec.kind == "gguf":
         path = Path(spec.source)
         name, cache = path.name, cache_folder(spec, path)
+        claim(cache, path)
         task = f"reading the config and tokenizer of {name} (once)"
         progress(task, 0, None)
         with _read_errors(role, name):
@@ -253,6 +254,7 @@ def _load_prepared(spec: ModelSpec, role: str, dtype: str, progress: Progress) -
         folder = hub_folder(spec.source, role) if spec.kind == "hub" else Path(spec.source)
         name = spec.source if spec.kind == "hub" else folder.name
         meta, cache = folder, cache_folder(ModelSpec("dir", str(folder)), folder)
+        claim(cache, folder)
         source = lambda: folder  # noqa: E731
     task = f"loading {role} {name} ({dtype})"
     progress(task, 0, None)

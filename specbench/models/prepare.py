@@ -7,6 +7,7 @@ model in `<cache>/models/prepared/<name>-<key>/`, where key hashes the source's 
 header), so a file changed or replaced in place is prepared again. A GGUF's folder also
 keeps its config, generation config and tokenizer, read from the file once (a 151k-token
 vocabulary takes seconds to read); a save_pretrained folder or a hub snapshot keeps its own.
+A new version of a source replaces the folder of the old one (claim).
 
 One process prepares a model at a time (defaults.preparing's lock); another that asks for
 the same model waits, then maps the file the first one wrote. `specbench clear-cache`
@@ -19,6 +20,7 @@ import ctypes
 import gc
 import hashlib
 import re
+import shutil
 from pathlib import Path
 from typing import Callable
 
@@ -30,6 +32,7 @@ from specbench.speed.gguf_blocks import Q4K
 from specbench.speed.gguf_file import release_readers
 
 HEADER_BYTES = 1 << 20  # hashed into a source's key: a GGUF's header, a shard's start
+SOURCE_FILE = "source.txt"  # in a prepared folder: the resolved path of what it was prepared from
 
 
 def source_key(spec: ModelSpec, files: list[Path]) -> str:
@@ -64,6 +67,19 @@ def cache_folder(spec: ModelSpec, source: Path) -> Path:
         raise ModelError(f"{spec.source} has no .safetensors weights to quantize; give a model saved with safetensors, a .gguf file, or --dtype float32")
     stem = re.sub(r"[^\w.-]+", "-", source.stem if source.is_file() else source.name)[:48]
     return defaults.models_dir() / "prepared" / f"{stem}-{source_key(spec, files)}"
+
+
+def claim(cache: Path, source: Path) -> None:
+    """Record which source the prepared folder `cache` holds, and delete the folders prepared
+    from earlier versions of the same source: a file rewritten in place gets a new key, and
+    its old prepared copy (gigabytes, for a large model) would stay until clear-cache."""
+    cache.mkdir(parents=True, exist_ok=True)
+    marker = str(source.resolve())
+    (cache / SOURCE_FILE).write_text(marker)
+    for other in cache.parent.iterdir():
+        recorded = other / SOURCE_FILE
+        if other != cache and recorded.is_file() and recorded.read_text() == marker:
+            shutil.rmtree(other, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------- metadata

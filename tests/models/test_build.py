@@ -134,8 +134,8 @@ def test_a_user_gguf_is_prepared_once_and_again_when_the_file_changes(tmp_path, 
     spec = models.ModelSpec("gguf", str(path))
     first = models.load_model(spec, role="target", dtype="q4k")
     folder = prepare.cache_folder(spec, path)
-    kept = ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", prepare.prepared_path(folder, "target", "q4k").name]
-    assert sorted(p.name for p in folder.iterdir() if p.suffix in (".safetensors", ".json")) == sorted(kept)
+    kept = ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", prepare.SOURCE_FILE, prepare.prepared_path(folder, "target", "q4k").name]
+    assert sorted(p.name for p in folder.iterdir() if p.suffix in (".safetensors", ".json", ".txt")) == sorted(kept)
     built = prepare._prepare
     monkeypatch.setattr(prepare, "_prepare", lambda *a: pytest.fail("a prepared model must be mapped, not built again"))
     again = models.load_model(spec, role="target", dtype="q4k")
@@ -145,7 +145,7 @@ def test_a_user_gguf_is_prepared_once_and_again_when_the_file_changes(tmp_path, 
     os.utime(path, ns=(1, 1))  # even with the old time, the header's hash or the size tells
     monkeypatch.setattr(prepare, "_prepare", built)
     changed = models.load_model(models.ModelSpec("gguf", str(path)), role="target", dtype="q4k")
-    assert prepare.cache_folder(spec, path) != folder
+    assert prepare.cache_folder(spec, path) != folder and not folder.exists()  # the old version's copy is gone
     assert not torch.equal(changed.model(input_ids=IDS).logits, first.model(input_ids=IDS).logits)
 
 

@@ -94,10 +94,10 @@ def empty_model(config, dtype: torch.dtype):
     return model.eval()
 
 
-def build(config, tensors: Iterator[StoredTensor], run: RunFormat, name: str, progress=None, total: int | None = None):
-    """The model of config with every tensor from `tensors` placed in its run format (see the
-    module docstring); ModelError (one line) for a tensor it lacks or cannot place."""
-    model = empty_model(config, run.float_dtype)
+def build(model, tensors: Iterator[StoredTensor], run: RunFormat, name: str, progress=None, total: int | None = None):
+    """model (empty_model's, in run.float_dtype) with every tensor from `tensors` placed in
+    its run format (see the module docstring); ModelError (one line) for a tensor it lacks
+    or cannot place."""
     modules = dict(model.named_modules())
     head = model.get_output_embeddings()
     head_name = next((n for n, m in modules.items() if m is head and n), None)
@@ -209,13 +209,11 @@ def _give_bias(layer: torch.nn.Module, bias: torch.Tensor) -> None:
 # ---------------------------------------------------------------------------- GGUF files
 
 
-def gguf_config(path: Path):
-    """(transformers' config of the GGUF file, the metadata dict its tensor processor takes)."""
-    from transformers import AutoConfig
+def processor_config(path: Path) -> dict:
+    """The GGUF file's metadata as transformers' tensor processor for it takes it."""
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
-    config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
-    return config, load_gguf_checkpoint(str(path), return_tensors=False)["config"]
+    return load_gguf_checkpoint(str(path), return_tensors=False)["config"]
 
 
 def gguf_tensors(path: Path, model, processor_config: dict) -> tuple[Iterator[StoredTensor], int]:
@@ -252,6 +250,8 @@ def _gguf_tensor(path: Path, info, processor, names: dict[str, str]) -> Iterator
     shape = tuple(int(n) for n in reversed(info.shape))  # numpy order: the slowest dimension first
     rows_count = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
     raw = np.fromfile(path, dtype=np.uint8, count=int(info.n_bytes), offset=int(info.data_offset))
+    if raw.size != int(info.n_bytes):
+        raise EOFError(f"{path.name} ends inside tensor {info.name}")
     raw = raw.reshape(rows_count, -1)
     try:
         GGMLQuantizationType(qtype)
@@ -310,20 +310,24 @@ def random_tensors(model, run: RunFormat, seed: int = 0, std: float = 0.02) -> I
     """A tensor for each parameter of model (built by empty_model), drawn one at a time: for
     a q4k target, its Linear weights and embedding as random Q4_K blocks and its head as Q6_K
     (a Q4_K_M file's layout) where the width is a multiple of 256; norms at 1; everything
-    else Gaussian with std `std`."""
-    rng = np.random.default_rng(seed)
+    else Gaussian with std `std`. The parameters are listed now, before build replaces the
+    model's layers."""
     head = model.get_output_embeddings()
     kinds = {id(m.weight): (m is head) for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Embedding))}
-    for name, param in model.named_parameters():
-        shape = tuple(param.shape)
-        as_head = kinds.get(id(param))
-        if run.keeps_blocks and as_head is not None and len(shape) == 2 and shape[1] % QK == 0:
-            qtype, draw = (Q6_K, random_q6k) if as_head else (Q4_K, random_q4k)
-            rows = draw(shape[0], shape[1], rng, std)
-            yield StoredTensor(name, shape, qtype, rows, lambda rows=rows, qtype=qtype: dequantize_rows(rows, qtype))
-            continue
-        value = np.ones(shape, np.float32) if name.endswith("norm.weight") else (rng.standard_normal(shape, dtype=np.float32) * std)
-        yield StoredTensor(name, shape, DENSE_TYPES[torch.float32], None, lambda value=value: value)
+    plan = [(name, tuple(param.shape), kinds.get(id(param))) for name, param in model.named_parameters()]
+
+    def each() -> Iterator[StoredTensor]:
+        rng = np.random.default_rng(seed)
+        for name, shape, as_head in plan:
+            if run.keeps_blocks and as_head is not None and len(shape) == 2 and shape[1] % QK == 0:
+                qtype, draw = (Q6_K, random_q6k) if as_head else (Q4_K, random_q4k)
+                rows = draw(shape[0], shape[1], rng, std)
+                yield StoredTensor(name, shape, qtype, rows, lambda rows=rows, qtype=qtype: dequantize_rows(rows, qtype))
+                continue
+            value = np.ones(shape, np.float32) if name.endswith("norm.weight") else (rng.standard_normal(shape, dtype=np.float32) * std)
+            yield StoredTensor(name, shape, DENSE_TYPES[torch.float32], None, lambda value=value: value)
+
+    return each()
 
 
 # ---------------------------------------------------------------------------- safetensors

@@ -183,9 +183,7 @@ def _load_model(spec: ModelSpec, role: str, dtype: str, device: str, progress: P
         progress(task, 0, None)
         model = _load_weights(folder, kwargs, torch_dtype, device, role, name)
         progress(task, 1, 1)
-    if role == "target" and model_device(model).type == "cpu":
-        use_row_invariant_attention(model)  # a verify row's logits = a decoding step's, bit for bit
-        use_lean_forward(model)  # the same bits, without HF's per-call plumbing
+    _as_cpu_target(model, role)
     digest = tokenizer_digest(folder) if "gguf_file" not in kwargs else None
     shared = share_tokenizer_with
     if shared is not None and digest is not None and shared.tokenizer_digest == digest:
@@ -193,6 +191,13 @@ def _load_model(spec: ModelSpec, role: str, dtype: str, device: str, progress: P
     else:
         tokenizer = _load_tokenizer(folder, kwargs, role, name, required=require_tokenizer)
     return LoadedModel(model, tokenizer, spec, name, digest)
+
+
+def _as_cpu_target(model, role: str) -> None:
+    """A CPU target's attention row by row and its forwards over a cache lean (see load_model)."""
+    if role == "target" and model_device(model).type == "cpu":
+        use_row_invariant_attention(model)  # a verify row's logits = a decoding step's, bit for bit
+        use_lean_forward(model)  # the same bits, without HF's per-call plumbing
 
 
 def _load_random(spec: ModelSpec, role: str, dtype: str, device: str, progress: Progress) -> LoadedModel:
@@ -215,13 +220,12 @@ def _load_random(spec: ModelSpec, role: str, dtype: str, device: str, progress: 
     check_left_to_right(config, role, name)
     if dtype.lower() in (INT8, Q4K):
         run = build.RunFormat(role, dtype.lower())
-        model = build.build(config, build.random_tensors(build.empty_model(config, run.float_dtype), run), run, name)
+        model = build.empty_model(config, run.float_dtype)
+        model = build.build(model, build.random_tensors(model, run), run, name)
     else:
         with torch.device(device):
             model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype).eval()
-    if role == "target" and model_device(model).type == "cpu":
-        use_row_invariant_attention(model)
-        use_lean_forward(model)
+    _as_cpu_target(model, role)
     progress(task, 1, 1)
     return LoadedModel(model, None, spec, name, None)
 
@@ -266,17 +270,19 @@ def _load_prepared(spec: ModelSpec, role: str, dtype: str, progress: Progress) -
 
 
 @contextmanager
-def _read_errors(role: str, name: str):
-    """A source that cannot be read, as one line (ModelError)."""
+def _read_errors(role: str, name: str, kwargs: dict | None = None):
+    """A source that cannot be read, as one line (ModelError); kwargs: from_pretrained's, for
+    naming a hub id missing from the local cache."""
     from struct import error as StructError  # a GGUF cut inside its header
 
     from safetensors import SafetensorError  # a cut or corrupt weights file
 
+    damaged = (SafetensorError, StructError, EOFError)  # EOFError: a GGUF cut inside its tensors (build.py)
     try:
         yield
-    except (OSError, ValueError, KeyError, ImportError, SafetensorError, StructError) as error:
-        damaged = "its weights file looks cut short or corrupt: " if isinstance(error, (SafetensorError, StructError)) or "reshape" in str(error) else ""
-        raise ModelError(f"cannot load {role} {name}: {damaged}{_first_line(error, {})}") from error
+    except (OSError, ValueError, KeyError, ImportError, *damaged) as error:
+        prefix = "its weights file looks cut short or corrupt: " if isinstance(error, damaged) else ""
+        raise ModelError(f"cannot load {role} {name}: {prefix}{_first_line(error, kwargs or {})}") from error
 
 
 def _locate(spec: ModelSpec, role: str, progress: Progress, weights: bool = True) -> tuple[str, dict, str]:
@@ -295,18 +301,11 @@ def _locate(spec: ModelSpec, role: str, progress: Progress, weights: bool = True
 
 
 def _load_weights(folder: str, kwargs: dict, dtype: torch.dtype, device: str, role: str, name: str):
-    from struct import error as StructError  # a GGUF cut inside its header
-
-    from safetensors import SafetensorError  # a cut or corrupt weights file
     from transformers import AutoModelForCausalLM
 
     placement = {} if device == "cpu" else {"device_map": device}
-    try:
-        with _no_gguf_bar():
-            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kwargs, **placement)
-    except (OSError, ValueError, KeyError, ImportError, SafetensorError, StructError) as error:
-        damaged = "its weights file looks cut short or corrupt: " if isinstance(error, (SafetensorError, StructError)) else ""
-        raise ModelError(f"cannot load {role} {name}: {damaged}{_first_line(error, kwargs)}") from error
+    with _read_errors(role, name, kwargs), _no_gguf_bar():
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kwargs, **placement)
     check_left_to_right(model.config, role, name)
     return model.eval()
 

@@ -142,12 +142,12 @@ def _prepare(source: Path, meta_folder: Path, path: Path, run: build.RunFormat, 
     task = f"preparing the {run.dtype} {run.role} {name} (once)"
     progress(task, 0, None)
     config = AutoConfig.from_pretrained(str(meta_folder))
+    model = build.empty_model(config, run.float_dtype)
     if source.is_file():
-        _, processor_config = build.gguf_config(source)
-        tensors, total = build.gguf_tensors(source, build.empty_model(config, run.float_dtype), processor_config)
+        tensors, total = build.gguf_tensors(source, model, build.processor_config(source))
     else:
         tensors, total = build.safetensors_tensors(source)
-    model = build.build(config, tensors, run, name, progress=lambda done, count: progress(task, done, count), total=total)
+    model = build.build(model, tensors, run, name, progress=lambda done, count: progress(task, done, count), total=total)
     release_readers()
     if run.keeps_blocks and not any(type(m).__name__ in ("Q4KLinear", "Q6KLinear") for m in model.modules()):
         raise ModelError(f"--dtype {Q4K}: no layer of {name} is stored as Q4_K; use --dtype auto, int8 or float32")

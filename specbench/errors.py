@@ -12,8 +12,8 @@ a subclass here, with `reraise_as`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 
 class SpecbenchError(Exception):

@@ -4,7 +4,7 @@ distribution of a model's next tokens (shared by the losslessness tests)."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from scipy.stats import chisquare
@@ -60,7 +60,9 @@ def model_joint(model, prompt: list[int], sampling: SamplingConfig, depth: int =
 FIRST_THREE = {"x1": lambda s: s[0], "x2": lambda s: s[1], "x3": lambda s: s[2], "x1x2": lambda s: s[:2]}
 
 
-def speculative_pvalues(target, drafter_model, prompt: list[int], sampling: SamplingConfig, n: int = 1500, gamma: int = 3) -> tuple[dict[str, float], int]:
+def speculative_pvalues(
+    target, drafter_model, prompt: list[int], sampling: SamplingConfig, n: int = 1500, gamma: int = 3
+) -> tuple[dict[str, float], int]:
     """n seeded 3-token speculative runs (the model drafter, a fixed gamma) against the
     target's exact distribution (model_joint): the p-value of each of FIRST_THREE, and how
     many rounds rejected a draft (a test needs rejections for the check to mean anything).

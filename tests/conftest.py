@@ -66,7 +66,10 @@ def block_and_steps(model, prompt: torch.Tensor, tail: torch.Tensor) -> tuple[to
     together = model(input_ids=tail, **cache_arg(model, cache), use_cache=True).logits[0]
     cache = new_cache(model)
     model(input_ids=prompt, **cache_arg(model, cache), use_cache=True)
-    steps = [model(input_ids=tail[:, i : i + 1], **cache_arg(model, cache), use_cache=True).logits[0, 0] for i in range(tail.shape[1])]
+    steps = [
+        model(input_ids=tail[:, i : i + 1], **cache_arg(model, cache), use_cache=True).logits[0, 0]
+        for i in range(tail.shape[1])
+    ]
     return together, torch.stack(steps)
 
 

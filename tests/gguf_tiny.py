@@ -5,10 +5,25 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-
 from conftest import tiny_model
+
 from specbench.speed import native
-from specbench.speed.gguf_blocks import BLOCK_BYTES, Q6K_BLOCK_BYTES, QK, Q4KLinear, Q6KLinear, dequantize, dequantize_q6k, nibbles, q4k_why_not, q6k_values, quantize_q4k, repack, repack_q6k, to_file_order
+from specbench.speed.gguf_blocks import (
+    BLOCK_BYTES,
+    Q6K_BLOCK_BYTES,
+    QK,
+    Q4KLinear,
+    Q6KLinear,
+    dequantize,
+    dequantize_q6k,
+    nibbles,
+    q4k_why_not,
+    q6k_values,
+    quantize_q4k,
+    repack,
+    repack_q6k,
+    to_file_order,
+)
 
 HIDDEN = 256  # Q4_K needs widths that are multiples of 256
 
@@ -66,7 +81,9 @@ def q6k_reference(x: torch.Tensor, layer: Q6KLinear) -> torch.Tensor:
         if layer.lanes:  # lane l: sub-blocks 2l and 2l + 1
             lanes = torch.einsum("mlc,nlc->mnl", xq[:, s].reshape(rows, 8, 32), per_column.reshape(-1, 8, 32))
         else:  # lane l: columns 4l..4l+3 of every 32 ([chunk, lane, 4])
-            lanes = torch.einsum("mklc,nklc->mnl", xq[:, s].reshape(rows, 8, 8, 4), per_column.reshape(-1, 8, 8, 4))  # exact int64
+            lanes = torch.einsum(
+                "mklc,nklc->mnl", xq[:, s].reshape(rows, 8, 8, 4), per_column.reshape(-1, 8, 8, 4)
+            )  # exact int64
         bsum16 = xq[:, s].reshape(rows, 16, 16).sum(-1)  # [M, sub-block]
         offset = (sc[None, :, s] * bsum16[:, None, :]).reshape(rows, -1, 8, 2).sum(-1)  # [M, N, 8]
         ds = layer.d[None, :, s] * scale[:, s, None]  # float32 products, as in the kernel
@@ -127,7 +144,9 @@ def q4k_weights(model, seed: int, q6k: tuple[str, ...] = ()) -> dict[str, tuple[
     found = {}
     for k, (name, linear) in enumerate(named.items()):
         six = name in q6k
-        raw = (random_q6k if six else random_q4k)(linear.out_features, linear.in_features, seed=100 * seed + k, scale=0.005 if six else 0.02)
+        raw = (random_q6k if six else random_q4k)(
+            linear.out_features, linear.in_features, seed=100 * seed + k, scale=0.005 if six else 0.02
+        )
         with torch.no_grad():
             linear.weight.copy_(dequantize_q6k(**repack_q6k(raw)) if six else dequantize(**repack(raw)))
         found[name + ".weight"] = (linear, raw, six)

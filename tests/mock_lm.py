@@ -87,7 +87,7 @@ class ScriptedLM(torch.nn.Module):
         text = self.tokenizer.decode(prefix, skip_special_tokens=False, clean_up_tokenization_spaces=False)
         token = self.off_script
         if self.script.startswith(text) and len(text) < len(self.script):
-            token = self.tokenizer.encode(self.script[len(text):], add_special_tokens=False)[0]
+            token = self.tokenizer.encode(self.script[len(text) :], add_special_tokens=False)[0]
             if len(text) % self.wrong_every == self.wrong_every - 1:
                 token = (token + 1) % self.vocab
         row = torch.full((self.vocab,), -10.0)

@@ -27,17 +27,25 @@ def build_wheel(dest: Path) -> Path:
     shutil.copy(ROOT / "README.md", src)
     shutil.copytree(ROOT / "specbench", src / "specbench", ignore=shutil.ignore_patterns("__pycache__"))
     script = f"import setuptools.build_meta as b; print(b.build_wheel({str(dest)!r}))"
-    name = subprocess.run([sys.executable, "-c", script], cwd=src, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    name = (
+        subprocess.run([sys.executable, "-c", script], cwd=src, check=True, capture_output=True, text=True)
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     return dest / name
 
 
 def test_the_wheel_ships_the_prompt_sets_and_the_kernel_source(tmp_path):
     with zipfile.ZipFile(build_wheel(tmp_path)) as wheel:
         names = set(wheel.namelist())
-    shipped_sets = {Path(n).stem for n in names if n.startswith("specbench/bench/prompt_sets/") and n.endswith(".jsonl")}
+    shipped_sets = {
+        Path(n).stem for n in names if n.startswith("specbench/bench/prompt_sets/") and n.endswith(".jsonl")
+    }
     assert shipped_sets == set(prompts.available_sets())
     assert {"default", "quick"} <= shipped_sets
-    kernels = {f"specbench/speed/{name}" for name in ("int8_gemv.c", "int8_linear.c", "q4k_linear.c", "q4k_layer.c", "bf16.h")}
+    kernels = {
+        f"specbench/speed/{name}" for name in ("int8_gemv.c", "int8_linear.c", "q4k_linear.c", "q4k_layer.c", "bf16.h")
+    }
     assert kernels <= set(names)
     assert "specbench/core/generate.py" in names and "specbench/cli/commands.py" in names
 

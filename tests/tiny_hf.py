@@ -12,10 +12,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from conftest import noisy_copy, tiny_model
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
-
-from conftest import noisy_copy, tiny_model
 
 SPECIALS = ("<unk>", "<|im_start|>", "<|im_end|>")
 CHARS = "abcdefghijklmnopqrstuvwxyz0123456789 .,:;!?'\"()[]{}=+-*/_\n#<>"
@@ -48,7 +47,9 @@ def char_vocab(chars: str = CHARS, swap: tuple[str, str] | None = None) -> dict[
     return {token: i for i, token in enumerate(tokens)}
 
 
-def char_tokenizer(vocab: dict[str, int] | None = None, chat_template: str | None = CHAT_TEMPLATE, eos: str = EOS) -> PreTrainedTokenizerFast:
+def char_tokenizer(
+    vocab: dict[str, int] | None = None, chat_template: str | None = CHAT_TEMPLATE, eos: str = EOS
+) -> PreTrainedTokenizerFast:
     """A byte-level BPE with no merges (one token per character): the shape of Qwen2's
     tokenizer, so transformers' Qwen2Tokenizer rebuilds it faithfully from tokenizer.json."""
     vocab = vocab or char_vocab()
@@ -90,7 +91,11 @@ def save_tiny(
 
     tokenizer: True for the default character tokenizer, False for none, or one to save.
     """
-    model = noisy_copy(like, noise, seed) if like is not None else tiny_model(seed, layers, hidden, vocab_size, max_positions)
+    model = (
+        noisy_copy(like, noise, seed)
+        if like is not None
+        else tiny_model(seed, layers, hidden, vocab_size, max_positions)
+    )
     tok = char_tokenizer() if tokenizer is True else tokenizer or None
     eos_id = tok.eos_token_id if tok is not None else char_vocab()[EOS]
     model.config.eos_token_id = eos_id
@@ -108,7 +113,9 @@ def load_tiny(folder: Path):
     return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
 
 
-def write_tiny_gguf(path: Path, model=None, vocab: dict[str, int] | None = None, raw: dict | None = None, skip: tuple[str, ...] = ()) -> Path:
+def write_tiny_gguf(
+    path: Path, model=None, vocab: dict[str, int] | None = None, raw: dict | None = None, skip: tuple[str, ...] = ()
+) -> Path:
     """Write `model` (default: tiny_model(0)) and the character vocabulary as a float32 GGUF;
     `raw`: GGUF tensor name -> (its ggml type, Q4_K or Q6_K, and its bytes) written for that
     tensor instead; `skip`: GGUF tensor names left out ("output.weight": a tied head, as
@@ -165,9 +172,34 @@ def write_tiny_gguf(path: Path, model=None, vocab: dict[str, int] | None = None,
 
 
 # pieces of a tokenizer with multi-character merges (byte-level spelling: "Ġ" is a space)
-MERGES = (("t", "h"), ("th", "e"), ("Ġ", "the"), ("Ġ", "t"), ("Ġ", "a"), ("a", "n"), ("an", "d"), ("Ġ", "an"),
-          ("e", "r"), ("i", "n"), ("in", "g"), ("o", "n"), ("r", "e"), ("Ġ", "s"), ("e", "s"), ("o", "r"), ("a", "t"),
-          ("Ġ", "c"), ("Ġ", "o"), ("Ġ", "f"), ("Ġ", "w"), ("e", "n"), ("a", "r"), ("Ġ", "i"), ("l", "l"), ("s", "t"))  # fmt: skip
+MERGES = (
+    ("t", "h"),
+    ("th", "e"),
+    ("Ġ", "the"),
+    ("Ġ", "t"),
+    ("Ġ", "a"),
+    ("a", "n"),
+    ("an", "d"),
+    ("Ġ", "an"),
+    ("e", "r"),
+    ("i", "n"),
+    ("in", "g"),
+    ("o", "n"),
+    ("r", "e"),
+    ("Ġ", "s"),
+    ("e", "s"),
+    ("o", "r"),
+    ("a", "t"),
+    ("Ġ", "c"),
+    ("Ġ", "o"),
+    ("Ġ", "f"),
+    ("Ġ", "w"),
+    ("e", "n"),
+    ("a", "r"),
+    ("Ġ", "i"),
+    ("l", "l"),
+    ("s", "t"),
+)
 
 
 def merge_tokenizer(chars: str = CHARS, merges=MERGES, *, reverse: bool = False) -> PreTrainedTokenizerFast:

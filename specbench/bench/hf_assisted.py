@@ -33,7 +33,11 @@ from specbench.speed.quantize import Int8Linear, dense_twin
 
 # transformers' own defaults (GenerationConfig._get_default_generation_params in 5.x), pinned
 # here so that a drafter's generation_config.json cannot change what "HF's defaults" means
-HF_DEFAULTS = {"num_assistant_tokens": 20, "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.4}
+HF_DEFAULTS = {
+    "num_assistant_tokens": 20,
+    "num_assistant_tokens_schedule": "constant",
+    "assistant_confidence_threshold": 0.4,
+}
 PROMPT_LOOKUP_DEFAULT = 10  # PromptLookupCandidateGenerator's num_output_tokens default
 
 
@@ -91,7 +95,7 @@ class _ForwardCounter:
     def __init__(self, module) -> None:
         self.module, self.calls = module, 0  # module None: counts nothing
 
-    def __enter__(self) -> "_ForwardCounter":
+    def __enter__(self) -> _ForwardCounter:
         self.handle = self.module.register_forward_hook(self._count) if self.module is not None else None
         return self
 
@@ -126,7 +130,15 @@ def _assistant_settings(drafter_model, gamma: int | None):
     (constant schedule, no confidence threshold to stop a draft early), or, for gamma None,
     HF's defaults. A copy, because HF adjusts the threshold in place as it goes."""
     settings = copy.deepcopy(drafter_model.generation_config)
-    chosen = HF_DEFAULTS if gamma is None else {"num_assistant_tokens": gamma, "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0}
+    chosen = (
+        HF_DEFAULTS
+        if gamma is None
+        else {
+            "num_assistant_tokens": gamma,
+            "num_assistant_tokens_schedule": "constant",
+            "assistant_confidence_threshold": 0.0,
+        }
+    )
     for name, value in chosen.items():
         setattr(settings, name, value)
     return settings
@@ -134,7 +146,7 @@ def _assistant_settings(drafter_model, gamma: int | None):
 
 # HF's translator (AssistantToTargetTranslator) -> the drafter's (output head, input
 # embeddings) as HF left them when it built that translator
-_HF_MODULES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_HF_MODULES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 @contextlib.contextmanager
@@ -226,7 +238,9 @@ def hf_sampling_defect(target_tokenizer, drafter_tokenizer, target_vocab_size: i
 
     vocab = max(drafter_tokenizer.get_vocab().values()) + 1
     stand_in = _RowIdAssistant(vocab)
-    translator = AssistantToTargetTranslator(target_tokenizer, drafter_tokenizer, target_vocab_size, stand_in, assistant_prune_lm_head=True)
+    translator = AssistantToTargetTranslator(
+        target_tokenizer, drafter_tokenizer, target_vocab_size, stand_in, assistant_prune_lm_head=True
+    )
     scores = stand_in.get_output_embeddings()(torch.ones(1, 1))  # [1, rows]
     rows = torch.arange(scores.shape[1])[None]
     nothing = torch.zeros(1, 0, dtype=torch.long)
@@ -242,7 +256,14 @@ def hf_sampling_defect(target_tokenizer, drafter_tokenizer, target_vocab_size: i
 
 
 @torch.inference_mode()
-def measure_hf_assisted(target, drafter_model, prompt_ids: list[int], gen: GenerationConfig, gamma: int | None, drafter: HFDrafter = HFDrafter()) -> AssistedRun:
+def measure_hf_assisted(
+    target,
+    drafter_model,
+    prompt_ids: list[int],
+    gen: GenerationConfig,
+    gamma: int | None,
+    drafter: HFDrafter = HFDrafter(),
+) -> AssistedRun:
     """HF's assisted generation, timed and counted like specbench's own runs.
 
     Timing: HF has no separate first-target pass (its first round drafts from the prompt and
@@ -260,13 +281,18 @@ def measure_hf_assisted(target, drafter_model, prompt_ids: list[int], gen: Gener
     """
     from transformers.utils import logging as hf_logging
 
-    room = context_limit(target) - len(prompt_ids)  # specbench's loops stop where the context ends; HF would run past it
+    room = context_limit(target) - len(
+        prompt_ids
+    )  # specbench's loops stop where the context ends; HF would run past it
     capped = replace(gen, max_new_tokens=min(gen.max_new_tokens, room))
     device = model_device(target)
     input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
     clock = _RoundClock()
     owner = drafter.schedule_owner(target, drafter_model)
-    saved_settings, saved_verbosity = (owner.generation_config if owner is not None else None), hf_logging.get_verbosity()
+    saved_settings, saved_verbosity = (
+        (owner.generation_config if owner is not None else None),
+        hf_logging.get_verbosity(),
+    )
     if owner is not None:
         owner.generation_config = _assistant_settings(owner, gamma)
     hf_logging.set_verbosity_error()  # HF warns about flags it ignores; the progress bar needs stderr
@@ -290,7 +316,7 @@ def measure_hf_assisted(target, drafter_model, prompt_ids: list[int], gen: Gener
         if owner is not None:
             owner.generation_config = saved_settings
         hf_logging.set_verbosity(saved_verbosity)
-    token_ids = output[0, len(prompt_ids):].tolist()
+    token_ids = output[0, len(prompt_ids) :].tolist()
     rounds = len(clock.sizes) - 1
     target_forwards, drafted = target_calls.calls, drafter_calls.calls
     if drafter.kind == "early-exit":  # one full forward a round, the rest are drafts
@@ -310,7 +336,15 @@ def _hf_stop_reason(token_ids: list[int], gen: GenerationConfig, room: int) -> s
     return "context" if len(token_ids) >= room else None
 
 
-def _hf_stats(token_ids: list[int], times: list[float], sizes: list[int], start: float, end: float, target_forwards: int, drafter_forwards: int) -> RunStats:
+def _hf_stats(
+    token_ids: list[int],
+    times: list[float],
+    sizes: list[int],
+    start: float,
+    end: float,
+    target_forwards: int,
+    drafter_forwards: int,
+) -> RunStats:
     """RunStats of an HF assisted run from its per-round arrival times and sizes."""
     rounds = len(sizes)
     first_end = times[0] if times else end

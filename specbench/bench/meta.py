@@ -21,19 +21,20 @@ import json
 import os
 import platform
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
 from specbench import __version__
+from specbench.bench.costs import METHOD as COSTS_METHOD
+from specbench.bench.costs import Costs
 from specbench.bench.plan import SweepConfig
 from specbench.bench.prompts import Prompt
 from specbench.bench.results import summary_frame
 from specbench.errors import ResultsError, SweepError
 from specbench.speed import native
-from specbench.speed.costs import METHOD as COSTS_METHOD, Costs
 from specbench.speed.gguf_blocks import Q4KLinear
 
 if TYPE_CHECKING:
@@ -43,8 +44,21 @@ if TYPE_CHECKING:
 def summary_records(rows: list[dict]) -> list[dict]:
     """The summary table for meta.json: per source x method x drafter x policy x gamma, the
     geometric-mean speedup and pooled acceptance with their 95% bootstrap intervals."""
-    keep = ["source", "method", "drafter", "policy", "gamma", "runs", "acceptance_rate", "acceptance_lo", "acceptance_hi",
-            "mean_accepted_length", "speedup", "speedup_lo", "speedup_hi"]  # fmt: skip
+    keep = [
+        "source",
+        "method",
+        "drafter",
+        "policy",
+        "gamma",
+        "runs",
+        "acceptance_rate",
+        "acceptance_lo",
+        "acceptance_hi",
+        "mean_accepted_length",
+        "speedup",
+        "speedup_lo",
+        "speedup_hi",
+    ]
     if not rows:
         return []
     records = summary_frame(rows)[keep].astype(object).to_dict("records")
@@ -64,8 +78,21 @@ def check_resume_meta(meta: dict, fresh: dict) -> None:
         old.setdefault("draft_vocab", 0)
         method = old.get("costs_method", COSTS_METHOD_BEFORE_RECORDED)
         if meta.get("costs_by_block") and method != fresh["sweep"].get("costs_method"):
-            raise SweepError(f"cannot resume: that sweep measured its costs by method {method}, this version by {fresh['sweep'].get('costs_method')} (speed/costs.py METHOD); start it again with another --out")
-    for key in ("target", "drafter_model", "drafter_models", "temperature", "max_new_tokens", "seed", "kernels", "draft_vocab", "measure", "measure_per_category"):
+            raise SweepError(
+                f"cannot resume: that sweep measured its costs by method {method}, this version by {fresh['sweep'].get('costs_method')} (bench/costs.py METHOD); start it again with another --out"
+            )
+    for key in (
+        "target",
+        "drafter_model",
+        "drafter_models",
+        "temperature",
+        "max_new_tokens",
+        "seed",
+        "kernels",
+        "draft_vocab",
+        "measure",
+        "measure_per_category",
+    ):
         if key in old and old[key] != fresh["sweep"].get(key):
             raise SweepError(f"cannot resume: {key} was {old[key]!r} in that sweep, now {fresh['sweep'].get(key)!r}")
     _check_models(meta.get("models") or {}, fresh.get("models") or {})
@@ -76,11 +103,16 @@ def _check_models(old: dict, fresh: dict) -> None:
     """The same models as loaded: a target or drafter in another dtype or on another device
     computes other logits (and another plain output to compare with)."""
     roles = [(role, old.get(role), fresh.get(role)) for role in ("target", "drafter")]
-    roles += [(f"drafter model {name!r}", model, (fresh.get("drafters") or {}).get(name)) for name, model in (old.get("drafters") or {}).items()]
+    roles += [
+        (f"drafter model {name!r}", model, (fresh.get("drafters") or {}).get(name))
+        for name, model in (old.get("drafters") or {}).items()
+    ]
     for role, before, now in roles:
         for key in ("class", "dtype", "device"):
             if before and now and key in before and before[key] != now.get(key):
-                raise SweepError(f"cannot resume: the {role}'s {key} was {before[key]!r} in that sweep, now {now.get(key)!r}")
+                raise SweepError(
+                    f"cannot resume: the {role}'s {key} was {before[key]!r} in that sweep, now {now.get(key)!r}"
+                )
 
 
 def _check_prompts(old: dict, fresh: dict) -> None:
@@ -157,12 +189,25 @@ def model_meta(model, name: str | None) -> dict | None:
     }
 
 
-def build_meta(target, drafters: dict[str, DrafterModel], config: SweepConfig, prompts: list[Prompt], *, target_name: str | None, drafter_names: dict[str, str | None], prompts_source: str, command: str) -> dict:
+def build_meta(
+    target,
+    drafters: dict[str, DrafterModel],
+    config: SweepConfig,
+    prompts: list[Prompt],
+    *,
+    target_name: str | None,
+    drafter_names: dict[str, str | None],
+    prompts_source: str,
+    command: str,
+) -> dict:
     """drafters: the sweep's drafter models by name (drafters_of), drafter_names their names
     for meta.json. models.drafter is the first; with named drafter models (several),
     models.drafters has each."""
     first = next(iter(drafters), None)
-    models = {"target": model_meta(target, target_name), "drafter": model_meta(drafters[first].model if first is not None else None, drafter_names.get(first))}
+    models = {
+        "target": model_meta(target, target_name),
+        "drafter": model_meta(drafters[first].model if first is not None else None, drafter_names.get(first)),
+    }
     several = config.drafter_models != ("",)
     if several:
         models["drafters"] = {name: model_meta(d.model, drafter_names.get(name)) for name, d in drafters.items()}
@@ -178,7 +223,7 @@ def build_meta(target, drafters: dict[str, DrafterModel], config: SweepConfig, p
             "prompt_ids": [p.id for p in prompts],
             "prompt_hashes": {p.id: prompt_hash(p) for p in prompts},
             "categories": list(dict.fromkeys(p.category for p in prompts)),
-            "costs_method": COSTS_METHOD,  # how c, v(k) and u(n) were measured (speed/costs.py)
+            "costs_method": COSTS_METHOD,  # how c, v(k) and u(n) were measured (bench/costs.py)
         },
     }
 
@@ -191,9 +236,13 @@ def where_and_when(command: str) -> dict:
 
     return {
         "specbench_version": __version__,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": command,
-        "versions": {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__},
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+        },
         "machine": {
             "platform": platform.platform(),
             "processor": platform.processor() or platform.machine(),

@@ -70,7 +70,9 @@ class SweepConfig:
     measure: str = "best"  # timed runs: "best" predicted gamma per drafter x policy, "all", or gammas "2,5"
     measure_per_category: int = 0  # time runs on the first N prompts of each category; 0: all prompts
     drafter_models: tuple[str, ...] = ("",)  # names of the drafter models compared; ("",): one, and labels stay bare
-    translated: tuple[str, ...] = ()  # the drafter models with another tokenizer than the target's (set from the loaded models)
+    translated: tuple[
+        str, ...
+    ] = ()  # the drafter models with another tokenizer than the target's (set from the loaded models)
     hf_refuses: tuple[str, ...] = ()  # of those, the ones without an hf-universal baseline (why_no_hf_universal)
 
     def __post_init__(self) -> None:
@@ -108,7 +110,9 @@ def measured_gammas(config: SweepConfig) -> tuple[int, ...] | None:
         raise SweepError(f"bad --measure {config.measure!r}: use best, all, or gammas such as 2,5") from None
     outside = [g for g in gammas if g not in config.gammas]
     if outside:
-        raise SweepError(f"--measure {config.measure}: gamma {outside[0]} is not in the sweep's gammas {list(config.gammas)}")
+        raise SweepError(
+            f"--measure {config.measure}: gamma {outside[0]} is not in the sweep's gammas {list(config.gammas)}"
+        )
     return gammas
 
 
@@ -148,7 +152,9 @@ def check_drafter_names(labels: tuple[str, ...], model_names: tuple[str, ...] = 
         if name and not uses_model(kind):
             raise SweepError(f"drafter {label!r}: {kind} runs no drafter model to name")
         if uses_model(kind) and name not in model_names:
-            raise SweepError(f"drafter {label!r}: no drafter model {name!r} in this sweep ({', '.join(map(repr, model_names))})")
+            raise SweepError(
+                f"drafter {label!r}: no drafter model {name!r} in this sweep ({', '.join(map(repr, model_names))})"
+            )
 
 
 def label_uses_model(label: str) -> bool:
@@ -169,7 +175,9 @@ def has_own_hf_counterpart(drafter: str) -> bool:
 def needs_drafter_model(config: SweepConfig) -> bool:
     """Whether the sweep drafts with the drafter model: the model drafter, or hf-assisted
     beside a drafter with no HF counterpart of its own (the model drafter, ngram)."""
-    return drafts_with_model(config) or (config.hf_assisted and not all(has_own_hf_counterpart(d) for d in config.drafters))
+    return drafts_with_model(config) or (
+        config.hf_assisted and not all(has_own_hf_counterpart(d) for d in config.drafters)
+    )
 
 
 def predicted(config: SweepConfig, drafter: str) -> bool:
@@ -194,7 +202,9 @@ def hf_counterparts(config: SweepConfig, has_drafter_model: bool) -> list[tuple[
     return found
 
 
-def generation_config(config: SweepConfig, eos_token_ids: tuple[int, ...], repeat: int = 0, max_new_tokens: int | None = None) -> GenerationConfig:
+def generation_config(
+    config: SweepConfig, eos_token_ids: tuple[int, ...], repeat: int = 0, max_new_tokens: int | None = None
+) -> GenerationConfig:
     """The settings of one run (repeat r uses seed + r); a bad value raises SweepError."""
     with reraise_as(SweepError):
         return GenerationConfig(
@@ -221,7 +231,16 @@ class PlannedRun:
 
     @property
     def key(self) -> tuple[str, ...]:
-        return run_key(self.source, self.method, self.drafter, self.policy, self.gamma, self.temperature, self.prompt.id, self.repeat)
+        return run_key(
+            self.source,
+            self.method,
+            self.drafter,
+            self.policy,
+            self.gamma,
+            self.temperature,
+            self.prompt.id,
+            self.repeat,
+        )
 
 
 def profile_plan(config: SweepConfig, prompts: list[Prompt], *, has_drafter_model: bool = True) -> list[PlannedRun]:
@@ -230,15 +249,34 @@ def profile_plan(config: SweepConfig, prompts: list[Prompt], *, has_drafter_mode
     costs are in, per repeat and prompt a predicted run of every drafter x policy x gamma and
     each drafter's oracle (up to oracle_gamma), priced with the pooled costs. A drafter
     that needs the drafter model is predicted only when there is one."""
-    plan = [PlannedRun(BASELINE_METHOD, "", "", None, config.temperature, prompt, repeat, PROFILE) for repeat in range(config.repeats) for prompt in prompts]
+    plan = [
+        PlannedRun(BASELINE_METHOD, "", "", None, config.temperature, prompt, repeat, PROFILE)
+        for repeat in range(config.repeats)
+        for prompt in prompts
+    ]
     for repeat in range(config.repeats):
         for prompt in prompts:
-            drafters = [d for d in config.drafters if (has_drafter_model or not label_uses_model(d)) and predicted(config, d)]
+            drafters = [
+                d for d in config.drafters if (has_drafter_model or not label_uses_model(d)) and predicted(config, d)
+            ]
             for drafter in drafters:
                 for gamma in config.gammas:
                     for policy in config.policies:
-                        plan.append(PlannedRun(SPECBENCH, drafter, policy, gamma, config.temperature, prompt, repeat, PREDICTED))
-                plan.append(PlannedRun(SPECBENCH, drafter, ORACLE_POLICY, oracle_gamma(config), config.temperature, prompt, repeat, PREDICTED))
+                        plan.append(
+                            PlannedRun(SPECBENCH, drafter, policy, gamma, config.temperature, prompt, repeat, PREDICTED)
+                        )
+                plan.append(
+                    PlannedRun(
+                        SPECBENCH,
+                        drafter,
+                        ORACLE_POLICY,
+                        oracle_gamma(config),
+                        config.temperature,
+                        prompt,
+                        repeat,
+                        PREDICTED,
+                    )
+                )
     return plan
 
 
@@ -263,7 +301,13 @@ def measured_prompts(config: SweepConfig, prompts: list[Prompt]) -> list[Prompt]
     return chosen
 
 
-def measure_plan(config: SweepConfig, prompts: list[Prompt], gammas: dict[tuple[str, str], tuple[int, ...]], *, has_drafter_model: bool = True) -> list[PlannedRun]:
+def measure_plan(
+    config: SweepConfig,
+    prompts: list[Prompt],
+    gammas: dict[tuple[str, str], tuple[int, ...]],
+    *,
+    has_drafter_model: bool = True,
+) -> list[PlannedRun]:
     """Phase 2: per repeat and measured prompt, a plain run again (the baseline of the block's
     measured speedups, timed beside them so that drift since phase 1 hits all alike), then
     each drafter x policy at its gammas (gammas[(drafter, policy)]), then hf-assisted (at each
@@ -278,7 +322,9 @@ def measure_plan(config: SweepConfig, prompts: list[Prompt], gammas: dict[tuple[
     return plan
 
 
-def _measured_block(config: SweepConfig, prompt: Prompt, repeat: int, gammas: dict, has_drafter_model: bool) -> list[PlannedRun]:
+def _measured_block(
+    config: SweepConfig, prompt: Prompt, repeat: int, gammas: dict, has_drafter_model: bool
+) -> list[PlannedRun]:
     block = []
     for drafter in config.drafters:
         if label_uses_model(drafter) and not has_drafter_model:
@@ -306,18 +352,24 @@ def chosen_gammas(config: SweepConfig, predicted_rows) -> dict[tuple[str, str], 
         return {pair: listed for pair in pairs}
     best = best_gammas(summary_frame(predicted_rows)) if len(predicted_rows) else {}
     chosen = {pair: (best[pair],) for pair in pairs if pair in best}
-    chosen.update({(d, p): tuple(config.gammas) for d, p in pairs if not predicted(config, d)})  # measured only: every gamma
+    chosen.update(
+        {(d, p): tuple(config.gammas) for d, p in pairs if not predicted(config, d)}
+    )  # measured only: every gamma
     return chosen
 
 
-def plan_runs(config: SweepConfig, prompts: list[Prompt], *, has_drafter_model: bool = True, gammas: dict | None = None) -> list[PlannedRun]:
+def plan_runs(
+    config: SweepConfig, prompts: list[Prompt], *, has_drafter_model: bool = True, gammas: dict | None = None
+) -> list[PlannedRun]:
     """Both phases' runs in order. Phase 2's gammas come from `gammas` (chosen_gammas), or,
     before phase 1 has run, stand in as the first gamma for "best" (the same number of runs)."""
     if gammas is None:
         listed = measured_gammas(config)
         stand_in = lambda d: listed or ((config.gammas[0],) if predicted(config, d) else tuple(config.gammas))  # noqa: E731
         gammas = {(d, p): stand_in(d) for d in config.drafters for p in config.policies}
-    return profile_plan(config, prompts, has_drafter_model=has_drafter_model) + measure_plan(config, prompts, gammas, has_drafter_model=has_drafter_model)
+    return profile_plan(config, prompts, has_drafter_model=has_drafter_model) + measure_plan(
+        config, prompts, gammas, has_drafter_model=has_drafter_model
+    )
 
 
 def pending_runs(plan: list[PlannedRun], done_rows: list[dict]) -> list[PlannedRun]:

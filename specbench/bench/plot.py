@@ -21,23 +21,23 @@ from matplotlib.figure import Figure
 from specbench.bench.results import (
     BASELINE_METHOD,
     FIXED_POLICY,
-    MODEL_DRAFTER,
     MEASURED,
+    MODEL_DRAFTER,
     ORACLE_POLICY,
     PREDICTED,
     RUNS_CSV,
     ResultsError,
     best_gammas,
-    load_positions,
-    make_dir,
-    position_acceptance,
     config_label,
     estimate_alpha,
     geometric_mean,
     label_parts,
     labels,
+    load_positions,
     load_runs,
+    make_dir,
     plain_and_loop,
+    position_acceptance,
     read_meta,
     speedup_by_category,
     summary_frame,
@@ -62,7 +62,13 @@ PREDICTION_CHARTS = (
     "position_acceptance_by_category.png",
     "category_speedup_predicted.png",
 )  # drawn when a sweep has predicted rows (every sweep since predictions)
-SUPERSEDED = ("acceptance_rate.png", "tokens_per_second.png", "speedup.png", "accepted_length.png", "predicted_speedup.png")
+SUPERSEDED = (
+    "acceptance_rate.png",
+    "tokens_per_second.png",
+    "speedup.png",
+    "accepted_length.png",
+    "predicted_speedup.png",
+)
 # the measured curves over gamma that a sweep with predictions replaces with its PREDICTION_CHARTS
 # (it times a few gammas only, so they would be lone points); its measured rows are drawn there
 POSITION_CHARTS = ("position_acceptance.png", "position_acceptance_by_category.png")  # need positions.csv
@@ -90,7 +96,10 @@ def curves(table: pd.DataFrame, metric: str) -> dict[str, list[tuple[int, float]
     table that have `metric`; labels in alphabetical order."""
     shown = table[(table["method"] != BASELINE_METHOD) & table["gamma"].notna() & table[metric].notna()]
     shown = shown.sort_values("gamma")
-    return {label: list(zip(group["gamma"].astype(int).tolist(), group[metric].tolist())) for label, group in shown.groupby("label", sort=True)}
+    return {
+        label: list(zip(group["gamma"].astype(int).tolist(), group[metric].tolist()))
+        for label, group in shown.groupby("label", sort=True)
+    }
 
 
 def baseline_tokens_per_second(runs: pd.DataFrame) -> float | None:
@@ -152,7 +161,16 @@ def _figure(title: str, subtitle: str, xlabel: str, ylabel: str):
     ax = fig.add_subplot()
     ax.set_title(title, fontsize=13, loc="left")
     if subtitle:
-        fig.text(0.99, 0.01, "\n".join(footer_lines(subtitle)), ha="right", va="bottom", fontsize=7.5, color="0.4", gid="footer")
+        fig.text(
+            0.99,
+            0.01,
+            "\n".join(footer_lines(subtitle)),
+            ha="right",
+            va="bottom",
+            fontsize=7.5,
+            color="0.4",
+            gid="footer",
+        )
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
@@ -184,7 +202,9 @@ def _finish(fig, ax, path: Path, beside: bool = False) -> Path:
     elif handles:
         ax.legend(fontsize=8, loc="best", framealpha=0.85)
     else:
-        ax.text(0.5, 0.5, "nothing to show in these results", ha="center", va="center", transform=ax.transAxes, color="0.4")
+        ax.text(
+            0.5, 0.5, "nothing to show in these results", ha="center", va="center", transform=ax.transAxes, color="0.4"
+        )
     footer = max((t.get_text().count("\n") + 1 for t in fig.texts if t.get_gid() == "footer"), default=1)
     fig.tight_layout(rect=(0, 0.03 * footer, 1, 1))
     fig.savefig(path)
@@ -217,7 +237,9 @@ def chart_tokens_per_second(table, runs, meta, path: Path, subtitle: str) -> Pat
 
 
 def chart_speedup(table, runs, meta, path: Path, subtitle: str) -> Path:
-    fig, ax = _figure("Speedup over plain decoding vs gamma", subtitle, GAMMA_AXIS, "speedup (geometric mean over prompts)")
+    fig, ax = _figure(
+        "Speedup over plain decoding vs gamma", subtitle, GAMMA_AXIS, "speedup (geometric mean over prompts)"
+    )
     _draw_curves(ax, curves(table, "speedup"))
     ax.axhline(1.0, color="black", linestyle="--", linewidth=1.2, label="plain decoding (1.0)")
     _gamma_axis(ax, gamma_span(runs))
@@ -225,7 +247,9 @@ def chart_speedup(table, runs, meta, path: Path, subtitle: str) -> Path:
 
 
 def chart_accepted_length(table, runs, meta, path: Path, subtitle: str) -> Path:
-    fig, ax = _figure("Mean accepted length vs gamma, measured and theory", subtitle, GAMMA_AXIS, "tokens per target forward")
+    fig, ax = _figure(
+        "Mean accepted length vs gamma, measured and theory", subtitle, GAMMA_AXIS, "tokens per target forward"
+    )
     measured = curves(table, "mean_accepted_length")
     colors = {}
     for label, points in measured.items():
@@ -236,7 +260,14 @@ def chart_accepted_length(table, runs, meta, path: Path, subtitle: str) -> Path:
         if alpha is None or not gammas:
             continue
         theory = [expected_tokens_per_round(alpha, g) for g in gammas]
-        ax.plot(gammas, theory, linestyle="--", marker="x", color=colors.get(label), label=f"{label}: (1-a^(γ+1))/(1-a), a={alpha:.2f}")
+        ax.plot(
+            gammas,
+            theory,
+            linestyle="--",
+            marker="x",
+            color=colors.get(label),
+            label=f"{label}: (1-a^(γ+1))/(1-a), a={alpha:.2f}",
+        )
     ax.set_ylim(bottom=0)
     _gamma_axis(ax, gamma_span(runs))
     return _finish(fig, ax, path)
@@ -245,17 +276,36 @@ def chart_accepted_length(table, runs, meta, path: Path, subtitle: str) -> Path:
 def chart_predicted_speedup(table, runs, meta, path: Path, subtitle: str) -> Path:
     costs, (plain, loop) = verify_costs(meta), plain_and_loop(meta)
     note = "v(γ+1) measured" if costs else "v = 1 (not measured)"
-    fig, ax = _figure("Predicted vs measured speedup (model drafter, fixed gamma)", subtitle, GAMMA_AXIS, "speedup over plain decoding")
+    fig, ax = _figure(
+        "Predicted vs measured speedup (model drafter, fixed gamma)",
+        subtitle,
+        GAMMA_AXIS,
+        "speedup over plain decoding",
+    )
     measured = curves(table, "speedup")
     for label, group in theory_groups(runs).items():
         c = group["c"].mean()
         alpha, gammas = fitted_alpha(group), gamma_span(group)
-        if label_parts(group["drafter"].iloc[0])[0] != MODEL_DRAFTER or pd.isna(c) or alpha is None or label not in measured:
+        if (
+            label_parts(group["drafter"].iloc[0])[0] != MODEL_DRAFTER
+            or pd.isna(c)
+            or alpha is None
+            or label not in measured
+        ):
             continue
         xs, ys = zip(*measured[label])
         color = ax.plot(xs, ys, marker="o", label=f"{label} (measured)")[0].get_color()
-        predicted = [plain * predicted_speedup(alpha, g, c, (verify_cost_at(costs, g + 1) or 1.0) + loop) for g in gammas]
-        ax.plot(gammas, predicted, linestyle="--", marker="x", color=color, label=f"{label} (predicted: a={alpha:.2f}, c={c:.2f}, {note})")
+        predicted = [
+            plain * predicted_speedup(alpha, g, c, (verify_cost_at(costs, g + 1) or 1.0) + loop) for g in gammas
+        ]
+        ax.plot(
+            gammas,
+            predicted,
+            linestyle="--",
+            marker="x",
+            color=color,
+            label=f"{label} (predicted: a={alpha:.2f}, c={c:.2f}, {note})",
+        )
     ax.axhline(1.0, color="black", linestyle=":", linewidth=1, label="plain decoding (1.0)")
     _gamma_axis(ax, gamma_span(runs))
     return _finish(fig, ax, path)
@@ -264,7 +314,12 @@ def chart_predicted_speedup(table, runs, meta, path: Path, subtitle: str) -> Pat
 def chart_category_speedup(table, runs, meta, path: Path, subtitle: str) -> Path:
     bars, note = category_bars(runs, table)
     categories = list(bars.columns)
-    fig, ax = _figure(f"Speedup by prompt category (each configuration at its best gamma){note}", subtitle, "prompt category", "speedup (geometric mean over prompts)")
+    fig, ax = _figure(
+        f"Speedup by prompt category (each configuration at its best gamma){note}",
+        subtitle,
+        "prompt category",
+        "speedup (geometric mean over prompts)",
+    )
     width = 0.8 / max(1, len(bars))
     for i, (label, values) in enumerate(bars.iterrows()):
         xs = [j + (i - (len(bars) - 1) / 2) * width for j in range(len(categories))]
@@ -281,13 +336,21 @@ def model_points(runs: pd.DataFrame) -> dict[str, list[tuple[float, float]]]:
     """label -> [(modelled, measured speedup)] per run that has both (specbench runs)."""
     both = runs[(runs["predicted_speedup"] > 0) & (runs["speedup"] > 0)]
     both = both.assign(label=labels(both, with_gamma=True))
-    return {label: list(zip(group["predicted_speedup"].tolist(), group["speedup"].tolist())) for label, group in both.groupby("label", sort=False)}
+    return {
+        label: list(zip(group["predicted_speedup"].tolist(), group["speedup"].tolist()))
+        for label, group in both.groupby("label", sort=False)
+    }
 
 
 def chart_model_vs_measured(table, runs, meta, path: Path, subtitle: str) -> Path:
     """Each run's measured speedup against the walltime model of its own rounds
     (sweep.predicted_speedup: the sweep's c and v(k) in target steps t(1)); the band is +-10%."""
-    fig, ax = _figure("Measured speedup vs the walltime model, per run", subtitle, "modelled: tokens x plain step / sum over rounds of (k c + v(k+1) + loop), in target steps t(1)", "measured speedup over plain decoding")
+    fig, ax = _figure(
+        "Measured speedup vs the walltime model, per run",
+        subtitle,
+        "modelled: tokens x plain step / sum over rounds of (k c + v(k+1) + loop), in target steps t(1)",
+        "measured speedup over plain decoding",
+    )
     points = model_points(runs)
     for label, pairs in points.items():
         xs, ys = zip(*pairs)
@@ -297,13 +360,23 @@ def chart_model_vs_measured(table, runs, meta, path: Path, subtitle: str) -> Pat
         top = max(max(max(p) for p in pairs) for pairs in points.values()) * 1.05
         line = [0, top]
         ax.plot(line, line, color="black", linewidth=1, label="measured = modelled")
-        ax.fill_between(line, [0.9 * v for v in line], [1.1 * v for v in line], color="0.5", alpha=0.15, label="within 10%")
+        ax.fill_between(
+            line, [0.9 * v for v in line], [1.1 * v for v in line], color="0.5", alpha=0.15, label="within 10%"
+        )
         ax.set_xlim(0, top)
         ax.set_ylim(0, top)
     return _finish(fig, ax, path)
 
 
-DRAWERS = (chart_acceptance, chart_tokens_per_second, chart_speedup, chart_accepted_length, chart_predicted_speedup, chart_category_speedup, chart_model_vs_measured)
+DRAWERS = (
+    chart_acceptance,
+    chart_tokens_per_second,
+    chart_speedup,
+    chart_accepted_length,
+    chart_predicted_speedup,
+    chart_category_speedup,
+    chart_model_vs_measured,
+)
 
 
 def describe(meta: dict, runs: pd.DataFrame) -> str:
@@ -325,7 +398,9 @@ def describe(meta: dict, runs: pd.DataFrame) -> str:
     parts.append(describe_c(meta))
     costs = (meta.get("repriced") or {}).get("costs_from")  # `specbench predict --costs`: whose costs priced it
     if costs is not None:
-        parts.append(f"priced with costs measured {(costs.get('created') or '')[:10]} on {((costs.get('machine') or {}).get('cpu') or {}).get('model') or 'another machine'}")
+        parts.append(
+            f"priced with costs measured {(costs.get('created') or '')[:10]} on {((costs.get('machine') or {}).get('cpu') or {}).get('model') or 'another machine'}"
+        )
     return " · ".join(part for part in parts if part)
 
 
@@ -334,7 +409,9 @@ def describe_c(meta: dict) -> str:
     with their range) or its one measurement. A sweep written before pricing was pooled has
     no costs_pooled and priced each prompt with its own c: the range is what it used."""
     blocks = meta.get("costs_by_block") or {}
-    first_model = label_parts(next(iter(blocks), ""))[1]  # a block's key names its model as a label does; meta's c is the first's
+    first_model = label_parts(next(iter(blocks), ""))[
+        1
+    ]  # a block's key names its model as a label does; meta's c is the first's
     cs = [m["c"] for key, m in blocks.items() if label_parts(key)[1] == first_model and m.get("c") is not None]
     spread, c = (f"{min(cs):.3f} to {max(cs):.3f}" if cs else ""), f"c{f' of {first_model}' if first_model else ''}"
     if meta.get("costs_pooled", 1) > 1 and meta.get("c") is not None and spread:
@@ -365,7 +442,11 @@ def _plot_results(directory: Path, out_dir: Path | None) -> list[Path]:
     paths = []
     if len(runs):
         table = summary_frame(runs)
-        paths += [draw(table, runs, meta, out_dir / name, subtitle) for draw, name in zip(DRAWERS, CHARTS) if not (predicted and name in SUPERSEDED)]
+        paths += [
+            draw(table, runs, meta, out_dir / name, subtitle)
+            for draw, name in zip(DRAWERS, CHARTS)
+            if not (predicted and name in SUPERSEDED)
+        ]
     if predicted:
         paths += prediction_charts(every, load_positions(directory), out_dir, subtitle)
     return paths
@@ -375,14 +456,39 @@ def prediction_charts(every: pd.DataFrame, positions: pd.DataFrame, out_dir: Pat
     """The PREDICTION_CHARTS of a sweep with predictions (all its rows, every source), in that
     order; the POSITION_CHARTS are left out when there are no positions."""
     table = summary_frame(every)
-    acceptance, length, speedup, by_position, by_category, category_speedup = (out_dir / name for name in PREDICTION_CHARTS)
+    acceptance, length, speedup, by_position, by_category, category_speedup = (
+        out_dir / name for name in PREDICTION_CHARTS
+    )
     paths = [
-        chart_gamma_metric(table, "acceptance_rate", "acceptance_lo", "acceptance_hi", "Acceptance rate vs gamma", "accepted / drafted (pooled over tokens)", acceptance, subtitle, ylim=(0, 1.02)),
-        chart_gamma_metric(table, "mean_accepted_length", None, None, "Tokens per target forward vs gamma", "mean accepted length (accepted drafts + 1)", length, subtitle, ylim=(0, None)),
+        chart_gamma_metric(
+            table,
+            "acceptance_rate",
+            "acceptance_lo",
+            "acceptance_hi",
+            "Acceptance rate vs gamma",
+            "accepted / drafted (pooled over tokens)",
+            acceptance,
+            subtitle,
+            ylim=(0, 1.02),
+        ),
+        chart_gamma_metric(
+            table,
+            "mean_accepted_length",
+            None,
+            None,
+            "Tokens per target forward vs gamma",
+            "mean accepted length (accepted drafts + 1)",
+            length,
+            subtitle,
+            ylim=(0, None),
+        ),
         chart_speedup_vs_gamma(table, speedup, subtitle),
-    ]  # fmt: skip
+    ]
     if len(positions):
-        paths += [chart_positions(positions, by_position, subtitle), chart_positions_by_category(positions, by_category, subtitle)]
+        paths += [
+            chart_positions(positions, by_position, subtitle),
+            chart_positions_by_category(positions, by_category, subtitle),
+        ]
     paths.append(chart_category_predicted(table, every, category_speedup, subtitle))
     return paths
 
@@ -396,26 +502,60 @@ def _configurations(table: pd.DataFrame) -> list[tuple[str, str]]:
     return sorted(set(zip(spec["drafter"], spec["policy"])))
 
 
-def chart_gamma_metric(table, metric: str, lo: str | None, hi: str | None, title: str, ylabel: str, path: Path, subtitle: str, references: bool = False, ylim=(None, None)) -> Path:
+def chart_gamma_metric(
+    table,
+    metric: str,
+    lo: str | None,
+    hi: str | None,
+    title: str,
+    ylabel: str,
+    path: Path,
+    subtitle: str,
+    references: bool = False,
+    ylim=(None, None),
+) -> Path:
     """metric vs gamma: one predicted line per drafter x policy (its 95% bootstrap band over
     prompts shaded), the measured points of the same configuration on it (with intervals)."""
     fig, ax = _figure(title, subtitle, GAMMA_AXIS, ylabel)
     colors = {}
     for i, (drafter, policy) in enumerate(_configurations(table)):
         color = colors.setdefault((drafter, policy), f"C{i % 10}")
-        rows = table[(table["method"] == "specbench") & (table["drafter"] == drafter) & (table["policy"] == policy) & table[metric].notna()]
+        rows = table[
+            (table["method"] == "specbench")
+            & (table["drafter"] == drafter)
+            & (table["policy"] == policy)
+            & table[metric].notna()
+        ]
         predicted = rows[rows["source"] == PREDICTED].sort_values("gamma")
         if len(predicted):
             dot = "D" if len(predicted) == 1 else None  # a line through one point draws nothing
-            ax.plot(predicted["gamma"], predicted[metric], color=color, marker=dot, markersize=4, label=f"{drafter} / {policy} (predicted)")
+            ax.plot(
+                predicted["gamma"],
+                predicted[metric],
+                color=color,
+                marker=dot,
+                markersize=4,
+                label=f"{drafter} / {policy} (predicted)",
+            )
             if lo and predicted[lo].notna().any():
                 ax.fill_between(predicted["gamma"], predicted[lo], predicted[hi], color=color, alpha=0.15)
         measured = rows[rows["source"] == MEASURED].sort_values("gamma")
         if len(measured):
             errors = None
             if lo:  # no bar where a point has no interval (fewer than 2 prompts)
-                errors = [(measured[metric] - measured[lo]).clip(lower=0).fillna(0), (measured[hi] - measured[metric]).clip(lower=0).fillna(0)]
-            ax.errorbar(measured["gamma"], measured[metric], yerr=errors, fmt="o", color=color, capsize=3, label=f"{drafter} / {policy} (measured)")
+                errors = [
+                    (measured[metric] - measured[lo]).clip(lower=0).fillna(0),
+                    (measured[hi] - measured[metric]).clip(lower=0).fillna(0),
+                ]
+            ax.errorbar(
+                measured["gamma"],
+                measured[metric],
+                yerr=errors,
+                fmt="o",
+                color=color,
+                capsize=3,
+                label=f"{drafter} / {policy} (measured)",
+            )
     if references:
         _reference_lines(ax, table)
     ax.set_ylim(*ylim)
@@ -427,7 +567,17 @@ def chart_speedup_vs_gamma(table, path: Path, subtitle: str) -> Path:
     """Geometric-mean speedup vs gamma, predicted lines and measured points as in
     chart_gamma_metric; plain = 1, HF's runs with their own defaults (measured) and each
     drafter's oracle (predicted, drafting exactly what is accepted) as horizontal lines."""
-    return chart_gamma_metric(table, "speedup", "speedup_lo", "speedup_hi", "Speedup over plain decoding vs gamma", "speedup (geometric mean over prompts)", path, subtitle, references=True)
+    return chart_gamma_metric(
+        table,
+        "speedup",
+        "speedup_lo",
+        "speedup_hi",
+        "Speedup over plain decoding vs gamma",
+        "speedup (geometric mean over prompts)",
+        path,
+        subtitle,
+        references=True,
+    )
 
 
 HF_DASHES = ("--", "-.", (0, (6, 2, 1, 2, 1, 2)), (0, (1, 1.5)))  # one per HF line, so that two stay apart
@@ -436,13 +586,30 @@ HF_SETTINGS = {"hf-defaults": "its defaults", "hf-defaults-stock-kernels": "its 
 
 def _reference_lines(ax, table) -> None:
     ax.axhline(1.0, color="0.3", linewidth=1, label="plain decoding")
-    hf = table[table["method"].str.startswith("hf-") & (table["source"] == MEASURED) & table["gamma"].isna() & table["speedup"].notna()]
+    hf = table[
+        table["method"].str.startswith("hf-")
+        & (table["source"] == MEASURED)
+        & table["gamma"].isna()
+        & table["speedup"].notna()
+    ]
     for i, (_, row) in enumerate(hf.iterrows()):
         label = hf_line_label(row["method"], row["drafter"], row["policy"])
-        ax.axhline(row["speedup"], color="0.4", linestyle=HF_DASHES[i % len(HF_DASHES)], linewidth=1.2, label=f"{label} ({row['speedup']:.2f}×)")
+        ax.axhline(
+            row["speedup"],
+            color="0.4",
+            linestyle=HF_DASHES[i % len(HF_DASHES)],
+            linewidth=1.2,
+            label=f"{label} ({row['speedup']:.2f}×)",
+        )
     oracle = table[(table["policy"] == ORACLE_POLICY) & (table["source"] == PREDICTED) & table["speedup"].notna()]
     for i, (_, row) in enumerate(oracle.iterrows()):
-        ax.axhline(row["speedup"], color=f"C{(i + 5) % 10}", linestyle=":", linewidth=1.4, label=f"oracle, {row['drafter']} drafter ({row['speedup']:.2f}×)")
+        ax.axhline(
+            row["speedup"],
+            color=f"C{(i + 5) % 10}",
+            linestyle=":",
+            linewidth=1.4,
+            label=f"oracle, {row['drafter']} drafter ({row['speedup']:.2f}×)",
+        )
 
 
 def hf_line_label(method: str, drafter: str, policy: str) -> str:
@@ -475,13 +642,26 @@ def chart_positions(positions: pd.DataFrame, path: Path, subtitle: str) -> Path:
     """Acceptance at each draft position given the drafts before it were accepted (pooled
     over prompts): one predicted line per drafter (position_rows: the fixed policy at its
     largest gamma), the measured points of the same runs in the same colour."""
-    fig, ax = _figure("Acceptance by draft position", subtitle, "draft position i in a round", "P(draft i accepted | drafts 1..i-1 accepted)")
+    fig, ax = _figure(
+        "Acceptance by draft position",
+        subtitle,
+        "draft position i in a round",
+        "P(draft i accepted | drafts 1..i-1 accepted)",
+    )
     table = position_acceptance(position_rows(positions))
-    for i, ((drafter, policy, gamma), group) in enumerate(table.groupby(["drafter", "policy", "gamma"], sort=True, dropna=False)):
+    for i, ((drafter, policy, gamma), group) in enumerate(
+        table.groupby(["drafter", "policy", "gamma"], sort=True, dropna=False)
+    ):
         label = _position_label(drafter, policy, gamma)
         predicted, measured = group[group["source"] == PREDICTED], group[group["source"] == MEASURED]
         if len(predicted):
-            ax.plot(predicted["position"], predicted["acceptance"], color=f"C{i % 10}", marker=".", label=f"{label} (predicted)")
+            ax.plot(
+                predicted["position"],
+                predicted["acceptance"],
+                color=f"C{i % 10}",
+                marker=".",
+                label=f"{label} (predicted)",
+            )
         if len(measured):
             ax.plot(measured["position"], measured["acceptance"], "o", color=f"C{i % 10}", label=f"{label} (measured)")
     ax.set_ylim(0, 1.02)
@@ -492,7 +672,12 @@ def chart_positions(positions: pd.DataFrame, path: Path, subtitle: str) -> Path:
 def chart_positions_by_category(positions: pd.DataFrame, path: Path, subtitle: str) -> Path:
     """chart_positions for one drafter (the model drafter when there is one), one line per
     prompt category (predicted rows; measured ones when nothing was predicted)."""
-    fig, ax = _figure("Acceptance by draft position, per category", subtitle, "draft position i in a round", "P(draft i accepted | drafts 1..i-1 accepted)")
+    fig, ax = _figure(
+        "Acceptance by draft position, per category",
+        subtitle,
+        "draft position i in a round",
+        "P(draft i accepted | drafts 1..i-1 accepted)",
+    )
     rows = position_rows(positions)
     if len(rows):
         rows = rows[rows["source"] == (PREDICTED if (rows["source"] == PREDICTED).any() else MEASURED)]
@@ -503,7 +688,11 @@ def chart_positions_by_category(positions: pd.DataFrame, path: Path, subtitle: s
         for i, category in enumerate(dict.fromkeys(rows["category"])):
             group = table[table["category"] == category]
             ax.plot(group["position"], group["acceptance"], marker=".", color=f"C{i % 10}", label=category)
-        ax.set_title(f"Acceptance by draft position, per category ({_position_label(drafter, rows['policy'].iloc[0], rows['gamma'].iloc[0])})", fontsize=13, loc="left")
+        ax.set_title(
+            f"Acceptance by draft position, per category ({_position_label(drafter, rows['policy'].iloc[0], rows['gamma'].iloc[0])})",
+            fontsize=13,
+            loc="left",
+        )
     ax.set_ylim(0, 1.02)
     ax.xaxis.get_major_locator().set_params(integer=True)
     return _finish(fig, ax, path)
@@ -522,11 +711,21 @@ def chart_category_predicted(table, runs, path: Path, subtitle: str) -> Path:
     predicted gamma (bars), the measured one at that gamma where measured (black dots); the
     fastest MAX_CATEGORY_SERIES configurations, and the title says when others were left out."""
     best, note = category_series(table)
-    fig, ax = _figure(f"Speedup by prompt category, each configuration at its best predicted gamma{note}", subtitle, "", "speedup over plain")
+    fig, ax = _figure(
+        f"Speedup by prompt category, each configuration at its best predicted gamma{note}",
+        subtitle,
+        "",
+        "speedup over plain",
+    )
     categories = list(dict.fromkeys(runs["category"]))
     width = 0.8 / max(1, len(best))
     for i, ((drafter, policy), gamma) in enumerate(best):
-        rows = runs[(runs["method"] == "specbench") & (runs["drafter"] == drafter) & (runs["policy"] == policy) & (runs["gamma"] == gamma)]
+        rows = runs[
+            (runs["method"] == "specbench")
+            & (runs["drafter"] == drafter)
+            & (runs["policy"] == policy)
+            & (runs["gamma"] == gamma)
+        ]
         xs = np.arange(len(categories)) + (i - (len(best) - 1) / 2) * width
         for source, draw in ((PREDICTED, "bar"), (MEASURED, "dot")):
             chosen = rows[rows["source"] == source]

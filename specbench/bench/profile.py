@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import torch
 
-from specbench.bench.results import ORACLE_POLICY  # the policy label of an oracle's predicted rows
 from specbench.bench.replay import (
     REPLICAS,
     Acceptance,
@@ -35,6 +34,7 @@ from specbench.bench.replay import (
     replay,
     replay_sampled,
 )
+from specbench.bench.results import ORACLE_POLICY  # the policy label of an oracle's predicted rows
 from specbench.core.cache import cache_arg, new_cache
 from specbench.core.generate import GenerationConfig, context_limit, rope_boundary
 from specbench.core.sampling import logits_to_probs
@@ -46,9 +46,10 @@ from specbench.policies import make_policy
 from specbench.speed.draft_vocab import path_logits
 
 
-
 @torch.inference_mode()
-def record_path(target, drafter_model, prompt_ids: list[int], output: list[int], gen: GenerationConfig, draft_vocab: int = 0) -> RecordedPath:
+def record_path(
+    target, drafter_model, prompt_ids: list[int], output: list[int], gen: GenerationConfig, draft_vocab: int = 0
+) -> RecordedPath:
     """The path of one prompt: the plain run's output, the drafter's logits along it (when
     a drafter model is given; draft_vocab > 0 computes them as its restricted draft step
     does) and, under sampling, the target's processed rows."""
@@ -59,11 +60,24 @@ def record_path(target, drafter_model, prompt_ids: list[int], output: list[int],
         if not seen:
             draft_logits = torch.zeros(0, output_vocab_size(drafter_model))
         else:
-            draft_logits = path_logits(drafter_model, prompt_ids, seen) if draft_vocab > 0 else teacher_forced_logits(drafter_model, prompt_ids, seen)
+            draft_logits = (
+                path_logits(drafter_model, prompt_ids, seen)
+                if draft_vocab > 0
+                else teacher_forced_logits(drafter_model, prompt_ids, seen)
+            )
     target_probs = None
     if not gen.sampling.greedy:
         target_probs = logits_to_probs(target_path_logits(target, prompt_ids, output).float().cpu(), gen.sampling)
-    return RecordedPath(list(prompt_ids), list(output), gen.sampling, draft_logits, target_probs, context_limit(target), rope_boundary(target), draft_limit)
+    return RecordedPath(
+        list(prompt_ids),
+        list(output),
+        gen.sampling,
+        draft_logits,
+        target_probs,
+        context_limit(target),
+        rope_boundary(target),
+        draft_limit,
+    )
 
 
 def target_path_logits(target, prompt_ids: list[int], output: list[int]) -> torch.Tensor:
@@ -73,7 +87,9 @@ def target_path_logits(target, prompt_ids: list[int], output: list[int]) -> torc
     forward over the whole path at once could round otherwise: fused_step.py)."""
     device = next(target.parameters()).device
     cache = new_cache(target)
-    forward = lambda ids, keep: target(input_ids=torch.tensor([ids], device=device), **cache_arg(target, cache), use_cache=True, logits_to_keep=keep).logits[0]
+    forward = lambda ids, keep: target(
+        input_ids=torch.tensor([ids], device=device), **cache_arg(target, cache), use_cache=True, logits_to_keep=keep
+    ).logits[0]
     rows = [forward(list(prompt_ids), 1)]
     if len(output) > 1:
         rows.append(forward(list(output[:-1]), len(output) - 1))
@@ -92,7 +108,9 @@ def teacher_forced_logits(model, prompt_ids: list[int], output: list[int]) -> to
     restricted draft step (draft_vocab.path_logits) computes every row as a one-row step."""
     device = next(model.parameters()).device
     cache = new_cache(model)
-    step = lambda ids: model(input_ids=torch.tensor([ids], device=device), **cache_arg(model, cache), use_cache=True, logits_to_keep=1).logits[0, -1]
+    step = lambda ids: model(
+        input_ids=torch.tensor([ids], device=device), **cache_arg(model, cache), use_cache=True, logits_to_keep=1
+    ).logits[0, -1]
     rows = [step(list(prompt_ids))]
     rows += [step([token]) for token in output[:-1]]
     return torch.stack(rows).float().cpu()
@@ -107,14 +125,25 @@ class Prediction:
     positions: dict[int, tuple[float, float]]  # position_counts, averaged over replays
 
 
-def predict(path: RecordedPath, drafter: str, policy: str, gamma: int, gen: GenerationConfig, *, costs=None, draft_vocab: int = 0) -> Prediction:
+def predict(
+    path: RecordedPath,
+    drafter: str,
+    policy: str,
+    gamma: int,
+    gen: GenerationConfig,
+    *,
+    costs=None,
+    draft_vocab: int = 0,
+) -> Prediction:
     """Replay `drafter` with `policy` at `gamma` (policy ORACLE_POLICY: the oracle, drafting
     up to gamma) on the path. costs feed the cost policy, as in a real run."""
 
     def make(acceptance: Acceptance):
         made = _drafter(path, drafter, gen, draft_vocab)
         if policy == ORACLE_POLICY:
-            return OracleDrafter(made, acceptance, len(path.prompt_ids), oracle_pays(costs)), make_policy("fixed", gamma)
+            return OracleDrafter(made, acceptance, len(path.prompt_ids), oracle_pays(costs)), make_policy(
+                "fixed", gamma
+            )
         return made, make_policy(policy, gamma, costs=costs)
 
     if gen.sampling.greedy:
@@ -135,7 +164,9 @@ def oracle_pays(costs) -> Callable[[int, int], bool] | None:
     if costs is None or not costs.verify_cost or costs.c is None:
         return None
     loop = costs.loop()
-    return lambda k, forwards: costs.c * forwards + verify_cost_at(costs.verify_cost, k + 1) + loop < (k + 1) * (1 + loop)
+    return lambda k, forwards: (
+        costs.c * forwards + verify_cost_at(costs.verify_cost, k + 1) + loop < (k + 1) * (1 + loop)
+    )
 
 
 def _drafter(path: RecordedPath, name: str, gen: GenerationConfig, draft_vocab: int):

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+
 from specbench.errors import PromptError
 
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompt_sets"
@@ -78,10 +79,16 @@ def parse_prompt(data: object, where: str, line: int = 1) -> Prompt:
     elif "turns" not in data and (key := next((k for k in TEXT_KEYS if isinstance(data.get(k), str)), None)):
         if not data[key].strip():
             raise PromptError(f"{where}: '{key}' is empty")
-        text = data[key] + (f"\n\n{data['input']}" if key == "instruction" and isinstance(data.get("input"), str) and data["input"].strip() else "")
+        text = data[key] + (
+            f"\n\n{data['input']}"
+            if key == "instruction" and isinstance(data.get("input"), str) and data["input"].strip()
+            else ""
+        )
         data = {**data, "turns": [text]}
     if not data.get("turns"):
-        raise PromptError(f"{where}: needs 'turns' (a non-empty list of strings), 'messages', or a prompt string ({', '.join(TEXT_KEYS)})")
+        raise PromptError(
+            f"{where}: needs 'turns' (a non-empty list of strings), 'messages', or a prompt string ({', '.join(TEXT_KEYS)})"
+        )
     turns = _strings([data["turns"]] if isinstance(data["turns"], str) else data["turns"], "turns", where)
     replies = _strings(data.get("replies", []), "replies", where)
     if replies and len(replies) != len(turns) - 1:
@@ -96,8 +103,10 @@ def _from_messages(messages: object, where: str) -> dict:
     """Chat messages -> {"turns", "replies", "system"}: an optional system message first, then
     user and assistant messages alternating from the user's; a trailing assistant message (the
     reference answer) is dropped."""
-    if not isinstance(messages, list) or not all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages):
-        raise PromptError(f"{where}: 'messages' must be a list of {{\"role\": ..., \"content\": \"...\"}} objects")
+    if not isinstance(messages, list) or not all(
+        isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages
+    ):
+        raise PromptError(f'{where}: \'messages\' must be a list of {{"role": ..., "content": "..."}} objects')
     roles = [m.get("role") for m in messages]
     system = messages[0]["content"] if roles[:1] == ["system"] else ""
     chat = messages[1:] if system else messages
@@ -105,7 +114,9 @@ def _from_messages(messages: object, where: str) -> dict:
         chat = chat[:-1]
     expected = ["user", "assistant"] * len(chat)
     if not chat or [m.get("role") for m in chat] != expected[: len(chat)] or len(chat) % 2 == 0:
-        raise PromptError(f"{where}: 'messages' must alternate user and assistant, from a user message to a user message (after an optional system message)")
+        raise PromptError(
+            f"{where}: 'messages' must alternate user and assistant, from a user message to a user message (after an optional system message)"
+        )
     return {"turns": [m["content"] for m in chat[::2]], "replies": [m["content"] for m in chat[1::2]], "system": system}
 
 
@@ -136,7 +147,14 @@ def _lines(text: str) -> list[str]:
 
 def parse_text(text: str, source: str) -> list[Prompt]:
     """A plain text file -> one single-turn prompt per non-blank line, named by its number."""
-    return _prompts([(f"{source}:{n}", n, {"prompt": line.strip()}) for n, line in enumerate(_lines(text), start=1) if line.strip()], source)
+    return _prompts(
+        [
+            (f"{source}:{n}", n, {"prompt": line.strip()})
+            for n, line in enumerate(_lines(text), start=1)
+            if line.strip()
+        ],
+        source,
+    )
 
 
 def parse_json(text: str, source: str) -> list[Prompt]:
@@ -188,12 +206,20 @@ def load_prompts(spec: str = DEFAULT_SET, categories: list[str] | tuple[str, ...
     path = resolve_prompt_file(spec)
     suffix = path.suffix.lower()
     if suffix not in (".txt", ".json", *LINES_SUFFIXES):
-        raise PromptError(f"{path}: a {suffix} file is not a prompt file specbench reads: give a .jsonl, .json or .txt file (formats: specbench/bench/prompt_sets/README.md)")
+        raise PromptError(
+            f"{path}: a {suffix} file is not a prompt file specbench reads: give a .jsonl, .json or .txt file (formats: specbench/bench/prompt_sets/README.md)"
+        )
     try:
         text = path.read_text(encoding="utf-8-sig")  # -sig: a byte-order mark is not text
     except (OSError, UnicodeDecodeError) as exc:
         raise PromptError(f"cannot read {path}: {exc}") from None
-    prompts = parse_text(text, str(path)) if suffix == ".txt" else parse_json(text, str(path)) if suffix == ".json" else parse_lines(_lines(text), str(path))
+    prompts = (
+        parse_text(text, str(path))
+        if suffix == ".txt"
+        else parse_json(text, str(path))
+        if suffix == ".json"
+        else parse_lines(_lines(text), str(path))
+    )
     return filter_categories(prompts, categories, str(path))
 
 

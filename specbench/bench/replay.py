@@ -130,7 +130,7 @@ class PathDrafter:
 
     name = "model"
 
-    def __init__(self, path: RecordedPath, vocab: "VocabTracker | None" = None):
+    def __init__(self, path: RecordedPath, vocab: VocabTracker | None = None):
         if path.draft_logits is None:
             raise ValueError("this path was recorded without a drafter model")
         self.path = path
@@ -196,7 +196,11 @@ class PathDrafter:
             logits = self.path.draft_logits[t : t + 1]
             if self.vocab is not None and self.vocab.mask is not None:
                 logits = logits.masked_fill(~self.vocab.mask, float("-inf"))
-            entry = self.path.draft_rows[key] = [logits_to_probs(logits, self.sampling)[0], int(greedy_tokens(logits)[0]), None]
+            entry = self.path.draft_rows[key] = [
+                logits_to_probs(logits, self.sampling)[0],
+                int(greedy_tokens(logits)[0]),
+                None,
+            ]
         probs, argmax, cdf = entry
         if self.sampling.greedy:
             return probs, argmax
@@ -260,7 +264,9 @@ class OracleDrafter:
     pays(k, forwards) says that k drafts from that many drafter forwards cost more than
     they save (profile.oracle_pays; None: always keep them)."""
 
-    def __init__(self, inner: Drafter, acceptance: Acceptance, prompt_len: int, pays: Callable[[int, int], bool] | None = None):
+    def __init__(
+        self, inner: Drafter, acceptance: Acceptance, prompt_len: int, pays: Callable[[int, int], bool] | None = None
+    ):
         self.inner, self.acceptance, self.prompt_len, self.pays = inner, acceptance, prompt_len, pays
         self.name = f"oracle({inner.name})"
 
@@ -285,7 +291,15 @@ class OracleDrafter:
 # ---------------------------------------------------------------------------- the loop
 
 
-def replay(path: RecordedPath, drafter: Drafter, policy: GammaPolicy, config: GenerationConfig, acceptance: Acceptance, *, generator: torch.Generator | None = None) -> GenerationResult:
+def replay(
+    path: RecordedPath,
+    drafter: Drafter,
+    policy: GammaPolicy,
+    config: GenerationConfig,
+    acceptance: Acceptance,
+    *,
+    generator: torch.Generator | None = None,
+) -> GenerationResult:
     """speculative_generate's loop (core/generate.py) on a recorded path: the same first
     pass, room, drafter and policy calls and stop rule; the verify pass is `acceptance`, and
     every token emitted is the path's. Returns the run's stats and StepRecords (no timings)."""
@@ -317,13 +331,30 @@ def replay(path: RecordedPath, drafter: Drafter, policy: GammaPolicy, config: Ge
         stats.add_round(k, n, 0.0, 0.0)
         drafted = draft.tokens.tolist()
         kind = BONUS if n == k else CORRECTION
-        record = StepRecord(stats.rounds, position, gamma, drafted, [None] * k, [], [], n, output_path[position + n], kind, 1.0, [], drafter_feeds=list(draft.feeds), policy_info=policy.info())
+        record = StepRecord(
+            stats.rounds,
+            position,
+            gamma,
+            drafted,
+            [None] * k,
+            [],
+            [],
+            n,
+            output_path[position + n],
+            kind,
+            1.0,
+            [],
+            drafter_feeds=list(draft.feeds),
+            policy_info=policy.info(),
+        )
         reason = emit(record, output_path[position : position + n + 1])
     stats.new_tokens = len(output)
     return GenerationResult(output, stats, steps, reason or "path")
 
 
-def replay_sampled(path: RecordedPath, make: "callable", config: GenerationConfig, replicas: int = REPLICAS, seed: int = 0) -> list[GenerationResult]:
+def replay_sampled(
+    path: RecordedPath, make: callable, config: GenerationConfig, replicas: int = REPLICAS, seed: int = 0
+) -> list[GenerationResult]:
     """`replicas` replays of a sampled path, each with its own uniforms and draws (seeded
     from `seed`). make(acceptance) -> (drafter, policy), fresh for each replay."""
     results = []

@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import csv
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
 
+from specbench.bench.costs import Costs
 from specbench.bench.meta import read_costs_meta, set_sweep_costs, summary_records
 from specbench.bench.plan import label_uses_model
 from specbench.bench.results import (
@@ -51,9 +52,18 @@ from specbench.bench.results import (
     row_key,
     write_meta,
 )
-from specbench.bench.sweep import PATHS_JSONL, ROUNDS_JSONL, baseline_key, baselines_from_rows, costs_key, costs_model, predicted_price, price_blocks, read_rounds
+from specbench.bench.sweep import (
+    PATHS_JSONL,
+    ROUNDS_JSONL,
+    baseline_key,
+    baselines_from_rows,
+    costs_key,
+    costs_model,
+    predicted_price,
+    price_blocks,
+    read_rounds,
+)
 from specbench.errors import ResultsError
-from specbench.speed.costs import Costs
 
 CHOOSE_BY_COSTS = ("cost", ORACLE_POLICY)  # policies whose drafts depend on the costs
 
@@ -64,7 +74,9 @@ class Repriced:
     rows: int  # predicted rows priced
     costs: Costs  # what meta.json reports: the sweep's pool over all blocks, or the file's
     costs_file: Path | None  # None: the sweep's own costs
-    kept_drafts: int  # rows of CHOOSE_BY_COSTS priced again on the drafts the sweep's costs chose (0 with its own costs)
+    kept_drafts: (
+        int  # rows of CHOOSE_BY_COSTS priced again on the drafts the sweep's costs chose (0 with its own costs)
+    )
 
 
 def reprice(results: Path, out_dir: Path, costs_file: Path | None = None, *, command: str = "") -> Repriced:
@@ -78,14 +90,22 @@ def reprice(results: Path, out_dir: Path, costs_file: Path | None = None, *, com
     meta = read_meta(results)
     predicted = [row for row in rows if row["source"] == PREDICTED]
     if not predicted:
-        raise ResultsError(f"{results} has no predicted rows to price (a sweep interrupted before its predictions: --resume it)")
+        raise ResultsError(
+            f"{results} has no predicted rows to price (a sweep interrupted before its predictions: --resume it)"
+        )
     rounds = read_rounds(results)
     unrecorded = [row for row in predicted if row_key(row) not in rounds]
     if unrecorded:
-        raise ResultsError(f"{len(unrecorded)} predicted row(s) of {results} have no rounds in {ROUNDS_JSONL} (rows written by a version before it): run the sweep again to price it")
+        raise ResultsError(
+            f"{len(unrecorded)} predicted row(s) of {results} have no rounds in {ROUNDS_JSONL} (rows written by a version before it): run the sweep again to price it"
+        )
     # 2. the costs of each row
     file_costs, file_meta = read_costs_meta(costs_file) if costs_file is not None else (None, None)
-    costs_of, sweep_costs = _sweep_prices(meta, rows, results) if file_costs is None else _file_prices(file_costs, meta, predicted, costs_file)
+    costs_of, sweep_costs = (
+        _sweep_prices(meta, rows, results)
+        if file_costs is None
+        else _file_prices(file_costs, meta, predicted, costs_file)
+    )
     # 3. the rows, priced; the plain runs they are measured against as they were
     if out_dir.resolve() == results.resolve() or (out_dir / RUNS_CSV).exists():
         raise ResultsError(f"{out_dir} already holds results: choose another --out")
@@ -122,7 +142,9 @@ def _sweep_prices(meta: dict, rows: list[dict], results: Path) -> tuple[Callable
     models = list(sweep.get("drafter_models") or [""])
     per_prompt = sweep.get("costs_per_prompt", True)
     profile = [(row["prompt_id"], int(float(row["repeat"]))) for row in rows if row["source"] == PROFILE]
-    priced, sweep_wide = price_blocks(blocks, {name: [costs_key(p, r, name, per_prompt) for p, r in profile] for name in models})
+    priced, sweep_wide = price_blocks(
+        blocks, {name: [costs_key(p, r, name, per_prompt) for p, r in profile] for name in models}
+    )
 
     def costs_of(row: dict) -> Costs:
         key = costs_key(row["prompt_id"], int(float(row["repeat"])), costs_model(row["drafter"], models[0]), per_prompt)
@@ -140,10 +162,14 @@ def _file_prices(costs: Costs, meta: dict, predicted: list[dict], path: Path) ->
     that drafts with a model priced by costs without a drafter, is refused."""
     models = list((meta.get("sweep") or {}).get("drafter_models") or [""])
     if len(models) > 1:
-        raise ResultsError(f"that sweep compares {len(models)} drafter models, and {path} holds one pair's costs: price it with its own")
+        raise ResultsError(
+            f"that sweep compares {len(models)} drafter models, and {path} holds one pair's costs: price it with its own"
+        )
     drafted = next((row["drafter"] for row in predicted if label_uses_model(row["drafter"])), None)
     if costs.c is None and drafted is not None:
-        raise ResultsError(f"{path} measured no drafter model (no c), and that sweep's {drafted} rows draft with one: measure them with --drafter-model")
+        raise ResultsError(
+            f"{path} measured no drafter model (no c), and that sweep's {drafted} rows draft with one: measure them with --drafter-model"
+        )
     return (lambda _row: costs), costs
 
 
@@ -158,7 +184,15 @@ def _copy_predicted_positions(source: Path, dest: Path) -> None:
         append_positions(dest, rows)
 
 
-def _repriced_meta(meta: dict, rows: list[dict], costs: Costs, results: Path, costs_file: Path | None, file_meta: dict | None, command: str) -> dict:
+def _repriced_meta(
+    meta: dict,
+    rows: list[dict],
+    costs: Costs,
+    results: Path,
+    costs_file: Path | None,
+    file_meta: dict | None,
+    command: str,
+) -> dict:
     """The sweep's meta.json for the priced rows: the costs that priced them (a costs file's
     in place of the sweep's, its blocks dropped), the summary of the rows, no measured
     checks, and `repriced`: from where, with which costs, when."""
@@ -170,7 +204,15 @@ def _repriced_meta(meta: dict, rows: list[dict], costs: Costs, results: Path, co
         repriced.pop("costs_by_block", None)
         set_sweep_costs(repriced, costs, 1)
         keys = ("created", "command", "machine", "versions", "models", "costs_settings")
-        origin = {"results": str(results), "costs": str(costs_file), "costs_from": {k: file_meta.get(k) for k in keys if k in file_meta}}
+        origin = {
+            "results": str(results),
+            "costs": str(costs_file),
+            "costs_from": {k: file_meta.get(k) for k in keys if k in file_meta},
+        }
     repriced["summary"] = summary_records(rows)
-    repriced["repriced"] = {**origin, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command}
+    repriced["repriced"] = {
+        **origin,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": command,
+    }
     return repriced

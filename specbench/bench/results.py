@@ -33,8 +33,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specbench.errors import OptionError as GammaRangeError, ResultsError
 from specbench.core.stats import expected_tokens_per_round
+from specbench.errors import OptionError as GammaRangeError
+from specbench.errors import ResultsError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -46,18 +47,55 @@ STEPS_JSONL = "steps.jsonl"
 
 # the columns DESIGN.md promises, then extra detail
 REQUIRED_COLUMNS = (
-    "method", "drafter", "policy", "gamma", "temperature", "prompt_id", "category", "repeat",
-    "new_tokens", "drafted", "accepted", "acceptance_rate", "mean_accepted_length",
-    "target_forwards", "tokens_per_second", "speedup", "c", "identical_to_baseline",
-)  # fmt: skip
+    "method",
+    "drafter",
+    "policy",
+    "gamma",
+    "temperature",
+    "prompt_id",
+    "category",
+    "repeat",
+    "new_tokens",
+    "drafted",
+    "accepted",
+    "acceptance_rate",
+    "mean_accepted_length",
+    "target_forwards",
+    "tokens_per_second",
+    "speedup",
+    "c",
+    "identical_to_baseline",
+)
 EXTRA_COLUMNS = (
-    "rounds", "first_pass_tokens", "prompt_tokens", "prefill_seconds", "decode_seconds",
-    "draft_seconds", "verify_seconds", "stop_reason", "seed", "output_hash", "predicted_speedup",
+    "rounds",
+    "first_pass_tokens",
+    "prompt_tokens",
+    "prefill_seconds",
+    "decode_seconds",
+    "draft_seconds",
+    "verify_seconds",
+    "stop_reason",
+    "seed",
+    "output_hash",
+    "predicted_speedup",
     "source",
-)  # fmt: skip
+)
 COLUMNS = REQUIRED_COLUMNS + EXTRA_COLUMNS
 KEY_COLUMNS = ("source", "method", "drafter", "policy", "gamma", "temperature", "prompt_id", "repeat")
-POSITION_COLUMNS = ("source", "method", "drafter", "policy", "gamma", "temperature", "prompt_id", "category", "repeat", "position", "reached", "accepted")
+POSITION_COLUMNS = (
+    "source",
+    "method",
+    "drafter",
+    "policy",
+    "gamma",
+    "temperature",
+    "prompt_id",
+    "category",
+    "repeat",
+    "position",
+    "reached",
+    "accepted",
+)
 POSITION_NUMBERS = ("gamma", "temperature", "repeat", "position", "reached", "accepted")  # the rest is text
 MEASURED, PREDICTED, PROFILE = "measured", "predicted", "profile"
 ORACLE_POLICY = "oracle"  # profile.py's label for the bound of every policy over a drafter
@@ -97,7 +135,7 @@ def label_parts(label: str) -> tuple[str, str]:
 
 
 def parse_gammas(text: str) -> list[int]:
-    """"4" -> [4]; "1..4" -> [1, 2, 3, 4]; "1,2,4" and "1..3,8" work too. Sorted, no repeats."""
+    """ "4" -> [4]; "1..4" -> [1, 2, 3, 4]; "1,2,4" and "1..3,8" work too. Sorted, no repeats."""
     gammas: set[int] = set()
     for part in str(text).split(","):
         part = part.strip()
@@ -125,10 +163,21 @@ def _gamma_number(token: str, text: str) -> int:
 # ---------------------------------------------------------------------------- keys and cells
 
 
-def run_key(source: str, method: str, drafter: str, policy: str, gamma, temperature, prompt_id: str, repeat) -> tuple[str, ...]:
+def run_key(
+    source: str, method: str, drafter: str, policy: str, gamma, temperature, prompt_id: str, repeat
+) -> tuple[str, ...]:
     """The identity of one run, normalised so that a row read back from CSV matches its plan."""
     gamma_cell = "" if gamma in (None, "") else str(int(float(gamma)))
-    return (source or MEASURED, method, drafter or "", policy or "", gamma_cell, f"{float(temperature):g}", str(prompt_id), str(int(float(repeat))))
+    return (
+        source or MEASURED,
+        method,
+        drafter or "",
+        policy or "",
+        gamma_cell,
+        f"{float(temperature):g}",
+        str(prompt_id),
+        str(int(float(repeat))),
+    )
 
 
 def row_key(row: dict) -> tuple[str, ...]:
@@ -166,7 +215,9 @@ def append_row(path: Path, row: dict) -> None:
         with open(path, newline="", encoding="utf-8") as handle:
             columns = next(csv.reader(handle), None) or columns
         if "source" not in columns and (row.get("source") or MEASURED) != MEASURED:
-            raise ResultsError(f"{path} was begun before predictions (no source column): {row.get('source')} rows would read as measured; write them to a new directory")
+            raise ResultsError(
+                f"{path} was begun before predictions (no source column): {row.get('source')} rows would read as measured; write them to a new directory"
+            )
     with open(path, "a", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
         if new:
@@ -241,7 +292,15 @@ def _read_cells(path: Path) -> pd.DataFrame:
     if not path.is_file():
         raise ResultsError(f"no {path.name} in {path.parent} (is it a sweep's results directory?)")
     try:
-        cells = pd.read_csv(path, dtype=str, keep_default_na=False, engine="python", on_bad_lines="skip", index_col=False, encoding="utf-8")
+        cells = pd.read_csv(
+            path,
+            dtype=str,
+            keep_default_na=False,
+            engine="python",
+            on_bad_lines="skip",
+            index_col=False,
+            encoding="utf-8",
+        )
     except pd.errors.EmptyDataError:
         cells = pd.DataFrame()
     except (OSError, UnicodeDecodeError, pd.errors.ParserError) as exc:
@@ -271,7 +330,9 @@ def _numbers(runs: pd.DataFrame, column: str) -> pd.Series:
     bad = values.isna() & ~text.str.lower().isin(("", "nan"))
     if bad.any():
         first = bad.idxmax()
-        raise ResultsError(f"column {column!r} holds {text[first]!r}, not a number (prompt {runs.at[first, 'prompt_id']!r})")
+        raise ResultsError(
+            f"column {column!r} holds {text[first]!r}, not a number (prompt {runs.at[first, 'prompt_id']!r})"
+        )
     return values
 
 
@@ -324,7 +385,9 @@ def plain_and_loop(meta: dict) -> tuple[float, float]:
     they were measured)."""
     costs = meta.get("costs") or {}
     try:
-        plain, loop, step = (float(costs.get(name) or 0) for name in ("plain_step_seconds", "loop_seconds", "target_step_seconds"))
+        plain, loop, step = (
+            float(costs.get(name) or 0) for name in ("plain_step_seconds", "loop_seconds", "target_step_seconds")
+        )
     except (AttributeError, TypeError, ValueError):
         raise ResultsError("meta.json: 'costs' should hold its times as seconds") from None
     if step <= 0:
@@ -380,7 +443,10 @@ def config_label(method: str, drafter: str, policy: str, gamma: int | None = Non
 def labels(frame: pd.DataFrame, with_gamma: bool = False) -> list[str]:
     """config_label of each row of a runs or summary table (", γ=4" too when with_gamma)."""
     gammas = frame["gamma"] if with_gamma else [None] * len(frame)
-    return [config_label(m, d, p, _whole(g)) for m, d, p, g in zip(frame["method"], frame["drafter"], frame["policy"], gammas)]
+    return [
+        config_label(m, d, p, _whole(g))
+        for m, d, p, g in zip(frame["method"], frame["drafter"], frame["policy"], gammas)
+    ]
 
 
 def geometric_mean(values: Iterable[float | None]) -> float | None:
@@ -400,18 +466,22 @@ def summary_frame(runs: pd.DataFrame | Iterable[dict]) -> pd.DataFrame:
     says), the 95% bootstrap intervals over prompts (bootstrap_intervals) and the
     configuration's label (without its source: select rows by the source column)."""
     runs = _summary_inputs(_current_oracles(as_runs(runs)))
-    table = runs.groupby(GROUP_COLUMNS, dropna=False, sort=False).agg(
-        runs=("method", "size"),
-        known=("known", "any"),
-        drafted=("pooled_drafted", "sum"),
-        accepted=("pooled_accepted", "sum"),
-        mean_accepted_length=("mean_accepted_length", "mean"),  # mean over runs
-        tokens_per_second=("tokens_per_second", "mean"),
-        speedup=("speedup", geometric_mean),
-        predicted_speedup=("predicted_speedup", geometric_mean),
-        differs=("differs", "sum"),
-        checked=("checked", "sum"),
-    ).reset_index()
+    table = (
+        runs.groupby(GROUP_COLUMNS, dropna=False, sort=False)
+        .agg(
+            runs=("method", "size"),
+            known=("known", "any"),
+            drafted=("pooled_drafted", "sum"),
+            accepted=("pooled_accepted", "sum"),
+            mean_accepted_length=("mean_accepted_length", "mean"),  # mean over runs
+            tokens_per_second=("tokens_per_second", "mean"),
+            speedup=("speedup", geometric_mean),
+            predicted_speedup=("predicted_speedup", geometric_mean),
+            differs=("differs", "sum"),
+            checked=("checked", "sum"),
+        )
+        .reset_index()
+    )
     # pooled acceptance: RunStats.acceptance_rate (accepted / drafted) over the group's counts
     pooled = table["accepted"] / table["drafted"].where(table["drafted"] > 0)
     table["acceptance_rate"] = pooled.where(table["known"])
@@ -427,7 +497,9 @@ BOOTSTRAP_SEED = 0
 INTERVAL_COLUMNS = ["speedup_lo", "speedup_hi", "acceptance_lo", "acceptance_hi"]
 
 
-def bootstrap_interval(frame: pd.DataFrame, statistic, by: str = "prompt_id", draws: int = BOOTSTRAP_DRAWS, seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
+def bootstrap_interval(
+    frame: pd.DataFrame, statistic, by: str = "prompt_id", draws: int = BOOTSTRAP_DRAWS, seed: int = BOOTSTRAP_SEED
+) -> tuple[float, float]:
     """The 95% percentile-bootstrap interval (2.5th, 97.5th percentiles) of a statistic over
     the `by` units of one group (prompts): the units are resampled with replacement, all rows
     of a unit (its repeats) moving together. Pure: the same frame gives the same interval,
@@ -446,7 +518,10 @@ def bootstrap_interval(frame: pd.DataFrame, statistic, by: str = "prompt_id", dr
         return (np.nan, np.nan)
     pick = np.random.default_rng(seed).integers(0, len(totals), size=(draws, len(totals)))
     with np.errstate(divide="ignore", invalid="ignore"):
-        values = np.asarray(statistic({c: totals[c].to_numpy(dtype="float64")[pick].sum(axis=1) for c in totals.columns}), dtype="float64")
+        values = np.asarray(
+            statistic({c: totals[c].to_numpy(dtype="float64")[pick].sum(axis=1) for c in totals.columns}),
+            dtype="float64",
+        )
     values = values[np.isfinite(values)]
     if len(values) < draws / 2:
         return (np.nan, np.nan)
@@ -486,8 +561,16 @@ def bootstrap_intervals(runs: pd.DataFrame, draws: int = BOOTSTRAP_DRAWS, seed: 
     out = []
     for key, group in parts.groupby(GROUP_COLUMNS, dropna=False, sort=False):
         group = group.drop(columns=GROUP_COLUMNS)
-        speedup = bootstrap_interval(group, _geometric_mean_of_sums, draws=draws, seed=seed) if group["has_speedup"].any() else (np.nan, np.nan)
-        acceptance = bootstrap_interval(group, _pooled_acceptance_of_sums, draws=draws, seed=seed) if group["drafted_known"].any() else (np.nan, np.nan)
+        speedup = (
+            bootstrap_interval(group, _geometric_mean_of_sums, draws=draws, seed=seed)
+            if group["has_speedup"].any()
+            else (np.nan, np.nan)
+        )
+        acceptance = (
+            bootstrap_interval(group, _pooled_acceptance_of_sums, draws=draws, seed=seed)
+            if group["drafted_known"].any()
+            else (np.nan, np.nan)
+        )
         out.append((*key, *speedup, *acceptance))
     columns = [*GROUP_COLUMNS, *INTERVAL_COLUMNS]
     return pd.DataFrame(out, columns=columns).astype({c: "float64" for c in INTERVAL_COLUMNS})
@@ -500,7 +583,12 @@ def _current_oracles(runs: pd.DataFrame) -> pd.DataFrame:
     oracle = runs["policy"] == ORACLE_POLICY
     if not oracle.any():
         return runs
-    reach = runs["gamma"].where(oracle).groupby([runs["source"], runs["drafter"], runs["temperature"]], dropna=False).transform("max")
+    reach = (
+        runs["gamma"]
+        .where(oracle)
+        .groupby([runs["source"], runs["drafter"], runs["temperature"]], dropna=False)
+        .transform("max")
+    )
     return runs[~(oracle & (runs["gamma"] < reach))]
 
 
@@ -529,11 +617,21 @@ def _summary(row: dict) -> Summary:
         return None if value != value else float(value)  # NaN -> None
 
     return Summary(
-        row["source"], row["method"], row["drafter"], row["policy"], _whole(row["gamma"]), int(row["runs"]),
-        real(row["acceptance_rate"]), real(row["mean_accepted_length"]), real(row["tokens_per_second"]),
-        real(row["speedup"]), real(row["predicted_speedup"]), int(row["differs"]), int(row["checked"]),
+        row["source"],
+        row["method"],
+        row["drafter"],
+        row["policy"],
+        _whole(row["gamma"]),
+        int(row["runs"]),
+        real(row["acceptance_rate"]),
+        real(row["mean_accepted_length"]),
+        real(row["tokens_per_second"]),
+        real(row["speedup"]),
+        real(row["predicted_speedup"]),
+        int(row["differs"]),
+        int(row["checked"]),
         *(real(row[c]) for c in INTERVAL_COLUMNS),
-    )  # fmt: skip
+    )
 
 
 def _whole(value) -> int | None:
@@ -549,8 +647,12 @@ def speedup_by_category(runs: pd.DataFrame | Iterable[dict], source: str = MEASU
     runs = as_runs(runs)
     runs = runs[runs["source"] == source]
     configurations = runs.assign(configuration=labels(runs, with_gamma=True))
-    pivot = configurations.pivot_table(index="configuration", columns="category", values="speedup", aggfunc=geometric_mean, sort=False)
-    return pivot.reindex(index=configurations["configuration"].unique(), columns=runs["category"].unique()).astype("float64")
+    pivot = configurations.pivot_table(
+        index="configuration", columns="category", values="speedup", aggfunc=geometric_mean, sort=False
+    )
+    return pivot.reindex(index=configurations["configuration"].unique(), columns=runs["category"].unique()).astype(
+        "float64"
+    )
 
 
 # ---------------------------------------------------------------------------- predictions against measurements
@@ -562,14 +664,34 @@ def best_gammas(summary: pd.DataFrame, source: str = PREDICTED) -> dict[tuple[st
     (speedups equal to 9 decimals: an adaptive policy that never drafts as deep as
     its cap predicts the same run at every gamma above it) go to the smallest gamma, so the
     tables, the charts and the gamma phase 2 measures name the same one."""
-    rows = summary[(summary["source"] == source) & (summary["method"] == "specbench") & (summary["policy"] != ORACLE_POLICY) & summary["speedup"].notna()]
+    rows = summary[
+        (summary["source"] == source)
+        & (summary["method"] == "specbench")
+        & (summary["policy"] != ORACLE_POLICY)
+        & summary["speedup"].notna()
+    ]
     rows = rows.assign(rank=rows["speedup"].round(9))
-    best = rows.sort_values(["rank", "gamma"], ascending=[False, True], kind="stable").drop_duplicates(["drafter", "policy"])
+    best = rows.sort_values(["rank", "gamma"], ascending=[False, True], kind="stable").drop_duplicates(
+        ["drafter", "policy"]
+    )
     return {(d, p): int(g) for d, p, g in zip(best["drafter"], best["policy"], best["gamma"])}
 
 
-CHECK_COLUMNS = ["drafter", "policy", "gamma", "temperature", "prompt_id", "repeat", "category", "predicted_forwards", "measured_forwards",
-                 "forwards_equal", "predicted_speedup", "measured_speedup", "speedup_error"]  # fmt: skip
+CHECK_COLUMNS = [
+    "drafter",
+    "policy",
+    "gamma",
+    "temperature",
+    "prompt_id",
+    "repeat",
+    "category",
+    "predicted_forwards",
+    "measured_forwards",
+    "forwards_equal",
+    "predicted_speedup",
+    "measured_speedup",
+    "speedup_error",
+]
 CHECK_GROUP = ["drafter", "policy", "gamma", "temperature"]  # one measured configuration of a prediction_check
 
 
@@ -588,11 +710,16 @@ def prediction_check(runs: pd.DataFrame | Iterable[dict]) -> pd.DataFrame:
     wanted = [*keys, "category", "target_forwards", "speedup"]
     predicted = spec[spec["source"] == PREDICTED][wanted].drop_duplicates(keys, keep="last")
     pairs = pd.merge(spec[spec["source"] == MEASURED][wanted], predicted, on=keys, suffixes=("_m", "_p"))
-    check = pd.DataFrame({
-        **{k: pairs[k] for k in keys}, "category": pairs["category_m"],
-        "predicted_forwards": pairs["target_forwards_p"], "measured_forwards": pairs["target_forwards_m"],
-        "predicted_speedup": pairs["speedup_p"], "measured_speedup": pairs["speedup_m"],
-    })  # fmt: skip
+    check = pd.DataFrame(
+        {
+            **{k: pairs[k] for k in keys},
+            "category": pairs["category_m"],
+            "predicted_forwards": pairs["target_forwards_p"],
+            "measured_forwards": pairs["target_forwards_m"],
+            "predicted_speedup": pairs["speedup_p"],
+            "measured_speedup": pairs["speedup_m"],
+        }
+    )
     check["forwards_equal"] = (check["predicted_forwards"] - check["measured_forwards"]).abs() < 0.5
     check["speedup_error"] = check["predicted_speedup"] / check["measured_speedup"] - 1
     return check[CHECK_COLUMNS].reset_index(drop=True)
@@ -614,8 +741,17 @@ def prediction_accuracy(check: pd.DataFrame) -> dict:
     mean of each point's runs, where that variance shrinks. Shares are None when n is 0."""
     n = len(check)
     if not n:
-        return {"n": 0, "forwards_equal_share": None, "within_10pct_share": None, "median_error": None, "points": 0, "repeats_per_point": 0,
-                "points_within_10pct_share": None, "configurations": 0, "configurations_within_10pct_share": None}  # fmt: skip
+        return {
+            "n": 0,
+            "forwards_equal_share": None,
+            "within_10pct_share": None,
+            "median_error": None,
+            "points": 0,
+            "repeats_per_point": 0,
+            "points_within_10pct_share": None,
+            "configurations": 0,
+            "configurations_within_10pct_share": None,
+        }
     by_point = check.groupby([*CHECK_GROUP, "prompt_id"], sort=False)
     points = _mean_errors(by_point)
     configurations = _mean_errors(check.groupby(CHECK_GROUP, sort=False))
@@ -667,11 +803,20 @@ def plain_repeatability(runs: pd.DataFrame | Iterable[dict]) -> dict:
     runs = as_runs(runs)
     plain = runs[runs["method"] == BASELINE_METHOD]
     keys = ["temperature", "prompt_id", "repeat"]
-    both = pd.merge(plain[plain["source"] == PROFILE][[*keys, "tokens_per_second"]], plain[plain["source"] == MEASURED][[*keys, "tokens_per_second"]], on=keys, suffixes=("_p", "_m"))
+    both = pd.merge(
+        plain[plain["source"] == PROFILE][[*keys, "tokens_per_second"]],
+        plain[plain["source"] == MEASURED][[*keys, "tokens_per_second"]],
+        on=keys,
+        suffixes=("_p", "_m"),
+    )
     difference = (both["tokens_per_second_m"] / both["tokens_per_second_p"] - 1).abs().dropna()
     if not len(difference):
         return {"n": 0, "within_10pct_share": None, "median_difference": None}
-    return {"n": len(difference), "within_10pct_share": float((difference <= 0.10).mean()), "median_difference": float(difference.median())}
+    return {
+        "n": len(difference),
+        "within_10pct_share": float((difference <= 0.10).mean()),
+        "median_difference": float(difference.median()),
+    }
 
 
 def oracle_share(summary: pd.DataFrame) -> pd.DataFrame:
@@ -680,12 +825,18 @@ def oracle_share(summary: pd.DataFrame) -> pd.DataFrame:
     import pandas as pd
 
     spec = summary[summary["method"] == "specbench"]
-    oracle = spec[spec["policy"] == ORACLE_POLICY][["source", "drafter", "speedup"]].rename(columns={"speedup": "oracle_speedup"})
+    oracle = spec[spec["policy"] == ORACLE_POLICY][["source", "drafter", "speedup"]].rename(
+        columns={"speedup": "oracle_speedup"}
+    )
     others = spec[spec["policy"] != ORACLE_POLICY][["source", "drafter", "policy", "gamma", "speedup"]]
     table = others.merge(oracle.drop_duplicates(["source", "drafter"]), on=["source", "drafter"])
     gain = (table["oracle_speedup"] - 1).where(table["oracle_speedup"] > 1)
     table["share"] = (table["speedup"] - 1) / gain
-    return table.reset_index(drop=True) if len(table) else pd.DataFrame(columns=["source", "drafter", "policy", "gamma", "speedup", "oracle_speedup", "share"])
+    return (
+        table.reset_index(drop=True)
+        if len(table)
+        else pd.DataFrame(columns=["source", "drafter", "policy", "gamma", "speedup", "oracle_speedup", "share"])
+    )
 
 
 def load_positions(directory: Path) -> pd.DataFrame:
@@ -695,11 +846,21 @@ def load_positions(directory: Path) -> pd.DataFrame:
     import pandas as pd
 
     path = Path(directory) / POSITIONS_CSV
-    empty = pd.DataFrame({c: pd.Series(dtype="float64" if c in POSITION_NUMBERS else "object") for c in POSITION_COLUMNS})
+    empty = pd.DataFrame(
+        {c: pd.Series(dtype="float64" if c in POSITION_NUMBERS else "object") for c in POSITION_COLUMNS}
+    )
     if not path.is_file() or path.stat().st_size == 0:
         return empty
     try:
-        table = pd.read_csv(path, dtype=str, keep_default_na=False, engine="python", on_bad_lines="skip", index_col=False, encoding="utf-8")
+        table = pd.read_csv(
+            path,
+            dtype=str,
+            keep_default_na=False,
+            engine="python",
+            on_bad_lines="skip",
+            index_col=False,
+            encoding="utf-8",
+        )
     except (OSError, UnicodeDecodeError, pd.errors.ParserError) as exc:
         raise ResultsError(f"cannot read {path}: {exc}") from None
     missing = [c for c in POSITION_COLUMNS if c not in table.columns]
@@ -715,7 +876,11 @@ def load_positions(directory: Path) -> pd.DataFrame:
 def position_acceptance(positions: pd.DataFrame, by=("source", "drafter", "policy", "gamma")) -> pd.DataFrame:
     """Acceptance at each draft position i given drafts 1..i-1 of the round were accepted:
     sum(accepted) / sum(reached) over each group (token-weighted)."""
-    table = positions.groupby([*by, "position"], sort=True, dropna=False).agg(reached=("reached", "sum"), accepted=("accepted", "sum")).reset_index()
+    table = (
+        positions.groupby([*by, "position"], sort=True, dropna=False)
+        .agg(reached=("reached", "sum"), accepted=("accepted", "sum"))
+        .reset_index()
+    )
     table["acceptance"] = table["accepted"] / table["reached"].where(table["reached"] > 0)
     return table
 

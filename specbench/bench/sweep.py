@@ -67,13 +67,21 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
 
+from specbench.bench.costs import Costs, for_drafter, measure_costs, pooled, shared_limit, timing_context
 from specbench.bench.hf_assisted import HFDrafter, hf_sampling_defect, measure_hf_assisted
-from specbench.bench.meta import add_costs_meta, build_meta, carry_over_meta, check_resume_meta, set_sweep_costs, summary_records
+from specbench.bench.meta import (
+    add_costs_meta,
+    build_meta,
+    carry_over_meta,
+    check_resume_meta,
+    set_sweep_costs,
+    summary_records,
+)
 from specbench.bench.plan import (
     HF_EARLY_EXIT,
     HF_METHODS,
@@ -128,7 +136,6 @@ from specbench.errors import PromptError, ResultsError, SweepError, reraise_as
 from specbench.models.loading import output_vocab_size, timing_ids
 from specbench.models.text import check_prompt_fits, encode_prompt
 from specbench.policies import make_policy
-from specbench.speed.costs import Costs, for_drafter, measure_costs, pooled, shared_limit, timing_context
 from specbench.speed.kernels import stock_kernels
 
 PATHS_JSONL = "paths.jsonl"  # each plain run's output ids, what predictions replay
@@ -153,7 +160,6 @@ def why_no_hf_universal(target, drafter_model, target_tokenizer, drafter_tokeniz
     return f"HF's sampling mode {defect}, so it is no lossless baseline" if defect else None
 
 
-
 # ---------------------------------------------------------------------------- one measurement
 
 
@@ -165,8 +171,6 @@ class Measurement:
     steps: list[StepRecord] = field(default_factory=list)
     stop_reason: str | None = None
     positions: dict[int, tuple[float, float]] | None = None  # replay.position_counts (specbench runs)
-
-
 
 
 def measure_plain(target, prompt_ids: list[int], gen: GenerationConfig) -> Measurement:
@@ -186,24 +190,45 @@ def drafter_costs(costs: Costs | None, drafter: str, target) -> Costs | None:
 
 
 def measure_specbench(
-    target, drafter_model, prompt_ids: list[int], gen: GenerationConfig, drafter: str, policy: str, gamma: int, costs: "Costs | None" = None, draft_vocab: int = 0, translate: tuple | None = None
+    target,
+    drafter_model,
+    prompt_ids: list[int],
+    gen: GenerationConfig,
+    drafter: str,
+    policy: str,
+    gamma: int,
+    costs: Costs | None = None,
+    draft_vocab: int = 0,
+    translate: tuple | None = None,
 ) -> Measurement:
     """costs feed the "cost" policy (drafter_costs gives the drafter's own c).
     draft_vocab > 0 restricts the model drafter's head (draft_vocab.py; gen's EOS ids stay in);
     translate: make_drafter's, for a drafter model with another tokenizer."""
     costs = drafter_costs(costs, drafter, target)
-    made = make_drafter(drafter, drafter_model, draft_vocab, gen.eos_token_ids, target_model=target, translate=translate)
+    made = make_drafter(
+        drafter, drafter_model, draft_vocab, gen.eos_token_ids, target_model=target, translate=translate
+    )
     result = speculative_generate(target, made, prompt_ids, gen, make_policy(policy, gamma, costs=costs))
-    return Measurement(result.token_ids, result.stats, steps=result.steps, stop_reason=result.stop_reason, positions=position_counts(result.steps))
+    return Measurement(
+        result.token_ids,
+        result.stats,
+        steps=result.steps,
+        stop_reason=result.stop_reason,
+        positions=position_counts(result.steps),
+    )
 
 
-def predicted_measurement(path, run: PlannedRun, gen: GenerationConfig, costs: Costs | None, draft_vocab: int) -> Measurement:
+def predicted_measurement(
+    path, run: PlannedRun, gen: GenerationConfig, costs: Costs | None, draft_vocab: int
+) -> Measurement:
     """A predicted run: the replay's counts and rounds on the prompt's path (profile.predict)."""
     kind = label_parts(run.drafter)[0]
     if costs is not None:
         costs = for_drafter(costs, kind)
     predicted: Prediction = predict(path, kind, run.policy, run.gamma, gen, costs=costs, draft_vocab=draft_vocab)
-    return Measurement(path.output, predicted.stats, steps=predicted.steps, stop_reason=None, positions=predicted.positions)
+    return Measurement(
+        path.output, predicted.stats, steps=predicted.steps, stop_reason=None, positions=predicted.positions
+    )
 
 
 # ---------------------------------------------------------------------------- rows (pure)
@@ -228,7 +253,9 @@ def baselines_from_rows(rows: list[dict]) -> dict[tuple[str, str, str], Baseline
     for row in rows:
         if row["method"] == BASELINE_METHOD:
             tps = float(row["tokens_per_second"]) if row["tokens_per_second"] else None
-            found[baseline_key(row.get("source") or MEASURED, row["prompt_id"], row["repeat"])] = Baseline(tps, row.get("output_hash", ""))
+            found[baseline_key(row.get("source") or MEASURED, row["prompt_id"], row["repeat"])] = Baseline(
+                tps, row.get("output_hash", "")
+            )
     return found
 
 
@@ -264,11 +291,29 @@ def predicted_price(counts: RoundCounts, baseline: Baseline | None, costs: Costs
     speedup and predicted_speedup, tokens_per_second as that speedup times its plain run's
     (the profile run's, as runs.csv reads back), and c."""
     model = modelled_speedup(counts, costs)
-    tps = model * baseline.tokens_per_second if model is not None and baseline is not None and baseline.tokens_per_second else None
-    return {"tokens_per_second": tps, "speedup": model, "c": costs.c if costs is not None else None, "predicted_speedup": model}
+    tps = (
+        model * baseline.tokens_per_second
+        if model is not None and baseline is not None and baseline.tokens_per_second
+        else None
+    )
+    return {
+        "tokens_per_second": tps,
+        "speedup": model,
+        "c": costs.c if costs is not None else None,
+        "predicted_speedup": model,
+    }
 
 
-def make_row(run: PlannedRun, m: Measurement, baseline: Baseline | None, *, c: float | None, prompt_tokens: int, seed: int, costs: Costs | None = None) -> dict:
+def make_row(
+    run: PlannedRun,
+    m: Measurement,
+    baseline: Baseline | None,
+    *,
+    c: float | None,
+    prompt_tokens: int,
+    seed: int,
+    costs: Costs | None = None,
+) -> dict:
     """One runs.csv row; metrics come from RunStats, speedup and parity from the baseline,
     predicted_speedup from the run's rounds and the measured costs."""
     stats, greedy = m.stats, run.temperature == 0
@@ -301,7 +346,9 @@ def make_row(run: PlannedRun, m: Measurement, baseline: Baseline | None, *, c: f
         "drafted": stats.drafted if known else None,
         "accepted": stats.accepted if known else None,
         "acceptance_rate": stats.acceptance_rate if known else None,
-        "mean_accepted_length": stats.mean_accepted_length if (known or is_baseline) and stats.rounds else None,  # no round: nothing to average
+        "mean_accepted_length": stats.mean_accepted_length
+        if (known or is_baseline) and stats.rounds
+        else None,  # no round: nothing to average
         "target_forwards": stats.target_forwards,
         "tokens_per_second": tps,
         "speedup": speedup,
@@ -327,7 +374,10 @@ def make_row(run: PlannedRun, m: Measurement, baseline: Baseline | None, *, c: f
 def position_rows(run: PlannedRun, positions: dict[int, tuple[float, float]]) -> list[dict]:
     """positions.csv rows of one run: reached and accepted drafts at each draft position."""
     head = {**dict(zip(KEY_COLUMNS, run.key)), "gamma": run.gamma, "category": run.prompt.category}
-    return [{**head, "position": i, "reached": reached, "accepted": accepted} for i, (reached, accepted) in sorted(positions.items())]
+    return [
+        {**head, "position": i, "reached": reached, "accepted": accepted}
+        for i, (reached, accepted) in sorted(positions.items())
+    ]
 
 
 def step_lines(run: PlannedRun, steps: list[StepRecord]) -> list[str]:
@@ -357,7 +407,9 @@ def costs_key(prompt_id: str, repeat: int, model: str, per_prompt: bool) -> str:
     return f"{block}{MODEL_SEPARATOR}{model}" if model else block
 
 
-def price_blocks(block_costs: dict[str, Costs], keys: dict[str, list[str]]) -> tuple[dict[str, Costs], dict[str, tuple[Costs, int]]]:
+def price_blocks(
+    block_costs: dict[str, Costs], keys: dict[str, list[str]]
+) -> tuple[dict[str, Costs], dict[str, tuple[Costs, int]]]:
     """What each measured block is priced with: costs.pooled over the blocks of its drafter
     model (keys: by model name, the costs_keys of its blocks, in the sweep's order; those
     not in block_costs were not measured). Returns (the pooled costs by costs_key, and by
@@ -392,13 +444,17 @@ class SweepRunner:
     """Holds the loaded models and runs one PlannedRun at a time. drafters: the drafter
     models by name (config.drafter_models; {} when the sweep drafts with none)."""
 
-    def __init__(self, target, drafters: dict[str, DrafterModel], tokenizer, config: SweepConfig, eos_ids: tuple[int, ...]):
+    def __init__(
+        self, target, drafters: dict[str, DrafterModel], tokenizer, config: SweepConfig, eos_ids: tuple[int, ...]
+    ):
         self.target, self.drafters, self.tokenizer, self.config = target, dict(drafters), tokenizer, config
         self.eos_ids = tuple(eos_ids)
         self.on_costs: Callable[[str, Costs], None] | None = None  # told of each new measurement
         self.block_costs: dict[str, Costs] = {}  # c and v(k) by costs_key, measured as blocks start
         self.cost_models: tuple[str, ...] = (config.drafter_models[0],)  # whose costs each block measures (costs_model)
-        self.priced: dict[str, Costs] = {}  # by costs_key: what predictions and measured runs are priced with (price_blocks)
+        self.priced: dict[
+            str, Costs
+        ] = {}  # by costs_key: what predictions and measured runs are priced with (price_blocks)
         self.sweep_costs: dict[str, tuple[Costs, int]] = {}  # by model: the pool over all blocks, and their count
         self.outputs: dict[tuple[str, int], list[int]] = {}  # plain outputs by (prompt id, repeat)
         self._ids: dict[str, list[int]] = {}
@@ -447,10 +503,23 @@ class SweepRunner:
         name = self.model_name(run)
         if run.method == SPECBENCH:
             kind = label_parts(run.drafter)[0]
-            return measure_specbench(self.target, self.drafter_model(name), ids, gen, kind, run.policy, run.gamma, self.priced_costs_for(run), self.config.draft_vocab, self.translation(name))
+            return measure_specbench(
+                self.target,
+                self.drafter_model(name),
+                ids,
+                gen,
+                kind,
+                run.policy,
+                run.gamma,
+                self.priced_costs_for(run),
+                self.config.draft_vocab,
+                self.translation(name),
+            )
         if run.method in HF_METHODS:  # the stock-kernels run is HF's defaults (gamma None)
             with stock_kernels() if run.policy == HF_STOCK_POLICY else nullcontext():
-                hf = measure_hf_assisted(self.target, self.drafter_model(name), ids, gen, run.gamma, self.hf_drafter(run))
+                hf = measure_hf_assisted(
+                    self.target, self.drafter_model(name), ids, gen, run.gamma, self.hf_drafter(run)
+                )
             return Measurement(hf.token_ids, hf.stats, acceptance_known=hf.acceptance_known, stop_reason=hf.stop_reason)
         raise SweepError(f"unknown method {run.method!r}; choose from {', '.join(METHODS)}")
 
@@ -475,11 +544,20 @@ class SweepRunner:
         key = (run.prompt.id, run.repeat)
         if self._paths is None or self._paths[0] != key:
             if key not in self.outputs:
-                raise SweepError(f"no plain output recorded for prompt {run.prompt.id} (repeat {run.repeat}) to predict from")
+                raise SweepError(
+                    f"no plain output recorded for prompt {run.prompt.id} (repeat {run.repeat}) to predict from"
+                )
             self._paths = (key, {})
         name, paths = self.path_model(run), self._paths[1]
         if name not in paths:
-            paths[name] = record_path(self.target, self.drafter_model(name), self.prompt_ids(run.prompt), self.outputs[key], gen, self.config.draft_vocab)
+            paths[name] = record_path(
+                self.target,
+                self.drafter_model(name),
+                self.prompt_ids(run.prompt),
+                self.outputs[key],
+                gen,
+                self.config.draft_vocab,
+            )
         return paths[name]
 
     def warm_up(self, plan: list[PlannedRun]) -> None:
@@ -536,11 +614,21 @@ class SweepRunner:
         """c of drafter model `name` (none when the sweep drafts with no model) and the
         target's v(k), timed on the prompt's context."""
         drafter = self.drafter_model(name) if needs_drafter_model(self.config) else None
-        context = timing_context(self.prompt_ids(prompt), self.config.max_new_tokens, shared_limit(self.target, drafter))
+        context = timing_context(
+            self.prompt_ids(prompt), self.config.max_new_tokens, shared_limit(self.target, drafter)
+        )
         vocab = self.config.draft_vocab if drafts_with_model(self.config) and name not in self.config.translated else 0
         context = timing_ids(context, self.target, drafter)  # a drafter with another tokenizer reads fewer ids
         sampling = generation_config(self.config, self.eos_ids).sampling  # the runs' own
-        return measure_costs(self.target, drafter, context, self.config.timing_repeats, draft_vocab=vocab, sampling=sampling, predicting=True)
+        return measure_costs(
+            self.target,
+            drafter,
+            context,
+            self.config.timing_repeats,
+            draft_vocab=vocab,
+            sampling=sampling,
+            predicting=True,
+        )
 
 
 def run_plan(
@@ -564,15 +652,28 @@ def run_plan(
         costs = costs_of(run)
         m = measure(run)
         where = baseline_key(run.source, run.prompt.id, run.repeat)
-        row = make_row(run, m, baselines.get(where), c=costs.c if costs else None, prompt_tokens=prompt_tokens(run.prompt), seed=seed + run.repeat, costs=costs)
+        row = make_row(
+            run,
+            m,
+            baselines.get(where),
+            c=costs.c if costs else None,
+            prompt_tokens=prompt_tokens(run.prompt),
+            seed=seed + run.repeat,
+            costs=costs,
+        )
         if run.method == BASELINE_METHOD:
             baselines[where] = Baseline(row["tokens_per_second"], row["output_hash"])
         if run.method == BASELINE_METHOD and run.source == PROFILE:
             with open(out_dir / PATHS_JSONL, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps({"prompt_id": run.prompt.id, "repeat": run.repeat, "output": m.token_ids}) + "\n")
+                handle.write(
+                    json.dumps({"prompt_id": run.prompt.id, "repeat": run.repeat, "output": m.token_ids}) + "\n"
+                )
         if run.source == PREDICTED:  # before its row: every predicted row has its rounds
             with open(out_dir / ROUNDS_JSONL, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps({"run": dict(zip(KEY_COLUMNS, run.key)), "rounds": RoundCounts.of(m.steps).as_json()}) + "\n")
+                handle.write(
+                    json.dumps({"run": dict(zip(KEY_COLUMNS, run.key)), "rounds": RoundCounts.of(m.steps).as_json()})
+                    + "\n"
+                )
         append_row(out_dir / RUNS_CSV, row)
         if m.positions:
             append_positions(out_dir / POSITIONS_CSV, position_rows(run, m.positions))
@@ -616,7 +717,9 @@ def late_runs(todo: list[PlannedRun], done_rows: list[dict]) -> int:
     (a resume that measures more in a finished block, as when the best gamma moved): their
     speedups compare with a plain run timed before the resume, not beside them."""
     timed = baselines_from_rows(done_rows)
-    return sum(run.method != BASELINE_METHOD and baseline_key(MEASURED, run.prompt.id, run.repeat) in timed for run in todo)
+    return sum(
+        run.method != BASELINE_METHOD and baseline_key(MEASURED, run.prompt.id, run.repeat) in timed for run in todo
+    )
 
 
 def prepare_out_dir(out_dir: Path, resume: bool) -> list[dict]:
@@ -628,8 +731,6 @@ def prepare_out_dir(out_dir: Path, resume: bool) -> list[dict]:
     if not resume:
         raise SweepError(f"{csv_path} already exists: pass --resume to continue that sweep, or choose another --out")
     return read_rows(csv_path)
-
-
 
 
 def read_paths(out_dir: Path) -> dict[tuple[str, int], list[int]]:
@@ -647,15 +748,15 @@ def read_paths(out_dir: Path) -> dict[tuple[str, int], list[int]]:
     return outputs
 
 
-
-
 def read_rounds(out_dir: Path) -> dict[tuple[str, ...], RoundCounts]:
     """Each predicted run's rounds (rounds.jsonl), by results.row_key; a half-written last
     line is skipped. A directory without the file (a sweep from before it was written) is
     a ResultsError."""
     path = Path(out_dir) / ROUNDS_JSONL
     if not path.is_file():
-        raise ResultsError(f"no {ROUNDS_JSONL} in {out_dir}: its sweep was written before sweeps recorded their predicted rounds; run it again with this version to price it")
+        raise ResultsError(
+            f"no {ROUNDS_JSONL} in {out_dir}: its sweep was written before sweeps recorded their predicted rounds; run it again with this version to price it"
+        )
     rounds = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
@@ -737,10 +838,21 @@ def sweep(
     out_dir = Path(out_dir)
     done_rows = prepare_out_dir(out_dir, resume)
     names = drafter_name if isinstance(drafter_name, dict) else {config.drafter_models[0]: drafter_name}
-    meta = build_meta(target, drafters, config, prompts, target_name=target_name, drafter_names=names, prompts_source=prompts_source, command=command or " ".join(sys.argv))
+    meta = build_meta(
+        target,
+        drafters,
+        config,
+        prompts,
+        target_name=target_name,
+        drafter_names=names,
+        prompts_source=prompts_source,
+        command=command or " ".join(sys.argv),
+    )
     old_meta = read_meta(out_dir) if done_rows else {}
     if done_rows and not old_meta:
-        raise SweepError(f"cannot resume: {out_dir} has finished rows but no meta.json, so what they measured cannot be checked; start again with another --out")
+        raise SweepError(
+            f"cannot resume: {out_dir} has finished rows but no meta.json, so what they measured cannot be checked; start again with another --out"
+        )
     check_resume_meta(old_meta, meta)
 
     # 2. the plan; the costs c and v(k) of each prompt's block are measured as it starts
@@ -755,7 +867,9 @@ def sweep(
     write_meta(out_dir, meta)
 
     def record_costs(key: str, costs: Costs) -> None:
-        status(f"measured c and v(k) for {key}: c = {costs.c:.3f}" if costs.c is not None else f"measured v(k) for {key}")
+        status(
+            f"measured c and v(k) for {key}: c = {costs.c:.3f}" if costs.c is not None else f"measured v(k) for {key}"
+        )
         add_costs_meta(meta, key, costs)
         write_meta(out_dir, meta)
 
@@ -808,6 +922,9 @@ def sweep(
     meta["finished"] = True
     final = read_rows(out_dir / RUNS_CSV)
     meta["summary"] = summary_records(final)
-    meta["checks"] = {"prediction": prediction_accuracy(prediction_check(final)), "plain_twice": plain_repeatability(final)}
+    meta["checks"] = {
+        "prediction": prediction_accuracy(prediction_check(final)),
+        "plain_twice": plain_repeatability(final),
+    }
     write_meta(out_dir, meta)
     return SweepResult(out_dir, written, skipped, runner.block_costs, runner.sweep_costs, late)

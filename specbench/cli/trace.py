@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import json
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from rich.console import Console, Group, RenderableType
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from specbench.core.stats import BONUS, CORRECTION, FIRST, RunStats, StepRecord
 from specbench.cli.tracefile import TraceFile, read_trace
+from specbench.core.stats import BONUS, CORRECTION, FIRST, RunStats, StepRecord
 
 TokenText = Callable[[int], str]
 OnStep = Callable[[StepRecord], None]
@@ -260,11 +260,17 @@ def round_notes(record: StepRecord) -> list[str]:
     notes = []
     if record.draft_tokens:
         if record.draws:
-            notes.append("sampling: a draft is accepted if r < p/q; the first rejected one is replaced by a draw from norm(max(0, p - q)); if all pass, a bonus token comes from p")
+            notes.append(
+                "sampling: a draft is accepted if r < p/q; the first rejected one is replaced by a draw from norm(max(0, p - q)); if all pass, a bonus token comes from p"
+            )
         else:
-            notes.append("greedy: a draft is accepted while it equals the target's argmax; the argmax replaces the first mismatch (p and q shown for information)")
+            notes.append(
+                "greedy: a draft is accepted while it equals the target's argmax; the argmax replaces the first mismatch (p and q shown for information)"
+            )
     if any(q is None for q in record.draft_probs):
-        notes.append('q "-": the draft has no probabilities (n-gram, a copy, a drafter of another tokenizer); it is verified as a one-hot q (q=1 on the drafted token), so sampling accepts it if r < p')
+        notes.append(
+            'q "-": the draft has no probabilities (n-gram, a copy, a drafter of another tokenizer); it is verified as a one-hot q (q=1 on the drafted token), so sampling accepts it if r < p'
+        )
     return notes
 
 
@@ -373,10 +379,18 @@ def metrics_table(stats: RunStats, estimated: bool, stop: str | None) -> Table:
         ("rounds", str(stats.rounds), "after the first-target pass"),
         ("drafted", str(stats.drafted), ""),
         ("accepted", str(stats.accepted), ""),
-        ("acceptance rate", "–" if stats.acceptance_rate is None else f"{stats.acceptance_rate:.1%}", "accepted / drafted"),
+        (
+            "acceptance rate",
+            "–" if stats.acceptance_rate is None else f"{stats.acceptance_rate:.1%}",
+            "accepted / drafted",
+        ),
         ("mean accepted length", f"{stats.mean_accepted_length:.2f}", "per round, counting the emitted token"),
         ("tokens/s", f"{stats.tokens_per_second:.1f}", per_second),
-        ("decode time", format_seconds(stats.decode_seconds), f"draft {format_seconds(stats.draft_seconds)}, verify {format_seconds(stats.verify_seconds)}"),
+        (
+            "decode time",
+            format_seconds(stats.decode_seconds),
+            f"draft {format_seconds(stats.draft_seconds)}, verify {format_seconds(stats.verify_seconds)}",
+        ),
         ("prefill time", format_seconds(stats.prefill_seconds), "the first-target pass"),
     ]
     for row in rows:
@@ -385,7 +399,15 @@ def metrics_table(stats: RunStats, estimated: bool, stop: str | None) -> Table:
 
 
 def histogram_table(counts: list[int]) -> Table:
-    table = Table(box=None, padding=(0, 1), pad_edge=False, header_style="bold", title="accepted drafts per round", title_justify="left", title_style="bold")
+    table = Table(
+        box=None,
+        padding=(0, 1),
+        pad_edge=False,
+        header_style="bold",
+        title="accepted drafts per round",
+        title_justify="left",
+        title_style="bold",
+    )
     table.add_column("accepted", justify="right")
     table.add_column("rounds", justify="right")
     table.add_column("")
@@ -396,7 +418,18 @@ def histogram_table(counts: list[int]) -> Table:
 
 
 def position_table(positions: list[PositionAcceptance]) -> Table:
-    table = Table(box=None, padding=(0, 1), pad_edge=False, header_style="bold", title="acceptance by draft position", title_justify="left", title_style="bold", caption="rate = accepted / drafted; if reached = accepted / rounds that checked it", caption_justify="left", caption_style="dim")
+    table = Table(
+        box=None,
+        padding=(0, 1),
+        pad_edge=False,
+        header_style="bold",
+        title="acceptance by draft position",
+        title_justify="left",
+        title_style="bold",
+        caption="rate = accepted / drafted; if reached = accepted / rounds that checked it",
+        caption_justify="left",
+        caption_style="dim",
+    )
     for name in ("draft #", "drafted", "reached", "accepted", "rate", "if reached"):
         table.add_column(name, justify="right")
     table.add_column("")

@@ -14,9 +14,9 @@ TraceFileError, so a damaged or foreign file is one line for the user, not a tra
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Callable
 
 from specbench.core.stats import RunStats, StepRecord
 from specbench.errors import TraceFileError
@@ -52,7 +52,7 @@ class TraceWriter:
             self._write({"stats": {f.name: getattr(stats, f.name) for f in fields(RunStats)}})
         self._file.close()
 
-    def __enter__(self) -> "TraceWriter":
+    def __enter__(self) -> TraceWriter:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -70,7 +70,13 @@ class TraceWriter:
         self._file.flush()
 
 
-def write_trace(path: str | Path, records: list[StepRecord], token_text: TokenText, header: dict | None = None, stats: RunStats | None = None) -> None:
+def write_trace(
+    path: str | Path,
+    records: list[StepRecord],
+    token_text: TokenText,
+    header: dict | None = None,
+    stats: RunStats | None = None,
+) -> None:
     """The trace file of a finished run in one call."""
     writer = TraceWriter(path, token_text, header)
     for record in records:

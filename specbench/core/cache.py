@@ -46,7 +46,7 @@ def cache_keyword(model) -> str:
     return _forward_keyword(type(model))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _forward_keyword(model_class) -> str:
     try:
         params = inspect.signature(model_class.forward).parameters

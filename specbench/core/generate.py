@@ -10,8 +10,8 @@ the sequence except the last one, which is fed as the first input of the verify 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -62,7 +62,11 @@ def rope_boundary(model) -> int | None:
     frequencies where one-token steps used the short ones: no round's pass may cross it."""
     params = getattr(model.config, "rope_parameters", None) or {}
     per_layer_type = params and all(isinstance(p, dict) for p in params.values())
-    bounds = [p.get("original_max_position_embeddings") for p in (params.values() if per_layer_type else [params]) if p.get("rope_type") == "longrope"]
+    bounds = [
+        p.get("original_max_position_embeddings")
+        for p in (params.values() if per_layer_type else [params])
+        if p.get("rope_type") == "longrope"
+    ]
     return min((int(b) for b in bounds if b), default=None)
 
 
@@ -82,7 +86,14 @@ def sync(device: torch.device) -> None:
 class Stopper:
     """Decides where output ends: EOS ids, stop strings, max_new_tokens, the context limit."""
 
-    def __init__(self, config: GenerationConfig, prompt_len: int, limit: int, decode: Callable[[list[int]], str] | None, boundary: int | None = None):
+    def __init__(
+        self,
+        config: GenerationConfig,
+        prompt_len: int,
+        limit: int,
+        decode: Callable[[list[int]], str] | None,
+        boundary: int | None = None,
+    ):
         if config.stop_strings and decode is None:
             raise ValueError("stop strings need a tokenizer to decode with")
         self.config = config
@@ -129,7 +140,9 @@ def check_prompt(prompt_len: int, limit: int) -> None:
     if prompt_len == 0:
         raise ValueError("the prompt is empty")
     if prompt_len >= limit:
-        raise ContextLimitError(f"the prompt is {prompt_len} tokens; the model's context holds {limit}, leaving no room to generate")
+        raise ContextLimitError(
+            f"the prompt is {prompt_len} tokens; the model's context holds {limit}, leaving no room to generate"
+        )
 
 
 def _target_forward(model, new_tokens: torch.Tensor, cache, n_logits: int) -> torch.Tensor:
@@ -188,7 +201,9 @@ def speculative_generate(
     sync(device)
     stats.prefill_seconds = time.perf_counter() - start
     stats.target_forwards = stats.first_pass_tokens = 1
-    first = StepRecord(0, 0, 0, [], [], [], [], 0, token, FIRST, float(probs[token]), [], verify_seconds=stats.prefill_seconds)
+    first = StepRecord(
+        0, 0, 0, [], [], [], [], 0, token, FIRST, float(probs[token]), [], verify_seconds=stats.prefill_seconds
+    )
     reason = emit(first, [token])
 
     decode_start = time.perf_counter()
@@ -212,7 +227,18 @@ def speculative_generate(
         verify_seconds = time.perf_counter() - t0
 
         stats.add_round(k, n, draft.seconds, verify_seconds)
-        record = _round_record(stats.rounds, len(output), gamma, draft, verdict, target_probs, sampling, verify_seconds, pass_seconds, policy.info())
+        record = _round_record(
+            stats.rounds,
+            len(output),
+            gamma,
+            draft,
+            verdict,
+            target_probs,
+            sampling,
+            verify_seconds,
+            pass_seconds,
+            policy.info(),
+        )
         reason = emit(record, record.draft_tokens[:n] + [verdict.next_token])
 
     stats.decode_seconds = time.perf_counter() - decode_start
@@ -220,7 +246,9 @@ def speculative_generate(
     return GenerationResult(output, stats, steps, reason)
 
 
-def _verify(target, last: torch.Tensor, draft: Draft, cache, sampling: SamplingConfig, generator) -> tuple[Verdict, torch.Tensor]:
+def _verify(
+    target, last: torch.Tensor, draft: Draft, cache, sampling: SamplingConfig, generator
+) -> tuple[Verdict, torch.Tensor]:
     """Score [last token] + drafts ([1 + k]) in one target forward and run the acceptance test:
     exact match under greedy, rejection sampling (Leviathan et al.) otherwise. Returns the
     verdict and the target's processed rows p ([k + 1, vocab])."""
@@ -233,7 +261,16 @@ def _verify(target, last: torch.Tensor, draft: Draft, cache, sampling: SamplingC
 
 
 def _round_record(
-    round_: int, position: int, gamma: int, draft: Draft, verdict: Verdict, target_probs: torch.Tensor, sampling: SamplingConfig, verify_seconds: float, pass_seconds: float, policy_info: dict
+    round_: int,
+    position: int,
+    gamma: int,
+    draft: Draft,
+    verdict: Verdict,
+    target_probs: torch.Tensor,
+    sampling: SamplingConfig,
+    verify_seconds: float,
+    pass_seconds: float,
+    policy_info: dict,
 ) -> StepRecord:
     """The StepRecord of one verified round (its tokens and stop reason are set by emit)."""
     drafted = draft.tokens.tolist()

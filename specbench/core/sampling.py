@@ -94,7 +94,9 @@ def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return _keep_prefix(probs, ranked, order, torch.cumsum(ranked, dim=-1), top_p)
 
 
-def _keep_prefix(probs: torch.Tensor, sorted_probs: torch.Tensor, order: torch.Tensor, mass: torch.Tensor, top_p: float) -> torch.Tensor:
+def _keep_prefix(
+    probs: torch.Tensor, sorted_probs: torch.Tensor, order: torch.Tensor, mass: torch.Tensor, top_p: float
+) -> torch.Tensor:
     """probs with only the ids of the prefix of sorted_probs (at `order`, cumulative `mass`)
     whose mass before each id is below top_p, renormalized: the top id always stays."""
     mass_before = mass - sorted_probs

@@ -41,7 +41,7 @@ class StepRecord:
         return json.dumps(asdict(self))
 
     @classmethod
-    def from_json(cls, line: str) -> "StepRecord":
+    def from_json(cls, line: str) -> StepRecord:
         data = json.loads(line)
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
@@ -163,14 +163,24 @@ class RoundCounts:
         return cls(emitted, verified, feeds)
 
     def as_json(self) -> dict:
-        return {"emitted": self.emitted, "verified": {str(k): v for k, v in self.verified.items()}, "feeds": {str(n): v for n, v in self.feeds.items()}}
+        return {
+            "emitted": self.emitted,
+            "verified": {str(k): v for k, v in self.verified.items()},
+            "feeds": {str(n): v for n, v in self.feeds.items()},
+        }
 
     @classmethod
     def from_json(cls, raw: dict) -> RoundCounts:
-        return cls(int(raw["emitted"]), {int(k): int(v) for k, v in raw["verified"].items()}, {int(n): int(v) for n, v in raw["feeds"].items()})
+        return cls(
+            int(raw["emitted"]),
+            {int(k): int(v) for k, v in raw["verified"].items()},
+            {int(n): int(v) for n, v in raw["feeds"].items()},
+        )
 
 
-def walltime_speedup(counts: RoundCounts, c: float, verify_cost, drafter_step=lambda n: 1.0, plain_step: float = 1.0, loop: float = 0.0) -> float | None:
+def walltime_speedup(
+    counts: RoundCounts, c: float, verify_cost, drafter_step=lambda n: 1.0, plain_step: float = 1.0, loop: float = 0.0
+) -> float | None:
     """The speedup over plain decoding that a run's own rounds predict.
 
     counts: the run's rounds after the first-target pass (RoundCounts). In target single
@@ -187,7 +197,9 @@ def walltime_speedup(counts: RoundCounts, c: float, verify_cost, drafter_step=la
     it points to. None for a run with no rounds.
     """
     drafter = sum(forwards * (1.0 if n == 1 else drafter_step(n)) for n, forwards in counts.feeds.items())
-    cost = c * drafter + sum(rounds * verify_cost(k + 1) for k, rounds in counts.verified.items()) + counts.rounds * loop
+    cost = (
+        c * drafter + sum(rounds * verify_cost(k + 1) for k, rounds in counts.verified.items()) + counts.rounds * loop
+    )
     return counts.emitted * plain_step / cost if counts.rounds and cost > 0 else None
 
 
@@ -217,4 +229,3 @@ def verify_cost_at(costs: dict[int, float], k: int) -> float | None:
     second = ks[1] if len(ks) > 1 and ks[1] <= top else top
     slope = max(0.0, (costs[top] - costs[second]) / (top - second)) if top > second else 0.0
     return costs[top] + (k - top) * slope
-

@@ -19,8 +19,8 @@ verifies every draft with its full depth.
 
 from __future__ import annotations
 
-import re
 import inspect
+import re
 from contextlib import contextmanager
 
 import torch
@@ -36,7 +36,7 @@ def parse_early_exit(name: str) -> int | None:
     """N for a drafter name "early-exit:N"; None for any other name; ValueError for a bad N."""
     if not name.startswith(PREFIX):
         return None
-    text = name[len(PREFIX):]
+    text = name[len(PREFIX) :]
     if not text.isdigit() or int(text) < 1:
         raise ValueError(f"bad drafter {name!r}: early-exit:N needs a number of layers N >= 1")
     return int(text)
@@ -60,7 +60,9 @@ def check_early_exit(model, n_layers: int) -> None:
     except (OSError, TypeError):
         source = ""
     if not total or not _LAYER_LOOP.search(source):
-        raise ValueError(f"{type(model).__name__} cannot exit early: its decoder does not stop at config.num_hidden_layers")
+        raise ValueError(
+            f"{type(model).__name__} cannot exit early: its decoder does not stop at config.num_hidden_layers"
+        )
     if not 1 <= n_layers < total:
         raise ValueError(f"early-exit:{n_layers}: the target has {total} layers; choose N from 1 to {total - 1}")
 

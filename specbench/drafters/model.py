@@ -70,7 +70,7 @@ class ModelDrafter:
     def prefill(self, prompt: torch.Tensor, target_cache=None) -> None:
         """Feed the prompt into the cache; the first propose then feeds only what followed."""
         self._observe(prompt)
-        unread = prompt[cache_length(self.cache):]
+        unread = prompt[cache_length(self.cache) :]
         if unread.shape[0] > 0 and prompt.shape[0] <= self.limit:
             self._forward(unread)
 
@@ -85,7 +85,7 @@ class ModelDrafter:
         if max_tokens > 0:
             # feed only what the cache has not seen: the prompt on the first round, then the
             # tokens the target accepted or emitted since the last round
-            pending = context[cache_length(self.cache):]
+            pending = context[cache_length(self.cache) :]
             for step in range(max_tokens):
                 logits = self._forward(pending)
                 feeds.append(pending.shape[0])

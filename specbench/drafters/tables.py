@@ -14,7 +14,6 @@ import torch
 from specbench.core.protocols import Draft, Keep, KeepDrafting
 from specbench.core.sampling import SamplingConfig
 
-
 # ---------------------------------------------------------------------------- n-gram
 
 

@@ -54,7 +54,7 @@ class TextCodec:
         self.tokenizer = tokenizer
         plain = tokenizer.encode("a", add_special_tokens=False)
         marked = tokenizer.encode("a")
-        self.prefix = marked[: len(marked) - len(plain)] if marked[len(marked) - len(plain):] == plain else []
+        self.prefix = marked[: len(marked) - len(plain)] if marked[len(marked) - len(plain) :] == plain else []
         self.eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
 
     def decode(self, ids: list[int]) -> str:
@@ -78,11 +78,15 @@ def check_translatable(target: TextCodec, drafter: TextCodec) -> None:
     try:
         decoded = drafter.decode(drafter.encode("a"))
     except Exception as error:  # a tokenizer without a decoder raises anything
-        raise ValueError(f"the drafter's tokenizer cannot decode ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); it cannot draft for another tokenizer") from None
+        raise ValueError(
+            f"the drafter's tokenizer cannot decode ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); it cannot draft for another tokenizer"
+        ) from None
     if not isinstance(decoded, str):
         raise ValueError("the drafter's tokenizer cannot decode ids to text; it cannot draft for another tokenizer")
     if not any(target.round_trips(c) and drafter.round_trips(c) for c in PROBE):
-        raise ValueError("the tokenizers have no common text: no letter, digit or punctuation mark survives both, so drafts cannot be translated")
+        raise ValueError(
+            "the tokenizers have no common text: no letter, digit or punctuation mark survives both, so drafts cannot be translated"
+        )
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -101,7 +105,9 @@ class TranslatedDrafter:
     target_vocab_size: the target's logits width (ids at or past it are never drafted).
     """
 
-    def __init__(self, drafter_model, drafter_tokenizer, target_tokenizer, target_vocab_size: int, name: str = "model", step=None):
+    def __init__(
+        self, drafter_model, drafter_tokenizer, target_tokenizer, target_vocab_size: int, name: str = "model", step=None
+    ):
         self.model = ModelDrafter(drafter_model, name=name, step=step)
         self.drafter, self.target = TextCodec(drafter_tokenizer), TextCodec(target_tokenizer)
         check_translatable(self.target, self.drafter)
@@ -169,12 +175,12 @@ class TranslatedDrafter:
         character and before any id outside the target's logits."""
         head = self.drafter.decode(before)
         whole = self.drafter.decode(before + drafted)
-        text = whole[len(head):] if whole.startswith(head) else self.drafter.decode(drafted)
+        text = whole[len(head) :] if whole.startswith(head) else self.drafter.decode(drafted)
         text = text.split(INCOMPLETE, 1)[0]
         if not text:
             return []
         joined = self.target.encode(self.target.decode(tail) + text)
-        ids = joined[len(tail):] if joined[: len(tail)] == tail else self.target.encode(text)
+        ids = joined[len(tail) :] if joined[: len(tail)] == tail else self.target.encode(text)
         for i, token in enumerate(ids):
             if not 0 <= token < self.target_vocab_size:
                 return ids[:i]

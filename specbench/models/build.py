@@ -31,17 +31,26 @@ Names no model and prints nothing; progress goes through a callback.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Callable, Iterator
 
 import numpy as np
 import torch
 
 from specbench.errors import ModelError
 from specbench.speed import native
-from specbench.speed.gguf_blocks import QK, Q4KLinear, Q6KLinear, quantize_q4k, random_q4k, random_q6k, repack, repack_q6k
+from specbench.speed.gguf_blocks import (
+    QK,
+    Q4KLinear,
+    Q6KLinear,
+    quantize_q4k,
+    random_q4k,
+    random_q6k,
+    repack,
+    repack_q6k,
+)
 from specbench.speed.quantize import Int8Linear, Int8TargetLinear
 from specbench.speed.row_embedding import DENSE_TYPES, RowEmbedding, dequantize_rows
 
@@ -77,7 +86,9 @@ class StoredTensor:
     dense_value: Callable[[], np.ndarray]  # float32, shape
 
     def dense(self, dtype: torch.dtype) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(self.dense_value(), dtype=np.float32).reshape(self.shape)).to(dtype)
+        return torch.from_numpy(np.ascontiguousarray(self.dense_value(), dtype=np.float32).reshape(self.shape)).to(
+            dtype
+        )
 
 
 # ---------------------------------------------------------------------------- the model
@@ -130,7 +141,10 @@ def build(model, tensors: Iterator[StoredTensor], run: RunFormat, name: str, pro
         _give_bias(modules[module_name], bias)
     missing = [n for n, p in [*model.named_parameters(), *model.named_buffers()] if p.is_meta]
     if missing:
-        raise ModelError(f"cannot build {name}: its weights have no {missing[0]}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+        raise ModelError(
+            f"cannot build {name}: its weights have no {missing[0]}"
+            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+        )
     return model
 
 
@@ -256,14 +270,18 @@ def _gguf_tensor(path: Path, info, processor, names: dict[str, str]) -> Iterator
     try:
         GGMLQuantizationType(qtype)
     except ValueError:
-        raise ModelError(f"{path.name}: tensor {info.name} has ggml type {qtype}, which gguf-py does not know; re-quantize the file to Q4_K_M or Q8_0 with llama.cpp") from None
+        raise ModelError(
+            f"{path.name}: tensor {info.name} has ggml type {qtype}, which gguf-py does not know; re-quantize the file to Q4_K_M or Q8_0 with llama.cpp"
+        ) from None
 
     def dense() -> np.ndarray:
         try:
             return dequantize_rows(raw, qtype).reshape(shape)
         except NotImplementedError:
             kind = GGMLQuantizationType(qtype).name
-            raise ModelError(f"{path.name}: tensor {info.name} is {kind}, which no dequantizer here reads; re-quantize the file to Q4_K_M or Q8_0 with llama.cpp") from None
+            raise ModelError(
+                f"{path.name}: tensor {info.name} is {kind}, which no dequantizer here reads; re-quantize the file to Q4_K_M or Q8_0 with llama.cpp"
+            ) from None
 
     order = _row_order(processor, info.name, shape, names) if len(shape) == 2 else None
     if order is not None:
@@ -282,7 +300,9 @@ def _gguf_tensor(path: Path, info, processor, names: dict[str, str]) -> Iterator
         yield StoredTensor(hf_name, tuple(value.shape), DENSE_TYPES[torch.float32], None, lambda v=value: v)
 
 
-def _row_order(processor, gguf_name: str, shape: tuple[int, int], names: dict[str, str]) -> tuple[str, np.ndarray | None] | None:
+def _row_order(
+    processor, gguf_name: str, shape: tuple[int, int], names: dict[str, str]
+) -> tuple[str, np.ndarray | None] | None:
     """(the model's name, the row permutation; None for none) where the processor does no
     more to this 2-d tensor than rename it and reorder its rows; None where it does more
     (or the model has no such tensor). Found by processing the row indices instead of the
@@ -322,9 +342,15 @@ def random_tensors(model, run: RunFormat, seed: int = 0, std: float = 0.02) -> I
             if run.keeps_blocks and as_head is not None and len(shape) == 2 and shape[1] % QK == 0:
                 qtype, draw = (Q6_K, random_q6k) if as_head else (Q4_K, random_q4k)
                 rows = draw(shape[0], shape[1], rng, std)
-                yield StoredTensor(name, shape, qtype, rows, lambda rows=rows, qtype=qtype: dequantize_rows(rows, qtype))
+                yield StoredTensor(
+                    name, shape, qtype, rows, lambda rows=rows, qtype=qtype: dequantize_rows(rows, qtype)
+                )
                 continue
-            value = np.ones(shape, np.float32) if name.endswith("norm.weight") else (rng.standard_normal(shape, dtype=np.float32) * std)
+            value = (
+                np.ones(shape, np.float32)
+                if name.endswith("norm.weight")
+                else (rng.standard_normal(shape, dtype=np.float32) * std)
+            )
             yield StoredTensor(name, shape, DENSE_TYPES[torch.float32], None, lambda value=value: value)
 
     return each()
@@ -349,7 +375,9 @@ def safetensors_tensors(folder: Path) -> tuple[Iterator[StoredTensor], int]:
 
     def each() -> Iterator[StoredTensor]:
         for file, key in keys:
-            with safe_open(str(file), framework="pt") as handle:  # closed after each tensor: its pages leave the process
+            with safe_open(
+                str(file), framework="pt"
+            ) as handle:  # closed after each tensor: its pages leave the process
                 tensor = handle.get_tensor(key)
             yield _safetensors_tensor(key, tensor)
 
@@ -360,4 +388,6 @@ def _safetensors_tensor(name: str, tensor: torch.Tensor) -> StoredTensor:
     shape = tuple(tensor.shape)
     qtype = DENSE_TYPES.get(tensor.dtype)
     rows = tensor.contiguous().view(torch.uint8).numpy() if qtype is not None and tensor.dim() == 2 else None
-    return StoredTensor(name, shape, DENSE_TYPES[torch.float32] if qtype is None else qtype, rows, lambda: tensor.float().numpy())
+    return StoredTensor(
+        name, shape, DENSE_TYPES[torch.float32] if qtype is None else qtype, rows, lambda: tensor.float().numpy()
+    )

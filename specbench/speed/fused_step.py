@@ -8,7 +8,7 @@ norms, rotary, bf16 <-> float32 conversions, attention, the gated MLP), and the 
 target's step about a fifth. FusedLayers runs a layer as `layer_in` (norm, q|k|v, rotary),
 the cache's own update (HF's DynamicCache, as every forward uses it), and `layer_out`
 (attention, o, residual, norm, MLP, residual), in float32 throughout.
-`python bench/drafter_step.py` and `python bench/target_step.py` time it beside the other ways.
+`python dev/drafter_step.py` and `python dev/target_step.py` time it beside the other ways.
 
 It computes other bits than the lean forward and the model's own (float32 activations
 instead of bf16, its own order of sums, its own exp). What it keeps is row independence: a
@@ -50,7 +50,17 @@ Q4K_BLOCKS, INT8_ROWS, Q6K_BLOCKS = 0, 1, 2  # q4k_layer.c's kinds of Linear
 
 
 class LinearArgs(ctypes.Structure):
-    _fields_ = [("w", ctypes.c_void_p), ("sm", ctypes.c_void_p), ("sc", ctypes.c_void_p), ("d", ctypes.c_void_p), ("dmin", ctypes.c_void_p), ("bias", ctypes.c_void_p), ("N", ctypes.c_int), ("K", ctypes.c_int), ("kind", ctypes.c_int)]
+    _fields_ = [
+        ("w", ctypes.c_void_p),
+        ("sm", ctypes.c_void_p),
+        ("sc", ctypes.c_void_p),
+        ("d", ctypes.c_void_p),
+        ("dmin", ctypes.c_void_p),
+        ("bias", ctypes.c_void_p),
+        ("N", ctypes.c_int),
+        ("K", ctypes.c_int),
+        ("kind", ctypes.c_int),
+    ]
 
 
 class LayerArgs(ctypes.Structure):
@@ -72,7 +82,12 @@ class LayerArgs(ctypes.Structure):
 def fused_layers(lean) -> FusedLayers | None:
     """FusedLayers over a LeanDecoder's layers, or None where they do not apply. The layers
     are checked first: a model of PyTorch Linears never builds or loads the library."""
-    parts = [part for i in range(len(lean.qkv)) for group in (lean.qkv[i], lean.gate_up[i], lean.o[i], lean.down[i]) for part in group.parts()]
+    parts = [
+        part
+        for i in range(len(lean.qkv))
+        for group in (lean.qkv[i], lean.gate_up[i], lean.o[i], lean.down[i])
+        for part in group.parts()
+    ]
     if lean.head_dim % 8 != 0 or not all(_native(linear) for linear in parts):
         return None
     if native.layer_kernel() is None:
@@ -83,7 +98,10 @@ def fused_layers(lean) -> FusedLayers | None:
             return None
         int8 = ctypes.cast(int8_lib.specbench_int8_linear, ctypes.c_void_p).value
     norms = [norm for layer in lean.decoder.layers for norm in (layer.input_layernorm, layer.post_attention_layernorm)]
-    if not all(isinstance(getattr(norm, "variance_epsilon", None), float) and getattr(norm, "weight", None) is not None for norm in norms):
+    if not all(
+        isinstance(getattr(norm, "variance_epsilon", None), float) and getattr(norm, "weight", None) is not None
+        for norm in norms
+    ):
         return None
     return FusedLayers(lean, int8)
 
@@ -94,7 +112,9 @@ def _native(linear) -> bool:
         return linear.d.device.type == "cpu"
     if isinstance(linear, Int8TargetLinear):
         tensors = [linear.qweight, linear.scales] + ([] if linear.bias is None else [linear.bias])
-        return linear.scales.dtype == torch.float32 and all(t.device.type == "cpu" and t.is_contiguous() for t in tensors)
+        return linear.scales.dtype == torch.float32 and all(
+            t.device.type == "cpu" and t.is_contiguous() for t in tensors
+        )
     return False
 
 
@@ -102,11 +122,41 @@ def _linear_args(linear) -> LinearArgs:
     bias = None if linear.bias is None else linear.bias.data_ptr()
     if isinstance(linear, Q4KLinear):
         check_order(linear)
-        return LinearArgs(linear.qs.data_ptr(), linear.sm.data_ptr(), None, linear.d.data_ptr(), linear.dmin.data_ptr(), bias, linear.out_features, linear.in_features, Q4K_BLOCKS)
+        return LinearArgs(
+            linear.qs.data_ptr(),
+            linear.sm.data_ptr(),
+            None,
+            linear.d.data_ptr(),
+            linear.dmin.data_ptr(),
+            bias,
+            linear.out_features,
+            linear.in_features,
+            Q4K_BLOCKS,
+        )
     if isinstance(linear, Q6KLinear):
         check_order(linear)
-        return LinearArgs(linear.ql.data_ptr(), linear.qh.data_ptr(), linear.sc.data_ptr(), linear.d.data_ptr(), None, bias, linear.out_features, linear.in_features, Q6K_BLOCKS)
-    return LinearArgs(linear.qweight.data_ptr(), None, None, linear.scales.data_ptr(), None, bias, linear.out_features, linear.in_features, INT8_ROWS)
+        return LinearArgs(
+            linear.ql.data_ptr(),
+            linear.qh.data_ptr(),
+            linear.sc.data_ptr(),
+            linear.d.data_ptr(),
+            None,
+            bias,
+            linear.out_features,
+            linear.in_features,
+            Q6K_BLOCKS,
+        )
+    return LinearArgs(
+        linear.qweight.data_ptr(),
+        None,
+        None,
+        linear.scales.data_ptr(),
+        None,
+        bias,
+        linear.out_features,
+        linear.in_features,
+        INT8_ROWS,
+    )
 
 
 def _group_args(linears: list, size: int):
@@ -128,7 +178,9 @@ class FusedLayers:
         self.lean, self.int8 = lean, int8
         decoder = lean.decoder
         self.embed, self.rotary, self.norm = decoder.embed_tokens, decoder.rotary_emb, decoder.norm
-        self.dtype = decoder.norm.weight.dtype  # the model's: what HF's forward stores and returns (an embedding may keep its rows quantized)
+        self.dtype = (
+            decoder.norm.weight.dtype
+        )  # the model's: what HF's forward stores and returns (an embedding may keep its rows quantized)
         self.q_width = lean.heads * lean.head_dim
         self.kv_width = lean.kv_heads * lean.head_dim
         self.lib = self.args = self.keep = None  # taken at the first call
@@ -144,7 +196,10 @@ class FusedLayers:
 
     def _layer_args(self, i: int, layer) -> LayerArgs:
         lean = self.lean
-        norms = [norm.weight.detach().float().contiguous() for norm in (layer.input_layernorm, layer.post_attention_layernorm)]
+        norms = [
+            norm.weight.detach().float().contiguous()
+            for norm in (layer.input_layernorm, layer.post_attention_layernorm)
+        ]
         self.keep += norms
         qkv, gate_up = lean.qkv[i].parts(), lean.gate_up[i].parts()
         return LayerArgs(
@@ -181,7 +236,10 @@ class FusedLayers:
         # config.num_hidden_layers, as HF's decoder reads it (an early-exit drafter lowers it)
         for i in range(self.lean.config.num_hidden_layers):
             args = ctypes.byref(self.args[i])
-            if self.lib.specbench_layer_in(args, hidden.data_ptr(), n, cos.data_ptr(), sin.data_ptr(), qkv.data_ptr()) != 0:
+            if (
+                self.lib.specbench_layer_in(args, hidden.data_ptr(), n, cos.data_ptr(), sin.data_ptr(), qkv.data_ptr())
+                != 0
+            ):
                 raise RuntimeError(f"q4k_layer refused layer {i}'s input of {n} rows")
             # copies (copy=True): the cache must not keep a view of qkv, which the next layer overwrites
             k = k_rows.reshape(1, n, self.lean.kv_heads, self.lean.head_dim).transpose(1, 2).to(self.dtype, copy=True)
@@ -192,7 +250,18 @@ class FusedLayers:
             bf16 = int(keys.dtype == torch.bfloat16)
             if keys.dtype not in (torch.float32, torch.bfloat16) or values.dtype != keys.dtype:
                 raise RuntimeError(f"q4k_layer reads a float32 or bfloat16 cache, not {keys.dtype}")
-            status = self.lib.specbench_layer_out(args, hidden.data_ptr(), n, qkv.data_ptr(), keys.data_ptr(), values.data_ptr(), bf16, keys.stride(1), keys.stride(2), keys.shape[2])
+            status = self.lib.specbench_layer_out(
+                args,
+                hidden.data_ptr(),
+                n,
+                qkv.data_ptr(),
+                keys.data_ptr(),
+                values.data_ptr(),
+                bf16,
+                keys.stride(1),
+                keys.stride(2),
+                keys.shape[2],
+            )
             if status != 0:
                 raise RuntimeError(f"q4k_layer refused layer {i}'s attention over {keys.shape[2]} keys")
         return self.norm(hidden.unsqueeze(0)).to(self.dtype)

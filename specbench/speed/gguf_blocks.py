@@ -116,7 +116,10 @@ def repack_q6k(raw: np.ndarray) -> dict[str, torch.Tensor]:
     rows = raw.shape[0]
     blocks = np.ascontiguousarray(raw, dtype=np.uint8).reshape(rows, -1, Q6K_BLOCK_BYTES)
     d = blocks[..., 208:210].copy().view(np.float16)[..., 0].astype(np.float32)
-    ql, qh = q6k_to_kernel_order(torch.from_numpy(np.ascontiguousarray(blocks[..., :128])), torch.from_numpy(np.ascontiguousarray(blocks[..., 128:192])))
+    ql, qh = q6k_to_kernel_order(
+        torch.from_numpy(np.ascontiguousarray(blocks[..., :128])),
+        torch.from_numpy(np.ascontiguousarray(blocks[..., 128:192])),
+    )
     return {
         "ql": ql,
         "qh": qh,
@@ -138,7 +141,9 @@ def _stored_q6k_values(ql: torch.Tensor, qh: torch.Tensor) -> torch.Tensor:
     4-5, 6-7 as the top two bits of each 32."""
     rows, nsb = ql.shape[:2]
     low = (ql.reshape(rows, nsb, 2, 1, 64) >> torch.tensor([0, 4], dtype=torch.uint8).reshape(1, 1, 1, 2, 1)) & 0x0F
-    high = (qh.reshape(rows, nsb, 2, 1, 32) >> torch.tensor([0, 2, 4, 6], dtype=torch.uint8).reshape(1, 1, 1, 4, 1)) & 0x03
+    high = (
+        qh.reshape(rows, nsb, 2, 1, 32) >> torch.tensor([0, 2, 4, 6], dtype=torch.uint8).reshape(1, 1, 1, 4, 1)
+    ) & 0x03
     return low.reshape(rows, nsb, QK) | (high.reshape(rows, nsb, QK) << 4)
 
 
@@ -190,7 +195,11 @@ def quantize_q4k(weight: torch.Tensor) -> dict[str, torch.Tensor]:
     sc = _levels(step, d, 63)
     m = _levels(floor, dmin, 63)
     scale, offset = (d[..., None] * sc)[..., None], (dmin[..., None] * m)[..., None]
-    q = torch.where(scale > 0, torch.round((w + offset) / scale.clamp(min=torch.finfo(torch.float32).tiny)), 0).clamp(0, 15).to(torch.uint8)
+    q = (
+        torch.where(scale > 0, torch.round((w + offset) / scale.clamp(min=torch.finfo(torch.float32).tiny)), 0)
+        .clamp(0, 15)
+        .to(torch.uint8)
+    )
     return {
         "qs": to_kernel_order(_pack(q.reshape(rows, nsb, 256))),
         "sm": torch.cat([sc, m], dim=-1).to(torch.uint8).contiguous(),
@@ -262,13 +271,22 @@ def check_order(layer: Q4KLinear | Q6KLinear) -> None:
     """Raises where the layer's weights are not in the order the kernel built here reads (a
     layer made before SPECBENCH_MARCH changed the build): its products would be wrong."""
     if layer.lanes != native.lane_order():
-        raise RuntimeError("a layer's blocks are in another order than the kernel built here reads: load the model again")
+        raise RuntimeError(
+            "a layer's blocks are in another order than the kernel built here reads: load the model again"
+        )
 
 
 def q6k_linear(x: torch.Tensor, layer: Q6KLinear) -> torch.Tensor:
     """x [..., in] times the layer's Q6_K weight, plus its bias, through q6k_linear.c."""
     check_order(layer)
-    return _block_linear(x, layer, native.q6k_kernel(), "specbench_q6k_linear", (layer.ql, layer.qh, layer.sc, layer.d), native.q6k_why_not)
+    return _block_linear(
+        x,
+        layer,
+        native.q6k_kernel(),
+        "specbench_q6k_linear",
+        (layer.ql, layer.qh, layer.sc, layer.d),
+        native.q6k_why_not,
+    )
 
 
 def _block_linear(x: torch.Tensor, layer, lib, entry: str, blocks: tuple, why_not) -> torch.Tensor:

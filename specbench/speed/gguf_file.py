@@ -163,7 +163,9 @@ def fast_reader_class(base: type) -> type:
                 return super()._get_field_parts(orig_offs, raw_type)
             parts = [self._get(orig_offs, np.uint32), self._get(orig_offs + 4, np.uint64)]  # the item type, the count
             itype, count = int(parts[0][0]), int(parts[1][0])
-            if itype == GGUFValueType.ARRAY or (itype != GGUFValueType.STRING and GGUFValueType(itype) not in self.gguf_scalar_to_np):
+            if itype == GGUFValueType.ARRAY or (
+                itype != GGUFValueType.STRING and GGUFValueType(itype) not in self.gguf_scalar_to_np
+            ):
                 return super()._get_field_parts(orig_offs, raw_type)
             plain = self.data.view(np.ndarray)  # slicing a plain array is several times cheaper than a memmap
             types = [GGUFValueType.ARRAY] + ([GGUFValueType(itype)] if count else [])

@@ -11,7 +11,7 @@
  * each int32 lane adds 2 * K / 32 such products). Rows are split between OpenMP threads
  * (the runtime PyTorch already loaded), each weight row is read once for all M rows, and
  * the next rows are prefetched: a draft step is bound by reading weights, and this loop
- * reads them faster than PyTorch's int8 kernel does. bench/drafter_step.py times the whole
+ * reads them faster than PyTorch's int8 kernel does. dev/drafter_step.py times the whole
  * draft step both ways; the measurements so far are in docs/log.md.
  *
  * Compiled with -march=native; on a CPU without AVX512BW/VNNI it builds only

@@ -76,9 +76,11 @@ class HybridLinear(torch.nn.Module):
             self.packed_bias = None if self.bias is None else self.bias.detach().float()
         self.half_gemv = self.weight.dtype != torch.float32
 
-    def __deepcopy__(self, memo) -> "HybridLinear":
+    def __deepcopy__(self, memo) -> HybridLinear:
         """Copy the dense weights and pack the copy anew (a packed tensor cannot be copied)."""
-        linear = torch.nn.Linear(self.in_features, self.out_features, bias=self.bias is not None, dtype=self.weight.dtype)
+        linear = torch.nn.Linear(
+            self.in_features, self.out_features, bias=self.bias is not None, dtype=self.weight.dtype
+        )
         linear.weight = copy.deepcopy(self.weight, memo)
         if self.bias is not None:
             linear.bias = copy.deepcopy(self.bias, memo)

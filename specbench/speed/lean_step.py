@@ -12,7 +12,7 @@ Where q/k/v (and gate/up) are int8 (quantize.py), their rows are stacked into on
 and run as one int8 kernel call; the modules' own buffers become views of the stacked
 ones, so no memory is added and HF's forward reads the very same numbers.
 
-`python bench/drafter_step.py` times it against HF's forward on this machine; the
+`python dev/drafter_step.py` times it against HF's forward on this machine; the
 measurements so far are in docs/log.md.
 
 A model whose Linears are all specbench's own kernels (a q4k drafter, `--draft-dtype q4k`,
@@ -40,7 +40,7 @@ by row exactly as core/attention.py's; tests/speed/test_lean_step.py compares th
 bit. A q4k or int8 target's layers run fused_step.py's native calls, row-invariant too, a
 rounding away from its own forward. Any call it does not reproduce (the prompt's first
 forward, a batch, padding, outputs asked for) runs the model's own forward, in every mode
-alike. `python bench/target_step.py` times the ways.
+alike. `python dev/target_step.py` times the ways.
 """
 
 from __future__ import annotations
@@ -85,7 +85,12 @@ def supports(model) -> bool:
     if decoder is None or not all(hasattr(decoder, name) for name in ("embed_tokens", "layers", "norm", "rotary_emb")):
         return False
     wanted = {"self_attn": ("q_proj", "k_proj", "v_proj", "o_proj"), "mlp": ("gate_proj", "up_proj", "down_proj")}
-    return all(hasattr(getattr(layer, part, None), name) for layer in decoder.layers for part, names in wanted.items() for name in names)
+    return all(
+        hasattr(getattr(layer, part, None), name)
+        for layer in decoder.layers
+        for part, names in wanted.items()
+        for name in names
+    )
 
 
 class Stacked:
@@ -97,7 +102,11 @@ class Stacked:
         self.linears = linears
         self.sizes = _sizes(linears)
         self.packed = _stack_int8(linears) if all(isinstance(linear, Int8Linear) for linear in linears) else None
-        self.q4k = _stack_q4k(linears) if len(linears) > 1 and all(isinstance(linear, Q4KLinear) for linear in linears) else None
+        self.q4k = (
+            _stack_q4k(linears)
+            if len(linears) > 1 and all(isinstance(linear, Q4KLinear) for linear in linears)
+            else None
+        )
 
     def parts(self) -> list[torch.nn.Module]:
         """The Linears a call runs, their outputs side by side: the stacked Q4KLinear, or each."""
@@ -161,7 +170,12 @@ def _stacked_bias(linears, dtype: torch.dtype) -> torch.Tensor | None:
     biases = [linear.bias for linear in linears]
     if all(b is None for b in biases):
         return None
-    return torch.cat([b.detach().to(dtype) if b is not None else torch.zeros(linear.out_features, dtype=dtype) for b, linear in zip(biases, linears)])
+    return torch.cat(
+        [
+            b.detach().to(dtype) if b is not None else torch.zeros(linear.out_features, dtype=dtype)
+            for b, linear in zip(biases, linears)
+        ]
+    )
 
 
 class LeanDecoder:
@@ -219,7 +233,16 @@ class LeanDecoder:
         if n == 1 or past == 0:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling, enable_gqa=gqa)
         else:  # row by row over a cache: each row's bits are a one-row step's (core/attention.py)
-            rows = [F.scaled_dot_product_attention(q[:, :, r : r + 1], k[:, :, : past + r + 1], v[:, :, : past + r + 1], scale=attn.scaling, enable_gqa=gqa) for r in range(n)]
+            rows = [
+                F.scaled_dot_product_attention(
+                    q[:, :, r : r + 1],
+                    k[:, :, : past + r + 1],
+                    v[:, :, : past + r + 1],
+                    scale=attn.scaling,
+                    enable_gqa=gqa,
+                )
+                for r in range(n)
+            ]
             out = torch.cat(rows, dim=2)
         (o,) = self.o[i](out.transpose(1, 2).reshape(1, n, self.heads * self.head_dim).to(x.dtype))
         return o
@@ -242,7 +265,9 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def _rotate(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _rotate(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotary position embedding as Qwen2 and Llama apply it (cos, sin: [1, n, head_dim])."""
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
     return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
@@ -292,8 +317,15 @@ class LeanForward:
         return CausalLMOutputWithPast(logits=logits, **{_OUTPUT_CACHE: cache})
 
 
-_OUTPUT_CACHE = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"  # renamed in transformers 5.24
-_PASSIVE = {"return_dict": (None, True), "output_attentions": (None, False), "output_hidden_states": (None, False), "use_cache": (None, True)}
+_OUTPUT_CACHE = (
+    "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+)  # renamed in transformers 5.24
+_PASSIVE = {
+    "return_dict": (None, True),
+    "output_attentions": (None, False),
+    "output_hidden_states": (None, False),
+    "use_cache": (None, True),
+}
 
 
 def lean_call(kwargs: dict) -> tuple[torch.Tensor, object, int] | None:
@@ -313,7 +345,9 @@ def lean_call(kwargs: dict) -> tuple[torch.Tensor, object, int] | None:
     past, n = cache.get_seq_length(), input_ids.shape[1]
     if past == 0:
         return None  # the prompt's first forward: HF's fused attention, as every mode runs it
-    if mask is not None and (not isinstance(mask, torch.Tensor) or tuple(mask.shape) != (1, past + n) or not bool(mask.all())):
+    if mask is not None and (
+        not isinstance(mask, torch.Tensor) or tuple(mask.shape) != (1, past + n) or not bool(mask.all())
+    ):
         return None
     expected = torch.arange(past, past + n, device=input_ids.device)
     for given in (positions, cache_position):

@@ -2,7 +2,7 @@
 
 Five libraries, each compiled once per machine with the system C compiler (`cc`, or $CC) for
 this CPU (-march=native; SPECBENCH_MARCH=x86-64-v3, say, builds for another target, as
-for AVX2 alone on an AVX-512 CPU) into the cache (defaults.native_dir(), keyed by the
+for AVX2 alone on an AVX-512 CPU) into the cache (paths.native_dir(), keyed by the
 source, the flags and the CPU's model and flags), and loaded with ctypes. All use OpenMP
 through the runtime PyTorch has already loaded, so they share one thread pool.
 
@@ -44,7 +44,7 @@ from pathlib import Path
 
 import torch  # noqa: F401  (loads PyTorch's OpenMP runtime before the kernels')
 
-from specbench.models import defaults
+from specbench import paths
 
 # -ffp-contract=off: the float epilogue stays three separate roundings (no fused multiply-add),
 # the same in every build, so int8_linear.c's results equal the exact reference bit for bit
@@ -84,23 +84,45 @@ class Library:
         return b"".join(file.read_bytes() for file in files)
 
 
-GEMV = Library("int8_gemv.c", "specbench_int8_ready", "AVX512BW or AVX512-VNNI", (("specbench_int8_gemv", (_P, _I, _I, _P, _P, _P, _I, _P)),))
+GEMV = Library(
+    "int8_gemv.c",
+    "specbench_int8_ready",
+    "AVX512BW or AVX512-VNNI",
+    (("specbench_int8_gemv", (_P, _I, _I, _P, _P, _P, _I, _P)),),
+)
 LINEAR = Library(
     "int8_linear.c",
     "specbench_int8_linear_ready",
     "AVX2",
-    (("specbench_int8_linear", (_P, _I, _I, _I, _P, _P, _P, _I, _I, _P)), ("specbench_quantize_rows", (_P, _I, _I, _I, _P, _P, _I))),
+    (
+        ("specbench_int8_linear", (_P, _I, _I, _I, _P, _P, _P, _I, _I, _P)),
+        ("specbench_quantize_rows", (_P, _I, _I, _I, _P, _P, _I)),
+    ),
 )
 
 
-Q4K = Library("q4k_linear.c", "specbench_q4k_ready", "AVX2", (("specbench_q4k_linear", (_P, _I, _I, _P, _P, _P, _P, _P, _I, _P)), ("specbench_lane_order", ())))
-Q6K = Library("q6k_linear.c", "specbench_q6k_ready", "AVX2", (("specbench_q6k_linear", (_P, _I, _I, _P, _P, _P, _P, _P, _I, _P)),), includes=("q4k_linear.c",))
+Q4K = Library(
+    "q4k_linear.c",
+    "specbench_q4k_ready",
+    "AVX2",
+    (("specbench_q4k_linear", (_P, _I, _I, _P, _P, _P, _P, _P, _I, _P)), ("specbench_lane_order", ())),
+)
+Q6K = Library(
+    "q6k_linear.c",
+    "specbench_q6k_ready",
+    "AVX2",
+    (("specbench_q6k_linear", (_P, _I, _I, _P, _P, _P, _P, _P, _I, _P)),),
+    includes=("q4k_linear.c",),
+)
 _L = ctypes.c_long
 LAYER = Library(
     "q4k_layer.c",
     "specbench_layer_ready",
     "AVX2",
-    (("specbench_layer_in", (_P, _P, _I, _P, _P, _P)), ("specbench_layer_out", (_P, _P, _I, _P, _P, _P, _I, _L, _L, _I))),
+    (
+        ("specbench_layer_in", (_P, _P, _I, _P, _P, _P)),
+        ("specbench_layer_out", (_P, _P, _I, _P, _P, _P, _I, _L, _L, _I)),
+    ),
     includes=("q4k_linear.c", "q6k_linear.c"),
 )
 
@@ -184,7 +206,7 @@ def _load(library: Library) -> tuple[ctypes.CDLL | None, str | None]:
     if compiler is None:
         return None, "no C compiler (cc or gcc) on PATH"
     stem = library.path.stem
-    path = defaults.native_dir() / f"{stem}-{_key(compiler, library)}.so"
+    path = paths.native_dir() / f"{stem}-{_key(compiler, library)}.so"
     if not path.exists():
         error = _build(compiler, library.path, path)
         if error:
@@ -242,7 +264,9 @@ def cpu_description() -> dict:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
         return {"model": platform.processor(), "flags": [], "kernels_march": march()}
-    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor())
+    model = next(
+        (line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor()
+    )
     have = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
     return {"model": model, "flags": [f for f in SPEED_FLAGS if f in have], "kernels_march": march()}
 
@@ -253,7 +277,9 @@ def _build(compiler: str, source: Path, path: Path) -> str | None:
     with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
         out = Path(scratch) / path.name
         try:
-            done = subprocess.run([compiler, *flags(), str(source), "-o", str(out)], capture_output=True, text=True, timeout=120)
+            done = subprocess.run(
+                [compiler, *flags(), str(source), "-o", str(out)], capture_output=True, text=True, timeout=120
+            )
         except (OSError, subprocess.TimeoutExpired) as error:
             return f"the build failed: {error}"
         if done.returncode != 0:

@@ -70,7 +70,9 @@ class Int8Linear(torch.nn.Module):
 def dense_twin(qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None) -> torch.nn.Linear:
     """A bf16 Linear over the dequantized rows (skip_init: no random weights to overwrite)."""
     out_features, in_features = qweight.shape
-    dense = torch.nn.utils.skip_init(torch.nn.Linear, in_features, out_features, bias=bias is not None, dtype=torch.bfloat16, device=qweight.device)
+    dense = torch.nn.utils.skip_init(
+        torch.nn.Linear, in_features, out_features, bias=bias is not None, dtype=torch.bfloat16, device=qweight.device
+    )
     with torch.no_grad():
         dense.weight.copy_(dequantize_rows(qweight, scales))
         if bias is not None:
@@ -83,7 +85,9 @@ def runs_int8(x: torch.Tensor) -> bool:
     return x.dtype == torch.bfloat16 and x.numel() // x.shape[-1] <= MAX_INT8_ROWS
 
 
-def int8_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def int8_linear(
+    x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
     """x [..., in] (bf16) times int8 rows qweight [out, in] with scales [out], plus bias."""
     out = torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), qweight, scales)
     if bias is not None:
@@ -91,7 +95,9 @@ def int8_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bi
     return out.reshape(*x.shape[:-1], qweight.shape[0])
 
 
-def fast_int8_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def fast_int8_linear(
+    x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
     """int8_linear through specbench's own kernels where one is built and takes the call
     (native.py: int8_gemv.c on AVX512-VNNI, else int8_linear.c on AVX2), else through
     PyTorch's. Only specbench's draft step calls it (the lean forward and the restricted
@@ -105,7 +111,16 @@ def fast_int8_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tenso
         bias = bias.to(torch.bfloat16).contiguous()
     if (gemv := native.kernel()) is not None:
         out = torch.empty(rows, qweight.shape[0], dtype=torch.bfloat16)
-        status = gemv.specbench_int8_gemv(x2.data_ptr(), rows, width, qweight.data_ptr(), scales.data_ptr(), None if bias is None else bias.data_ptr(), qweight.shape[0], out.data_ptr())
+        status = gemv.specbench_int8_gemv(
+            x2.data_ptr(),
+            rows,
+            width,
+            qweight.data_ptr(),
+            scales.data_ptr(),
+            None if bias is None else bias.data_ptr(),
+            qweight.shape[0],
+            out.data_ptr(),
+        )
         if status == 0:
             return out.reshape(*x.shape[:-1], qweight.shape[0])
     if native.linear_kernel() is not None:
@@ -134,14 +149,18 @@ class Int8TargetLinear(torch.nn.Module):
         return exact_int8_linear(x, self.qweight, self.scales, self.bias)
 
 
-def exact_int8_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def exact_int8_linear(
+    x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
     """x [..., in] (float32) times int8 rows qweight [out, in] with float32 scales [out], plus
     bias, through int8_linear.c: each row's result is exact up to one rounding of the
     integer dot product and the epilogue, whatever the other rows."""
     return native_int8_linear(x.float(), qweight, scales, bias).to(x.dtype)
 
 
-def native_int8_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def native_int8_linear(
+    x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
     """int8_linear.c on x [..., in], float32 or bf16 (the output's dtype); scales and bias
     float32 or bf16 alike. Raises RuntimeError where the kernel is not built."""
     lib = native.linear_kernel()
@@ -154,7 +173,22 @@ def native_int8_linear(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Ten
     if bias is not None:
         bias = bias.to(scales.dtype).contiguous()
     x_bf16, p_bf16 = int(x.dtype == torch.bfloat16), int(scales.dtype == torch.bfloat16)
-    if rows and lib.specbench_int8_linear(x2.data_ptr(), x_bf16, rows, width, qweight.data_ptr(), scales.data_ptr(), None if bias is None else bias.data_ptr(), p_bf16, qweight.shape[0], out.data_ptr()) != 0:
+    if (
+        rows
+        and lib.specbench_int8_linear(
+            x2.data_ptr(),
+            x_bf16,
+            rows,
+            width,
+            qweight.data_ptr(),
+            scales.data_ptr(),
+            None if bias is None else bias.data_ptr(),
+            p_bf16,
+            qweight.shape[0],
+            out.data_ptr(),
+        )
+        != 0
+    ):
         raise RuntimeError(f"int8_linear refused a call of {rows} x {width}")
     return out.reshape(*x.shape[:-1], qweight.shape[0])
 
@@ -190,10 +224,25 @@ def quantize_rows(weight: torch.Tensor, scale_dtype: torch.dtype = torch.bfloat1
     q = torch.empty(weight.shape, dtype=torch.int8, device=weight.device)
     scales = torch.empty(weight.shape[0], dtype=scale_dtype, device=weight.device)
     native_dtypes = (torch.float32, torch.bfloat16)
-    lib = native.linear_kernel() if weight.dtype in native_dtypes and scale_dtype in native_dtypes and weight.device.type == "cpu" else None
+    lib = (
+        native.linear_kernel()
+        if weight.dtype in native_dtypes and scale_dtype in native_dtypes and weight.device.type == "cpu"
+        else None
+    )
     if lib is not None and weight.dim() == 2 and weight.numel():
         w, bf16 = weight.contiguous(), torch.bfloat16
-        if lib.specbench_quantize_rows(w.data_ptr(), int(w.dtype == bf16), w.shape[0], w.shape[1], q.data_ptr(), scales.data_ptr(), int(scale_dtype == bf16)) == 0:
+        if (
+            lib.specbench_quantize_rows(
+                w.data_ptr(),
+                int(w.dtype == bf16),
+                w.shape[0],
+                w.shape[1],
+                q.data_ptr(),
+                scales.data_ptr(),
+                int(scale_dtype == bf16),
+            )
+            == 0
+        ):
             return q, scales
     for start in range(0, weight.shape[0], _QUANTIZE_BLOCK):
         w = weight[start : start + _QUANTIZE_BLOCK].float()

@@ -10,9 +10,17 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from specbench.cli import commands as cli
 from specbench.bench.plot import CHARTS, plot_results
-from specbench.bench.results import REQUIRED_COLUMNS, ResultsError, as_runs, estimate_alpha, load_runs, read_rows, summarize
+from specbench.bench.results import (
+    REQUIRED_COLUMNS,
+    ResultsError,
+    as_runs,
+    estimate_alpha,
+    load_runs,
+    read_rows,
+    summarize,
+)
+from specbench.cli import commands as cli
 from specbench.core.stats import expected_tokens_per_round
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -42,7 +50,11 @@ def results_dir(tmp_path):
     directory = tmp_path / "results"
     directory.mkdir()
     (directory / "runs.csv").write_text(RUNS)
-    meta = {"models": {"target": {"name": "big"}, "drafter": {"name": "small"}}, "c": 0.3, "verify_cost": {str(k): 1 + 0.2 * (k - 1) for k in range(1, 10)}}
+    meta = {
+        "models": {"target": {"name": "big"}, "drafter": {"name": "small"}},
+        "c": 0.3,
+        "verify_cost": {str(k): 1 + 0.2 * (k - 1) for k in range(1, 10)},
+    }
     (directory / "meta.json").write_text(json.dumps(meta))
     return directory
 
@@ -133,19 +145,39 @@ def test_plot_command(results_dir, tmp_path):
     result = CliRunner().invoke(cli.app, ["plot", str(results_dir)])
     assert result.exit_code == 0 and f"wrote {len(CHARTS)} charts" in result.output
     missing = CliRunner().invoke(cli.app, ["plot", str(tmp_path / "nope")])
-    assert missing.exit_code == 2 and len(missing.output.strip().splitlines()) == 1 and "no results directory" in missing.output
+    assert (
+        missing.exit_code == 2
+        and len(missing.output.strip().splitlines()) == 1
+        and "no results directory" in missing.output
+    )
     (tmp_path / "taken").write_text("not a folder")
     blocked = CliRunner().invoke(cli.app, ["plot", str(results_dir), "--out", str(tmp_path / "taken")])
-    assert blocked.exit_code == 2 and len(blocked.output.strip().splitlines()) == 1 and "cannot write to" in blocked.output
+    assert (
+        blocked.exit_code == 2 and len(blocked.output.strip().splitlines()) == 1 and "cannot write to" in blocked.output
+    )
 
 
 def test_plot_command_says_why_there_is_nothing_to_chart(tmp_path):
     """A sweep interrupted during its first plain runs has no chart to draw: one line says so."""
     from specbench.bench.results import append_row
 
-    append_row(tmp_path / "runs.csv", {"source": "profile", "method": "plain", "temperature": 0, "prompt_id": "a", "category": "code", "repeat": 0, "speedup": 1.0, "tokens_per_second": 2.0})
+    append_row(
+        tmp_path / "runs.csv",
+        {
+            "source": "profile",
+            "method": "plain",
+            "temperature": 0,
+            "prompt_id": "a",
+            "category": "code",
+            "repeat": 0,
+            "speedup": 1.0,
+            "tokens_per_second": 2.0,
+        },
+    )
     result = CliRunner().invoke(cli.app, ["plot", str(tmp_path)])
-    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1 and "nothing to chart" in result.output
+    assert (
+        result.exit_code == 2 and len(result.output.strip().splitlines()) == 1 and "nothing to chart" in result.output
+    )
 
 
 def test_plot_imports_no_torch():
@@ -160,11 +192,13 @@ def test_sweep_summary_table_fits_80_columns_and_flags_differences():
 
     from rich.console import Console
 
-    from specbench.cli import commands as cli
     from specbench.bench.results import Summary
+    from specbench.cli import commands as cli
 
     summaries = [
-        Summary("measured", "hf-assisted", "model", "hf-defaults", None, 8, 0.6, 8.28, 4.76, 2.06, None, 0, 8, 1.71, 2.43),
+        Summary(
+            "measured", "hf-assisted", "model", "hf-defaults", None, 8, 0.6, 8.28, 4.76, 2.06, None, 0, 8, 1.71, 2.43
+        ),
         Summary("measured", "specbench", "prompt-lookup", "confidence-stop", 12, 8, 0.81, 6.35, 4.25, 1.86, 1.93, 1, 8),
         Summary("measured", "plain", "", "", None, 8, None, 1.0, 2.24, 1.0, None, 0, 0),
         Summary("measured", "specbench", f"model@{LONG_MODEL}", "fixed", 3, 8, 0.7, 3.1, 4.0, 1.1, 1.0, 0, 8),
@@ -196,8 +230,20 @@ def test_predicted_table_folds_a_long_drafter_model_name():
 
     from specbench.cli import commands as cli
 
-    frame = pd.DataFrame([{"drafter": f"model@{LONG_MODEL}", "policy": "oracle", "gamma": 3, "acceptance_rate": 1.0, "mean_accepted_length": 3.1,
-                           "speedup": 1.16, "speedup_lo": 1.11, "speedup_hi": 1.21}])  # fmt: skip
+    frame = pd.DataFrame(
+        [
+            {
+                "drafter": f"model@{LONG_MODEL}",
+                "policy": "oracle",
+                "gamma": 3,
+                "acceptance_rate": 1.0,
+                "mean_accepted_length": 3.1,
+                "speedup": 1.16,
+                "speedup_lo": 1.11,
+                "speedup_hi": 1.21,
+            }
+        ]
+    )
     shares = pd.DataFrame(columns=["drafter", "policy", "gamma", "share"])
     out = io.StringIO()
     Console(file=out, width=80, no_color=True).print(cli.predicted_table(frame, shares))
@@ -217,8 +263,21 @@ def test_predicted_table_gives_no_share_of_the_oracle_to_a_policy_slower_than_pl
     from specbench.cli import commands as cli
 
     rows = [("fixed", 2, 0.90, -5.0), ("cost", 3, 1.02, 0.4)]
-    frame = pd.DataFrame([{"drafter": "model", "policy": p, "gamma": g, "acceptance_rate": 0.5, "mean_accepted_length": 1.5,
-                           "speedup": s, "speedup_lo": s, "speedup_hi": s} for p, g, s, _ in rows])  # fmt: skip
+    frame = pd.DataFrame(
+        [
+            {
+                "drafter": "model",
+                "policy": p,
+                "gamma": g,
+                "acceptance_rate": 0.5,
+                "mean_accepted_length": 1.5,
+                "speedup": s,
+                "speedup_lo": s,
+                "speedup_hi": s,
+            }
+            for p, g, s, _ in rows
+        ]
+    )
     shares = pd.DataFrame([{"drafter": "model", "policy": p, "gamma": g, "share": share} for p, g, _, share in rows])
     out = io.StringIO()
     Console(file=out, width=100, no_color=True).print(cli.predicted_table(frame, shares))
@@ -237,11 +296,21 @@ def test_chart_footer_gives_the_c_the_sweep_priced_with():
     blocks = {"a/0": {"c": 0.22}, "b/0": {"c": 0.26}, "a/1": {"c": 0.19}}
     assert describe({"c": 0.22}, rows).endswith("c = 0.220")
     assert describe({"c": 0.22, "costs_by_block": blocks}, rows).endswith("c = 0.190 to 0.260 (per prompt)")
-    assert describe({"c": 0.22, "costs_pooled": 3, "costs_by_block": blocks}, rows).endswith("c = 0.220 (median of 3 measurements, 0.190 to 0.260)")
+    assert describe({"c": 0.22, "costs_pooled": 3, "costs_by_block": blocks}, rows).endswith(
+        "c = 0.220 (median of 3 measurements, 0.190 to 0.260)"
+    )
     two_models = {"a/0@small": {"c": 0.2}, "a/0@big": {"c": 0.9}, "b/0@small": {"c": 0.3}, "b/0@big": {"c": 0.8}}
-    assert describe({"c": 0.25, "costs_pooled": 2, "costs_by_block": two_models}, rows).endswith("c of small = 0.250 (median of 2 measurements, 0.200 to 0.300)")
-    models = {"target": {"name": "T"}, "drafter": {"name": "A"}, "drafters": {"a": {"name": "A"}, "b": {"name": "B.gguf"}}}
-    assert describe({"models": models}, rows).startswith("target T · drafters A, B.gguf · ")  # a sweep of two drafter models
+    assert describe({"c": 0.25, "costs_pooled": 2, "costs_by_block": two_models}, rows).endswith(
+        "c of small = 0.250 (median of 2 measurements, 0.200 to 0.300)"
+    )
+    models = {
+        "target": {"name": "T"},
+        "drafter": {"name": "A"},
+        "drafters": {"a": {"name": "A"}, "b": {"name": "B.gguf"}},
+    }
+    assert describe({"models": models}, rows).startswith(
+        "target T · drafters A, B.gguf · "
+    )  # a sweep of two drafter models
 
 
 def _predicted_sweep(directory, positions=True):
@@ -254,18 +323,75 @@ def _predicted_sweep(directory, positions=True):
     for prompt, category in (("a", "code"), ("b", "code"), ("c", "math")):
         common = {"temperature": 0, "prompt_id": prompt, "category": category, "repeat": 0}
         for source in ("profile", "measured"):
-            append_row(path, {**common, "source": source, "method": "plain", "speedup": 1.0, "tokens_per_second": 2.0, "target_forwards": 10})
-        append_row(path, {**common, "source": "measured", "method": "hf-assisted", "drafter": "model", "policy": "hf-defaults", "speedup": 1.3, "tokens_per_second": 2.6})
+            append_row(
+                path,
+                {
+                    **common,
+                    "source": source,
+                    "method": "plain",
+                    "speedup": 1.0,
+                    "tokens_per_second": 2.0,
+                    "target_forwards": 10,
+                },
+            )
+        append_row(
+            path,
+            {
+                **common,
+                "source": "measured",
+                "method": "hf-assisted",
+                "drafter": "model",
+                "policy": "hf-defaults",
+                "speedup": 1.3,
+                "tokens_per_second": 2.6,
+            },
+        )
         for d, drafter in enumerate(("model", "ngram")):
             for gamma, speedup in ((1, 1.2), (2, 1.5), (3, 1.4)):
-                row = {**common, "method": "specbench", "drafter": drafter, "policy": "fixed", "gamma": gamma, "drafted": 10, "accepted": 6 - d,
-                       "acceptance_rate": (6 - d) / 10, "mean_accepted_length": 2.0 - d / 4, "target_forwards": 6, "speedup": speedup - d / 10}  # fmt: skip
+                row = {
+                    **common,
+                    "method": "specbench",
+                    "drafter": drafter,
+                    "policy": "fixed",
+                    "gamma": gamma,
+                    "drafted": 10,
+                    "accepted": 6 - d,
+                    "acceptance_rate": (6 - d) / 10,
+                    "mean_accepted_length": 2.0 - d / 4,
+                    "target_forwards": 6,
+                    "speedup": speedup - d / 10,
+                }
                 append_row(path, {**row, "source": "predicted", "predicted_speedup": row["speedup"]})
                 if positions:
-                    append_positions(directory / "positions.csv", [{**row, "source": "predicted", "position": i, "reached": 4 - i, "accepted": 3 - i - d / 2} for i in (1, 2)])
+                    append_positions(
+                        directory / "positions.csv",
+                        [
+                            {**row, "source": "predicted", "position": i, "reached": 4 - i, "accepted": 3 - i - d / 2}
+                            for i in (1, 2)
+                        ],
+                    )
                 if gamma == 2:
-                    append_row(path, {**row, "source": "measured", "speedup": row["speedup"] * 0.9, "predicted_speedup": row["speedup"]})
-            append_row(path, {**common, "source": "predicted", "method": "specbench", "drafter": drafter, "policy": "oracle", "gamma": 3, "speedup": 2.0 - d / 2})
+                    append_row(
+                        path,
+                        {
+                            **row,
+                            "source": "measured",
+                            "speedup": row["speedup"] * 0.9,
+                            "predicted_speedup": row["speedup"],
+                        },
+                    )
+            append_row(
+                path,
+                {
+                    **common,
+                    "source": "predicted",
+                    "method": "specbench",
+                    "drafter": drafter,
+                    "policy": "oracle",
+                    "gamma": 3,
+                    "speedup": 2.0 - d / 2,
+                },
+            )
 
 
 def test_prediction_charts_from_predicted_and_measured_rows(tmp_path):
@@ -295,7 +421,9 @@ def test_category_chart_keeps_the_fastest_configurations_and_says_so(tmp_path, m
     assert plot.category_series(table) == ([(("model", "fixed"), 2), (("ngram", "fixed"), 2)], "")
     monkeypatch.setattr(plot, "MAX_CATEGORY_SERIES", 1)
     assert plot.category_series(table) == ([(("model", "fixed"), 2)], "\n(the 1 fastest of 2 configurations)")
-    measured = summary_frame(load_runs(tmp_path).query("source == 'measured'"))  # the measured chart's bars: the same cap, the same words
+    measured = summary_frame(
+        load_runs(tmp_path).query("source == 'measured'")
+    )  # the measured chart's bars: the same cap, the same words
     bars, note = plot.category_bars(load_runs(tmp_path).query("source == 'measured'"), measured)
     assert len(bars) == 1 and note == "\n(the 1 fastest of 3 configurations)"  # model, ngram and HF's defaults
 
@@ -334,12 +462,24 @@ def test_position_rows_pick_each_drafters_fixed_policy_at_its_largest_gamma():
     from specbench.bench.plot import position_rows
 
     positions = pd.DataFrame(
-        [("model", "fixed", 2.0), ("model", "fixed", 4.0), ("model", "cost", 8.0), ("model", "oracle", 12.0),
-         ("ngram", "cost", 3.0), ("ngram", "oracle", 12.0), ("lookup", "oracle", 6.0), ("lookup", "oracle", 12.0)],
+        [
+            ("model", "fixed", 2.0),
+            ("model", "fixed", 4.0),
+            ("model", "cost", 8.0),
+            ("model", "oracle", 12.0),
+            ("ngram", "cost", 3.0),
+            ("ngram", "oracle", 12.0),
+            ("lookup", "oracle", 6.0),
+            ("lookup", "oracle", 12.0),
+        ],
         columns=["drafter", "policy", "gamma"],
-    )  # fmt: skip
+    )
     chosen = position_rows(positions)
-    assert sorted(map(tuple, chosen[["drafter", "policy", "gamma"]].to_numpy().tolist())) == [("lookup", "oracle", 12.0), ("model", "fixed", 4.0), ("ngram", "cost", 3.0)]
+    assert sorted(map(tuple, chosen[["drafter", "policy", "gamma"]].to_numpy().tolist())) == [
+        ("lookup", "oracle", 12.0),
+        ("model", "fixed", 4.0),
+        ("ngram", "cost", 3.0),
+    ]
     assert position_rows(positions.iloc[0:0]).empty
 
 
@@ -348,17 +488,25 @@ def test_hf_lines_say_what_ran_once_and_in_words():
 
     assert hf_line_label("hf-assisted", "model", "hf-defaults") == "hf-assisted, its defaults"
     assert hf_line_label("hf-prompt-lookup", "prompt-lookup", "hf-defaults") == "hf-prompt-lookup, its defaults"
-    assert hf_line_label("hf-assisted", "model@small", "hf-defaults-stock-kernels") == "hf-assisted model@small, its defaults, PyTorch's kernels"
+    assert (
+        hf_line_label("hf-assisted", "model@small", "hf-defaults-stock-kernels")
+        == "hf-assisted model@small, its defaults, PyTorch's kernels"
+    )
 
 
 def test_a_long_subtitle_breaks_between_its_parts():
     from specbench.bench.plot import footer_lines
 
-    parts = ["target Qwen2.5-Coder-1.5B-Instruct", "drafter Qwen2.5-Coder-0.5B-Instruct", "temperature 0.7", "8 prompts", "c = 0.344 (median of 80 measurements, 0.323 to 0.373)"]
+    parts = [
+        "target Qwen2.5-Coder-1.5B-Instruct",
+        "drafter Qwen2.5-Coder-0.5B-Instruct",
+        "temperature 0.7",
+        "8 prompts",
+        "c = 0.344 (median of 80 measurements, 0.323 to 0.373)",
+    ]
     lines = footer_lines(" · ".join(parts), width=80)
     assert lines == [" · ".join(parts[:2]), " · ".join(parts[2:4]), parts[4]]
     assert footer_lines("short · enough") == ["short · enough"]
-
 
 
 def test_dollar_signs_in_names_are_text_and_one_gamma_draws_its_point(tmp_path, monkeypatch):
@@ -371,12 +519,49 @@ def test_dollar_signs_in_names_are_text_and_one_gamma_draws_its_point(tmp_path, 
 
     path = tmp_path / "runs.csv"
     for prompt, category in (("a", "bad $\\frac{$ x"), ("b", "cost $5 to $10")):
-        common = {"temperature": 0, "prompt_id": prompt, "category": category, "repeat": 0, "method": "specbench", "drafter": "model", "policy": "fixed", "gamma": 2}
-        append_row(path, {**common, "method": "plain", "drafter": "", "policy": "", "gamma": "", "source": "profile", "speedup": 1.0, "tokens_per_second": 2.0})
-        append_row(path, {**common, "source": "predicted", "drafted": 10, "accepted": 6, "acceptance_rate": 0.6, "mean_accepted_length": 2.0, "speedup": 1.2, "predicted_speedup": 1.2})
+        common = {
+            "temperature": 0,
+            "prompt_id": prompt,
+            "category": category,
+            "repeat": 0,
+            "method": "specbench",
+            "drafter": "model",
+            "policy": "fixed",
+            "gamma": 2,
+        }
+        append_row(
+            path,
+            {
+                **common,
+                "method": "plain",
+                "drafter": "",
+                "policy": "",
+                "gamma": "",
+                "source": "profile",
+                "speedup": 1.0,
+                "tokens_per_second": 2.0,
+            },
+        )
+        append_row(
+            path,
+            {
+                **common,
+                "source": "predicted",
+                "drafted": 10,
+                "accepted": 6,
+                "acceptance_rate": 0.6,
+                "mean_accepted_length": 2.0,
+                "speedup": 1.2,
+                "predicted_speedup": 1.2,
+            },
+        )
     markers = []
     plot_line = matplotlib.axes.Axes.plot
-    monkeypatch.setattr(matplotlib.axes.Axes, "plot", lambda self, *a, **kw: markers.append(kw.get("marker")) or plot_line(self, *a, **kw))
+    monkeypatch.setattr(
+        matplotlib.axes.Axes,
+        "plot",
+        lambda self, *a, **kw: markers.append(kw.get("marker")) or plot_line(self, *a, **kw),
+    )
     written = plot_results(tmp_path)
     assert written and all(p.read_bytes()[:8] == PNG_MAGIC for p in written)
     assert "D" in markers

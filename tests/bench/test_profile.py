@@ -7,17 +7,17 @@ from dataclasses import replace
 
 import pytest
 import torch
-
 from conftest import noisy_copy, tiny_model
+from gguf_tiny import quantize_to_q4k
+
 from specbench.bench.profile import ORACLE_POLICY, predict, record_path
 from specbench.bench.replay import Acceptance, RecordedPath, position_counts
+from specbench.core.attention import use_row_invariant_attention
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
 from specbench.core.sampling import SamplingConfig
 from specbench.drafters import DRAFTERS, make_drafter
-from specbench.core.attention import use_row_invariant_attention
 from specbench.policies import make_policy
 from specbench.speed import native
-from gguf_tiny import quantize_to_q4k
 from specbench.speed.lean_step import lean_decoder
 from specbench.speed.quantize import int8_available, quantize_linears, quantize_target
 
@@ -69,7 +69,9 @@ def test_adaptive_policies_replay_as_they_run(pair):
     for policy in ("heuristic", "cost", "egag"):
         real = _real(target, drafter_model, prompt, "model", policy, 6, gen, costs=costs)
         predicted = predict(path, "model", policy, 6, gen, costs=costs)
-        assert [(len(s.draft_tokens), s.accepted) for s in predicted.steps] == [(len(s.draft_tokens), s.accepted) for s in real.steps], policy
+        assert [(len(s.draft_tokens), s.accepted) for s in predicted.steps] == [
+            (len(s.draft_tokens), s.accepted) for s in real.steps
+        ], policy
 
 
 def test_restricted_vocabulary_is_replayed(pair):
@@ -100,28 +102,33 @@ def test_the_oracle_drafts_nothing_where_accepted_drafts_cannot_pay(pair):
     """Priced with a drafter step costing 3 target steps, no accepted run pays for its
     drafter forwards: the oracle drafts nothing and is plain decoding, never below it. At a
     cheap drafter it keeps every accepted draft, as it does unpriced."""
-    from specbench.speed.costs import Costs
+    from specbench.bench.costs import Costs
 
     target, drafter_model = pair
     gen = GenerationConfig(max_new_tokens=40)
     output = plain_generate(target, PROMPTS[0], gen).token_ids
     path = record_path(target, drafter_model, PROMPTS[0], output, gen)
     curve = {k: 1.0 + 0.1 * (k - 1) for k in range(1, 10)}
-    priced = lambda c: Costs(c=c, target_step_seconds=0.01, drafter_step_seconds=0.01 * c, verify_cost=curve, context_tokens=9)  # noqa: E731
+    priced = lambda c: Costs(
+        c=c, target_step_seconds=0.01, drafter_step_seconds=0.01 * c, verify_cost=curve, context_tokens=9
+    )  # noqa: E731
     unpriced = predict(path, "model", ORACLE_POLICY, 8, gen)
     assert unpriced.stats.accepted > 0
     slow = predict(path, "model", ORACLE_POLICY, 8, gen, costs=priced(3.0))
     assert slow.stats.drafted == 0 and slow.stats.target_forwards == len(output)
     cheap = predict(path, "model", ORACLE_POLICY, 8, gen, costs=priced(0.1))
-    assert (cheap.stats.drafted, cheap.stats.target_forwards) == (unpriced.stats.drafted, unpriced.stats.target_forwards)
+    assert (cheap.stats.drafted, cheap.stats.target_forwards) == (
+        unpriced.stats.drafted,
+        unpriced.stats.target_forwards,
+    )
 
 
 def test_the_oracle_weighs_the_loops_work_a_round_saves():
     """One accepted draft from one drafter forward at c = 0.75 and v(2) = 1.3 costs 2.05
     steps for 2 tokens, more than two rounds without drafts (2 steps) with no loop work, less
     with 0.1 of a step of it per round (2.15 against 2.2): a round saved is worth its loop."""
+    from specbench.bench.costs import Costs
     from specbench.bench.profile import oracle_pays
-    from specbench.speed.costs import Costs
 
     curve = {k: 1.0 + 0.3 * (k - 1) for k in range(1, 10)}
     costs = Costs(c=0.75, target_step_seconds=0.01, drafter_step_seconds=0.0075, verify_cost=curve, context_tokens=9)
@@ -169,7 +176,10 @@ def test_sampled_prediction_tracks_real_runs(pair):
     assert abs(sum(predicted) / sum(real) - 1) < 0.15, (predicted, real)
 
 
-@pytest.mark.skipif(native.linear_kernel() is None or not int8_available(), reason="needs the int8 target kernel and PyTorch's int8 weight-only kernel")
+@pytest.mark.skipif(
+    native.linear_kernel() is None or not int8_available(),
+    reason="needs the int8 target kernel and PyTorch's int8 weight-only kernel",
+)
 @pytest.mark.parametrize("dtype", ["int8", "q4k"])
 @pytest.mark.parametrize("drafter", ["model", "model+lookup"])
 def test_a_quantized_drafter_with_a_restricted_head_is_predicted_exactly(drafter, dtype):

@@ -42,10 +42,13 @@ def test_load_by_path_and_filter_by_category():
 def test_spec_bench_question_file(tmp_path):
     """Spec-Bench lines use question_id (a number) and user-only turns: only the first turn
     is sent, since the second answers the model's own first reply."""
-    path = write_lines(tmp_path / "question.jsonl", [
-        {"question_id": 81, "category": "writing", "turns": ["Write a poem.", "Now make it rhyme."]},
-        {"question_id": 82, "category": "math_reasoning", "turns": ["What is 2 + 2?"]},
-    ])  # fmt: skip
+    path = write_lines(
+        tmp_path / "question.jsonl",
+        [
+            {"question_id": 81, "category": "writing", "turns": ["Write a poem.", "Now make it rhyme."]},
+            {"question_id": 82, "category": "math_reasoning", "turns": ["What is 2 + 2?"]},
+        ],
+    )
     prompts = load_prompts(str(path))
     assert [(p.id, p.category) for p in prompts] == [("81", "writing"), ("82", "math_reasoning")]
     assert prompts[0].messages() == [{"role": "user", "content": "Write a poem."}]
@@ -82,7 +85,10 @@ def test_malformed_lines_name_file_and_line(tmp_path, line, message):
 
 def test_minimal_lines_get_their_line_number_and_no_category(tmp_path):
     """A file of bare prompts, as many benchmarks ship them, loads without ids or categories."""
-    path = write_lines(tmp_path / "bare.jsonl", [{"prompt": "Write a haiku."}, {"turns": ["Sum 2 and 3."], "category": "math"}, {"id": "q", "prompt": "Why?"}])
+    path = write_lines(
+        tmp_path / "bare.jsonl",
+        [{"prompt": "Write a haiku."}, {"turns": ["Sum 2 and 3."], "category": "math"}, {"id": "q", "prompt": "Why?"}],
+    )
     prompts = load_prompts(str(path))
     assert [(p.id, p.category, p.turns) for p in prompts] == [
         ("1", "uncategorized", ("Write a haiku.",)),
@@ -105,7 +111,9 @@ def test_file_level_errors(tmp_path):
         load_prompts("default", ["poetry"])
     table = tmp_path / "prompts.csv"
     table.write_text("id,prompt\na,Write a haiku.\n")
-    with pytest.raises(PromptError, match=r"a \.csv file is not a prompt file specbench reads: give a \.jsonl, \.json or \.txt"):
+    with pytest.raises(
+        PromptError, match=r"a \.csv file is not a prompt file specbench reads: give a \.jsonl, \.json or \.txt"
+    ):
         load_prompts(str(table))
     no_suffix = write_lines(tmp_path / "prompts", [{"prompt": "Write a haiku."}])  # read as lines of JSON
     assert [p.turns for p in load_prompts(str(no_suffix))] == [("Write a haiku.",)]
@@ -113,9 +121,14 @@ def test_file_level_errors(tmp_path):
 
 def test_plain_text_files_give_one_prompt_a_line(tmp_path):
     path = tmp_path / "prompts.txt"
-    path.write_text("\ufeffWrite a haiku.\n\n  Explain recursion.  \n", encoding="utf-8")  # a byte-order mark, a blank line
+    path.write_text(
+        "\ufeffWrite a haiku.\n\n  Explain recursion.  \n", encoding="utf-8"
+    )  # a byte-order mark, a blank line
     prompts = load_prompts(str(path))
-    assert [(p.id, p.category, p.turns) for p in prompts] == [("1", "uncategorized", ("Write a haiku.",)), ("3", "uncategorized", ("Explain recursion.",))]
+    assert [(p.id, p.category, p.turns) for p in prompts] == [
+        ("1", "uncategorized", ("Write a haiku.",)),
+        ("3", "uncategorized", ("Explain recursion.",)),
+    ]
 
 
 def test_lines_split_at_newlines_only(tmp_path):
@@ -134,21 +147,29 @@ def test_json_arrays_and_the_common_record_forms(tmp_path):
     """Chat messages (system, replies, a trailing reference answer), HumanEval's task_id,
     Alpaca's instruction + input, and a bare question, in one JSON array."""
     records = [
-        {"id": "chat", "messages": [
-            {"role": "system", "content": "Be brief."}, {"role": "user", "content": "u1"},
-            {"role": "assistant", "content": "a1"}, {"role": "user", "content": "u2"}, {"role": "assistant", "content": "the reference"},
-        ]},
+        {
+            "id": "chat",
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "u1"},
+                {"role": "assistant", "content": "a1"},
+                {"role": "user", "content": "u2"},
+                {"role": "assistant", "content": "the reference"},
+            ],
+        },
         {"task_id": "HumanEval/0", "prompt": "def f():\n"},
         {"instruction": "Translate to French.", "input": "Good morning", "output": "Bonjour"},
         {"question": "Why is the sky blue?", "category": "qa"},
-    ]  # fmt: skip
+    ]
     path = tmp_path / "set.json"
     path.write_text(json.dumps(records))
     chat, code, alpaca, question = load_prompts(str(path))
     assert chat.messages() == [
-        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "u1"},
-        {"role": "assistant", "content": "a1"}, {"role": "user", "content": "u2"},
-    ]  # fmt: skip
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "u1"},
+        {"role": "assistant", "content": "a1"},
+        {"role": "user", "content": "u2"},
+    ]
     assert (code.id, code.turns) == ("HumanEval/0", ("def f():\n",))
     assert (alpaca.id, alpaca.turns) == ("3", ("Translate to French.\n\nGood morning",))
     assert (question.id, question.category, question.turns) == ("4", "qa", ("Why is the sky blue?",))

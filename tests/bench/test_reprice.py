@@ -10,10 +10,11 @@ import shutil
 from dataclasses import replace
 
 import pytest
+from tiny_hf import char_tokenizer
 from transformers import Qwen2Config
 from typer.testing import CliRunner
 
-from specbench.bench.meta import costs_meta, model_meta, read_costs_meta
+from specbench.bench.meta import costs_meta, read_costs_meta
 from specbench.bench.plan import SweepConfig
 from specbench.bench.prompts import Prompt
 from specbench.bench.reprice import reprice
@@ -21,13 +22,19 @@ from specbench.bench.results import read_rows
 from specbench.bench.sweep import sweep
 from specbench.cli import commands as cli
 from specbench.errors import ResultsError
-from specbench.speed.costs import Costs
-from tiny_hf import char_tokenizer
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 PROMPTS = [Prompt("p-code", "code", ("def add(a, b):",)), Prompt("p-chat", "chat", ("hi!", "and then?"), ("hello.",))]
-FAST = dict(gammas=(1, 2), drafters=("model", "ngram"), policies=("fixed", "cost"), max_new_tokens=8, timing_repeats=1, warmup_tokens=2, hf_assisted=False)
+FAST = dict(
+    gammas=(1, 2),
+    drafters=("model", "ngram"),
+    policies=("fixed", "cost"),
+    max_new_tokens=8,
+    timing_repeats=1,
+    warmup_tokens=2,
+    hf_assisted=False,
+)
 SWEEPS = {
     "greedy": SweepConfig(**FAST),
     "sampled, costs once, 2 repeats": SweepConfig(**FAST, temperature=0.7, repeats=2, costs_per_prompt=False),
@@ -40,7 +47,17 @@ def swept(request, close_pair, tmp_path_factory):
     """A finished tiny sweep (predictions and measured runs) of each kind."""
     out = tmp_path_factory.mktemp("sweep") / "results"
     target, drafter = close_pair
-    sweep(target, drafter, char_tokenizer(), PROMPTS, SWEEPS[request.param], out, target_name="tiny-target", drafter_name="tiny-drafter", command="test")
+    sweep(
+        target,
+        drafter,
+        char_tokenizer(),
+        PROMPTS,
+        SWEEPS[request.param],
+        out,
+        target_name="tiny-target",
+        drafter_name="tiny-drafter",
+        command="test",
+    )
     return out
 
 
@@ -57,31 +74,48 @@ def test_the_sweeps_own_costs_give_its_predicted_rows_back(swept, tmp_path):
     """Every column of every predicted row, as runs.csv reads back: priced by the same
     functions from the same blocks (meta.json's costs_by_block), no model loaded."""
     result = reprice(swept, tmp_path / "again")
-    assert result.rows == len(rows_of(swept, ("predicted",))) > 0 and result.costs_file is None and result.kept_drafts == 0
+    assert (
+        result.rows == len(rows_of(swept, ("predicted",))) > 0 and result.costs_file is None and result.kept_drafts == 0
+    )
     assert rows_of(tmp_path / "again") == rows_of(swept)
     assert positions_of(tmp_path / "again") == positions_of(swept)
     meta, again = (json.loads((d / "meta.json").read_text()) for d in (swept, tmp_path / "again"))
     assert again["costs"] == meta["costs"] and again["costs_by_block"] == meta["costs_by_block"]
     assert again["repriced"]["results"] == str(swept) and "checks" not in again
-    assert [s for s in again["summary"] if s["source"] == "predicted"] == [s for s in meta["summary"] if s["source"] == "predicted"]
+    assert [s for s in again["summary"] if s["source"] == "predicted"] == [
+        s for s in meta["summary"] if s["source"] == "predicted"
+    ]
 
 
 def test_other_costs_change_the_price_and_not_the_rounds(swept, tmp_path):
     """A drafter twice as cheap and a flatter verify curve: each model row's speedup rises,
     while what the replay counted (drafts, acceptance, forwards) stays; c is the file's."""
     sweep_costs, _ = read_costs_meta(swept / "meta.json")  # a sweep's meta.json is a costs file
-    cheaper = replace(sweep_costs, c=sweep_costs.c / 2, drafter_step_seconds=sweep_costs.drafter_step_seconds / 2, verify_cost={k: 1.0 + 0.01 * (k - 1) for k in range(1, 10)})
+    cheaper = replace(
+        sweep_costs,
+        c=sweep_costs.c / 2,
+        drafter_step_seconds=sweep_costs.drafter_step_seconds / 2,
+        verify_cost={k: 1.0 + 0.01 * (k - 1) for k in range(1, 10)},
+    )
     costs_file = tmp_path / "costs.json"
     costs_file.write_text(json.dumps(costs_meta(cheaper, {"target": None, "drafter": None}, {}, "test")))
     result = reprice(swept, tmp_path / "cheaper", costs_file)
     before, after = rows_of(swept, ("predicted",)), rows_of(tmp_path / "cheaper", ("predicted",))
     assert [{k: r[k] for k in COUNTS} for r in after] == [{k: r[k] for k in COUNTS} for r in before]
     assert all(float(r["c"]) == pytest.approx(cheaper.c, rel=1e-5) for r in after)
-    model = [(float(b["speedup"]), float(a["speedup"])) for b, a in zip(before, after) if b["drafter"] == "model" and int(b["drafted"])]
+    model = [
+        (float(b["speedup"]), float(a["speedup"]))
+        for b, a in zip(before, after)
+        if b["drafter"] == "model" and int(b["drafted"])
+    ]
     assert model and all(a > b for b, a in model)
     assert result.kept_drafts == sum(r["policy"] in ("cost", "oracle") for r in before) > 0
     meta = json.loads((tmp_path / "cheaper" / "meta.json").read_text())
-    assert meta["c"] == pytest.approx(cheaper.c) and meta["repriced"]["costs"] == str(costs_file) and "costs_by_block" not in meta
+    assert (
+        meta["c"] == pytest.approx(cheaper.c)
+        and meta["repriced"]["costs"] == str(costs_file)
+        and "costs_by_block" not in meta
+    )
 
 
 def test_costs_with_random_weights_write_a_file_predict_reads(swept, tmp_path):
@@ -89,21 +123,62 @@ def test_costs_with_random_weights_write_a_file_predict_reads(swept, tmp_path):
     weights, no tokenizer); `specbench predict --costs` prices the sweep with the file,
     and `specbench plot` charts the result."""
     for name, layers in (("target", 3), ("drafter", 1)):
-        config = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False)
+        config = Qwen2Config(
+            vocab_size=64,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            tie_word_embeddings=False,
+        )
         config.save_pretrained(tmp_path / name)
     costs_file = tmp_path / "costs" / "tiny.json"
-    args = ["costs", "--target", str(tmp_path / "target"), "--drafter-model", str(tmp_path / "drafter"), "--random-weights", "--dtype", "float32", "--draft-dtype", "float32",
-            "--draft-vocab", "0", "--kernels", "default", "--timing-repeats", "1", "--context-tokens", "16", "--out", str(costs_file)]  # fmt: skip
+    args = [
+        "costs",
+        "--target",
+        str(tmp_path / "target"),
+        "--drafter-model",
+        str(tmp_path / "drafter"),
+        "--random-weights",
+        "--dtype",
+        "float32",
+        "--draft-dtype",
+        "float32",
+        "--draft-vocab",
+        "0",
+        "--kernels",
+        "default",
+        "--timing-repeats",
+        "1",
+        "--context-tokens",
+        "16",
+        "--out",
+        str(costs_file),
+    ]
     result = CliRunner().invoke(cli.app, args)
     assert result.exit_code == 0, result.output
     costs, raw = read_costs_meta(costs_file)
-    assert costs.c > 0 and sorted(costs.verify_cost) == list(range(1, 10)) and costs.plain_step_seconds and costs.loop_seconds is not None
-    assert raw["costs_settings"]["random_weights"] is True and raw["models"]["target"]["name"] == "target" and raw["models"]["drafter"]["dtype"] == "float32"
+    assert (
+        costs.c > 0
+        and sorted(costs.verify_cost) == list(range(1, 10))
+        and costs.plain_step_seconds
+        and costs.loop_seconds is not None
+    )
+    assert (
+        raw["costs_settings"]["random_weights"] is True
+        and raw["models"]["target"]["name"] == "target"
+        and raw["models"]["drafter"]["dtype"] == "float32"
+    )
     assert raw["machine"]["cpu_count"] and raw["versions"]["torch"] and raw["created"]
     out = tmp_path / "priced"
     result = CliRunner().invoke(cli.app, ["predict", str(swept), "--costs", str(costs_file), "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert f"priced with the costs in {costs_file}" in result.output and "keep the drafts the sweep's costs chose" in result.stderr
+    assert (
+        f"priced with the costs in {costs_file}" in result.output
+        and "keep the drafts the sweep's costs chose" in result.stderr
+    )
     assert all(float(r["c"]) == pytest.approx(costs.c, rel=1e-5) for r in rows_of(out, ("predicted",)))
     charts = CliRunner().invoke(cli.app, ["plot", str(out)])
     assert charts.exit_code == 0 and "speedup_vs_gamma.png" in charts.output

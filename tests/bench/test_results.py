@@ -28,8 +28,16 @@ from specbench.bench.results import (
 
 def run(method="specbench", drafter="model", policy="fixed", gamma=2, prompt_id="a", category="code", **cells) -> dict:
     plain = method == "plain"
-    row = {"method": method, "drafter": "" if plain else drafter, "policy": "" if plain else policy,
-           "gamma": None if plain else gamma, "temperature": 0.0, "prompt_id": prompt_id, "category": category, "repeat": 0}  # fmt: skip
+    row = {
+        "method": method,
+        "drafter": "" if plain else drafter,
+        "policy": "" if plain else policy,
+        "gamma": None if plain else gamma,
+        "temperature": 0.0,
+        "prompt_id": prompt_id,
+        "category": category,
+        "repeat": 0,
+    }
     return {**row, **cells}
 
 
@@ -39,7 +47,15 @@ def runs_csv(tmp_path):
     for row in (
         run("plain", prompt_id="a", speedup=1.0, tokens_per_second=4.0),
         run(prompt_id="a", drafted=40, accepted=30, acceptance_rate=0.75, speedup=1.6, identical_to_baseline=True),
-        run(prompt_id="b", category="prose", drafted=20, accepted=5, acceptance_rate=0.25, speedup=0.9, identical_to_baseline=False),
+        run(
+            prompt_id="b",
+            category="prose",
+            drafted=20,
+            accepted=5,
+            acceptance_rate=0.25,
+            speedup=0.9,
+            identical_to_baseline=False,
+        ),
         run("hf-assisted", policy="hf-defaults", gamma=None, prompt_id="a", speedup=2.0),
         run("hf-assisted", policy="hf-defaults", gamma=None, prompt_id="b", category="prose", speedup=1.5),
     ):
@@ -101,7 +117,11 @@ def test_summaries_group_by_configuration(runs_csv):
     speedup is the group's geometric mean, acceptance pools the counts; rows from read_rows
     and the DataFrame from load_runs summarise the same."""
     summaries = summarize(load_runs(runs_csv))
-    assert [(s.method, s.policy, s.gamma) for s in summaries] == [("hf-assisted", "hf-defaults", None), ("specbench", "fixed", 2), ("plain", "", None)]
+    assert [(s.method, s.policy, s.gamma) for s in summaries] == [
+        ("hf-assisted", "hf-defaults", None),
+        ("specbench", "fixed", 2),
+        ("plain", "", None),
+    ]
     hf, spec, plain = summaries
     assert hf.speedup == pytest.approx(math.sqrt(3.0)) and hf.acceptance_rate is None and hf.runs == 2
     assert spec.speedup == pytest.approx(math.sqrt(1.6 * 0.9))
@@ -142,9 +162,22 @@ def test_results_imports_no_pandas():
 
 
 def _row(source, prompt, speedup, gamma=2, policy="fixed", forwards=10, category="code", drafted=10, accepted=6):
-    return {"source": source, "method": "specbench", "drafter": "model", "policy": policy, "gamma": gamma, "temperature": 0,
-            "prompt_id": prompt, "category": category, "repeat": 0, "speedup": speedup, "target_forwards": forwards,
-            "drafted": drafted, "accepted": accepted, "acceptance_rate": accepted / drafted}  # fmt: skip
+    return {
+        "source": source,
+        "method": "specbench",
+        "drafter": "model",
+        "policy": policy,
+        "gamma": gamma,
+        "temperature": 0,
+        "prompt_id": prompt,
+        "category": category,
+        "repeat": 0,
+        "speedup": speedup,
+        "target_forwards": forwards,
+        "drafted": drafted,
+        "accepted": accepted,
+        "acceptance_rate": accepted / drafted,
+    }
 
 
 def test_rows_without_a_source_read_as_measured(tmp_path):
@@ -156,7 +189,9 @@ def test_rows_without_a_source_read_as_measured(tmp_path):
     assert load_runs(path)["source"].tolist() == ["measured"]
     assert read_rows(path)[0]["source"] == "measured"
     assert row_key(read_rows(path)[0]) == run_key("measured", "plain", "", "", None, 0.0, "p1", 0)
-    assert run_key("predicted", "plain", "", "", None, 0.0, "p1", 0) != run_key("measured", "plain", "", "", None, 0.0, "p1", 0)
+    assert run_key("predicted", "plain", "", "", None, 0.0, "p1", 0) != run_key(
+        "measured", "plain", "", "", None, 0.0, "p1", 0
+    )
 
 
 def test_a_resumed_sweep_finds_its_rows_by_source(tmp_path):
@@ -165,10 +200,16 @@ def test_a_resumed_sweep_finds_its_rows_by_source(tmp_path):
     from specbench.bench.results import append_row, read_rows, row_key, run_key
 
     path = tmp_path / "runs.csv"
-    append_row(path, {**_row("predicted", "p1", 1.4, gamma=3), "temperature": 0.7, "repeat": 1, "drafted": 2.5, "accepted": 1.25})
+    append_row(
+        path,
+        {**_row("predicted", "p1", 1.4, gamma=3), "temperature": 0.7, "repeat": 1, "drafted": 2.5, "accepted": 1.25},
+    )
     append_row(path, {**_row("", "p1", 1.2, gamma=3), "temperature": 0.7, "repeat": 1})
     keys = [row_key(row) for row in read_rows(path)]
-    assert keys == [run_key("predicted", "specbench", "model", "fixed", 3, 0.7, "p1", 1), run_key("measured", "specbench", "model", "fixed", 3.0, "0.7", "p1", "1")]
+    assert keys == [
+        run_key("predicted", "specbench", "model", "fixed", 3, 0.7, "p1", 1),
+        run_key("measured", "specbench", "model", "fixed", 3.0, "0.7", "p1", "1"),
+    ]
     assert keys[0] != keys[1]
 
 
@@ -203,7 +244,10 @@ def test_bootstrap_interval_of_pooled_acceptance():
     """The acceptance interval brackets the pooled (token-weighted) rate, not the mean of rates."""
     from specbench.bench.results import as_runs, summary_frame
 
-    rows = [_row("predicted", f"p{i}", 1.5, drafted=d, accepted=a) for i, (d, a) in enumerate(((100, 90), (10, 1), (100, 80), (10, 2), (50, 40)))]
+    rows = [
+        _row("predicted", f"p{i}", 1.5, drafted=d, accepted=a)
+        for i, (d, a) in enumerate(((100, 90), (10, 1), (100, 80), (10, 2), (50, 40)))
+    ]
     row = summary_frame(as_runs(rows)).iloc[0]
     assert row["acceptance_rate"] == pytest.approx(213 / 270)
     assert row["acceptance_lo"] <= row["acceptance_rate"] <= row["acceptance_hi"] < 0.95 and row["acceptance_lo"] > 0.5
@@ -217,7 +261,9 @@ def test_bootstrap_resamples_prompts_and_their_repeats_together():
     frame = pd.DataFrame({"prompt_id": ["a", "a", "b", "b"], "log": [0.0, math.log(4)] * 2, "n": [1.0] * 4})
     lo, hi = bootstrap_interval(frame, lambda sums: np.exp(sums["log"] / sums["n"]))
     assert lo == pytest.approx(2.0) and hi == pytest.approx(2.0)
-    spread = bootstrap_interval(frame.assign(prompt_id=["a", "b", "c", "d"]), lambda sums: np.exp(sums["log"] / sums["n"]))
+    spread = bootstrap_interval(
+        frame.assign(prompt_id=["a", "b", "c", "d"]), lambda sums: np.exp(sums["log"] / sums["n"])
+    )
     assert spread[0] < 1.9 and spread[1] > 2.1
     assert all(math.isnan(v) for v in bootstrap_interval(frame.iloc[:2], lambda sums: sums["n"]))  # one prompt
 
@@ -236,11 +282,15 @@ def test_a_groups_interval_does_not_depend_on_the_other_groups():
 def test_prediction_check_pairs_each_measured_run_with_its_prediction():
     from specbench.bench.results import CHECK_COLUMNS, as_runs, prediction_accuracy, prediction_check
 
-    rows = [_row("predicted", "a", 1.5, forwards=10), _row("measured", "a", 1.2, forwards=10),  # 25% over
-            _row("predicted", "b", 1.5, forwards=12), _row("measured", "b", 1.45, forwards=13),  # 3% over, one forward off
-            _row("predicted", "c", 1.5),  # not measured
-            _row("measured", "c", 1.5, gamma=3),  # measured at a gamma not predicted
-            {**_row("measured", "a", 1.0), "method": "hf-assisted"}]  # fmt: skip
+    rows = [
+        _row("predicted", "a", 1.5, forwards=10),
+        _row("measured", "a", 1.2, forwards=10),  # 25% over
+        _row("predicted", "b", 1.5, forwards=12),
+        _row("measured", "b", 1.45, forwards=13),  # 3% over, one forward off
+        _row("predicted", "c", 1.5),  # not measured
+        _row("measured", "c", 1.5, gamma=3),  # measured at a gamma not predicted
+        {**_row("measured", "a", 1.0), "method": "hf-assisted"},
+    ]
     check = prediction_check(as_runs(rows))
     assert list(check.columns) == CHECK_COLUMNS
     assert sorted(check["prompt_id"]) == ["a", "b"]
@@ -250,8 +300,16 @@ def test_prediction_check_pairs_each_measured_run_with_its_prediction():
     # one configuration: geometric means 1.5 predicted, sqrt(1.2 * 1.45) = 1.319 measured, 13.7% over
     accuracy = prediction_accuracy(check)
     assert accuracy.pop("median_error") == pytest.approx((0.25 + 1.5 / 1.45 - 1) / 2)  # the median of two
-    assert accuracy == {"n": 2, "forwards_equal_share": 0.5, "within_10pct_share": 0.5, "points": 2, "repeats_per_point": 1,
-                        "points_within_10pct_share": 0.5, "configurations": 1, "configurations_within_10pct_share": 0.0}  # fmt: skip
+    assert accuracy == {
+        "n": 2,
+        "forwards_equal_share": 0.5,
+        "within_10pct_share": 0.5,
+        "points": 2,
+        "repeats_per_point": 1,
+        "points_within_10pct_share": 0.5,
+        "configurations": 1,
+        "configurations_within_10pct_share": 0.0,
+    }
     check.loc[check["prompt_id"] == "a", "measured_speedup"] = 1.45  # both 3% over
     assert prediction_accuracy(check)["configurations_within_10pct_share"] == 1.0
     assert prediction_accuracy(prediction_check(as_runs(rows[4:])))["n"] == 0
@@ -275,8 +333,12 @@ def test_prediction_check_under_sampling_compares_expectations():
     """Sampled predictions are expectations: 12.4 forwards predicted, 12 measured is equal."""
     from specbench.bench.results import as_runs, prediction_check
 
-    rows = [{**_row("predicted", "a", 1.5, forwards=12.4), "temperature": 0.7}, {**_row("measured", "a", 1.5, forwards=12), "temperature": 0.7},
-            {**_row("predicted", "b", 1.5, forwards=12.6), "temperature": 0.7}, {**_row("measured", "b", 1.5, forwards=12), "temperature": 0.7}]  # fmt: skip
+    rows = [
+        {**_row("predicted", "a", 1.5, forwards=12.4), "temperature": 0.7},
+        {**_row("measured", "a", 1.5, forwards=12), "temperature": 0.7},
+        {**_row("predicted", "b", 1.5, forwards=12.6), "temperature": 0.7},
+        {**_row("measured", "b", 1.5, forwards=12), "temperature": 0.7},
+    ]
     assert prediction_check(as_runs(rows)).set_index("prompt_id")["forwards_equal"].to_dict() == {"a": True, "b": False}
 
 
@@ -284,18 +346,37 @@ def test_plain_repeatability_compares_each_prompts_two_plain_timings():
     """Phase 1's plain run against the one beside the measured runs: a 5% and a 25% gap."""
     from specbench.bench.results import as_runs, plain_repeatability
 
-    plain = lambda source, prompt, tps: {**_row(source, prompt, 1.0), "method": "plain", "drafter": "", "policy": "", "gamma": "", "tokens_per_second": tps}  # noqa: E731
-    rows = [plain("profile", "a", 10.0), plain("measured", "a", 10.5), plain("profile", "b", 10.0), plain("measured", "b", 7.5),
-            plain("profile", "c", 10.0), _row("measured", "a", 1.2)]  # c was not measured; specbench rows are left out  # fmt: skip
-    assert plain_repeatability(as_runs(rows)) == pytest.approx({"n": 2, "within_10pct_share": 0.5, "median_difference": 0.15})
+    plain = lambda source, prompt, tps: {
+        **_row(source, prompt, 1.0),
+        "method": "plain",
+        "drafter": "",
+        "policy": "",
+        "gamma": "",
+        "tokens_per_second": tps,
+    }  # noqa: E731
+    rows = [
+        plain("profile", "a", 10.0),
+        plain("measured", "a", 10.5),
+        plain("profile", "b", 10.0),
+        plain("measured", "b", 7.5),
+        plain("profile", "c", 10.0),
+        _row("measured", "a", 1.2),
+    ]  # c was not measured; specbench rows are left out
+    assert plain_repeatability(as_runs(rows)) == pytest.approx(
+        {"n": 2, "within_10pct_share": 0.5, "median_difference": 0.15}
+    )
     assert plain_repeatability(as_runs(rows[4:]))["n"] == 0
 
 
 def test_oracle_share_and_best_gammas():
     from specbench.bench.results import as_runs, best_gammas, oracle_share, summary_frame
 
-    rows = [_row("predicted", "a", 1.5, gamma=2), _row("predicted", "a", 1.25, gamma=4), _row("predicted", "a", 2.0, gamma=4, policy="oracle"),
-            _row("measured", "a", 1.4, gamma=2)]  # fmt: skip
+    rows = [
+        _row("predicted", "a", 1.5, gamma=2),
+        _row("predicted", "a", 1.25, gamma=4),
+        _row("predicted", "a", 2.0, gamma=4, policy="oracle"),
+        _row("measured", "a", 1.4, gamma=2),
+    ]
     table = summary_frame(as_runs(rows))
     assert best_gammas(table) == {("model", "fixed"): 2}  # the oracle is not a policy to pick
     assert best_gammas(table, source="measured") == {("model", "fixed"): 2}
@@ -320,8 +401,12 @@ def test_a_resume_that_raised_the_largest_gamma_keeps_only_the_new_oracle():
     per drafter, the one that bounds every policy now swept."""
     from specbench.bench.results import as_runs, oracle_share, summary_frame
 
-    rows = [_row("predicted", "a", 1.5, gamma=2), _row("predicted", "a", 1.6, gamma=2, policy="oracle"),
-            _row("predicted", "a", 1.7, gamma=3), _row("predicted", "a", 2.0, gamma=3, policy="oracle")]  # fmt: skip
+    rows = [
+        _row("predicted", "a", 1.5, gamma=2),
+        _row("predicted", "a", 1.6, gamma=2, policy="oracle"),
+        _row("predicted", "a", 1.7, gamma=3),
+        _row("predicted", "a", 2.0, gamma=3, policy="oracle"),
+    ]
     table = summary_frame(as_runs(rows))
     oracles = table[table["policy"] == "oracle"]
     assert oracles["gamma"].tolist() == [3] and oracles["speedup"].tolist() == [2.0]
@@ -333,23 +418,61 @@ def test_speedup_by_category_reads_one_source():
 
     rows = [_row("predicted", "a", 1.5), _row("measured", "a", 1.2), _row("predicted", "b", 2.0, category="prose")]
     assert speedup_by_category(as_runs(rows)).to_dict("list") == {"code": [1.2]}
-    assert speedup_by_category(as_runs(rows), source="predicted").loc["specbench / model / fixed, γ=2"].tolist() == [1.5, 2.0]
+    assert speedup_by_category(as_runs(rows), source="predicted").loc["specbench / model / fixed, γ=2"].tolist() == [
+        1.5,
+        2.0,
+    ]
 
 
 def test_position_acceptance_is_conditional_on_the_earlier_drafts(tmp_path):
     from specbench.bench.results import POSITION_COLUMNS, append_positions, load_positions, position_acceptance
 
-    assert list(load_positions(tmp_path).columns) == list(POSITION_COLUMNS) and load_positions(tmp_path).empty  # no file
-    base = {"source": "predicted", "method": "specbench", "drafter": "model", "policy": "fixed", "gamma": 3, "temperature": 0, "repeat": 0, "category": "code"}
-    append_positions(tmp_path / "positions.csv", [{**base, "prompt_id": "a", "position": 1, "reached": 10, "accepted": 8}, {**base, "prompt_id": "a", "position": 2, "reached": 8, "accepted": 4}])
+    assert (
+        list(load_positions(tmp_path).columns) == list(POSITION_COLUMNS) and load_positions(tmp_path).empty
+    )  # no file
+    base = {
+        "source": "predicted",
+        "method": "specbench",
+        "drafter": "model",
+        "policy": "fixed",
+        "gamma": 3,
+        "temperature": 0,
+        "repeat": 0,
+        "category": "code",
+    }
+    append_positions(
+        tmp_path / "positions.csv",
+        [
+            {**base, "prompt_id": "a", "position": 1, "reached": 10, "accepted": 8},
+            {**base, "prompt_id": "a", "position": 2, "reached": 8, "accepted": 4},
+        ],
+    )
     with open(tmp_path / "positions.csv", "a") as handle:
         handle.write("predicted,specbench,model,fixed,3,0,b,code,0,1,10")  # killed mid-write
-    append_positions(tmp_path / "positions.csv", [{**base, "prompt_id": "b", "position": 1, "reached": 10, "accepted": 2}, {**base, "prompt_id": "b", "position": 2, "reached": 2, "accepted": 2}])
+    append_positions(
+        tmp_path / "positions.csv",
+        [
+            {**base, "prompt_id": "b", "position": 1, "reached": 10, "accepted": 2},
+            {**base, "prompt_id": "b", "position": 2, "reached": 2, "accepted": 2},
+        ],
+    )
     positions = load_positions(tmp_path)
     assert len(positions) == 4 and positions["reached"].dtype == "float64"
     table = position_acceptance(positions)
-    assert list(table.columns) == ["source", "drafter", "policy", "gamma", "position", "reached", "accepted", "acceptance"]
-    assert table.set_index("position")["acceptance"].to_dict() == {1: pytest.approx(0.5), 2: pytest.approx(0.6)}  # 10/20, 6/10
+    assert list(table.columns) == [
+        "source",
+        "drafter",
+        "policy",
+        "gamma",
+        "position",
+        "reached",
+        "accepted",
+        "acceptance",
+    ]
+    assert table.set_index("position")["acceptance"].to_dict() == {
+        1: pytest.approx(0.5),
+        2: pytest.approx(0.6),
+    }  # 10/20, 6/10
     by_prompt = position_acceptance(positions, by=("prompt_id",)).set_index(["prompt_id", "position"])["acceptance"]
     assert by_prompt[("a", 2)] == pytest.approx(0.5) and by_prompt[("b", 2)] == pytest.approx(1.0)
 
@@ -358,8 +481,24 @@ def test_position_acceptance_takes_expected_counts(tmp_path):
     """Under sampling, reached and accepted are expectations (fractions)."""
     from specbench.bench.results import append_positions, load_positions, position_acceptance
 
-    base = {"source": "predicted", "method": "specbench", "drafter": "model", "policy": "fixed", "gamma": 2, "temperature": 0.7, "prompt_id": "a", "repeat": 0, "category": "code"}
-    append_positions(tmp_path / "positions.csv", [{**base, "position": 1, "reached": 4.0, "accepted": 2.5}, {**base, "position": 2, "reached": 2.5, "accepted": 0.75}])
+    base = {
+        "source": "predicted",
+        "method": "specbench",
+        "drafter": "model",
+        "policy": "fixed",
+        "gamma": 2,
+        "temperature": 0.7,
+        "prompt_id": "a",
+        "repeat": 0,
+        "category": "code",
+    }
+    append_positions(
+        tmp_path / "positions.csv",
+        [
+            {**base, "position": 1, "reached": 4.0, "accepted": 2.5},
+            {**base, "position": 2, "reached": 2.5, "accepted": 0.75},
+        ],
+    )
     table = position_acceptance(load_positions(tmp_path))
     assert table["acceptance"].tolist() == pytest.approx([0.625, 0.3])
 
@@ -369,8 +508,16 @@ def test_best_gammas_breaks_a_tie_for_the_smallest_gamma_whatever_the_row_order(
 
     # a cost policy that never drafts past 3 predicts one run at every cap from 3 up; the
     # geometric means can differ in the last bits with the order they were summed in
-    tied = [_row("predicted", "a", 1.2295162675030444 + (1e-16 if g == 4 else 0.0), gamma=g, policy="cost") for g in (5, 4, 3, 6)]
-    rows = [_row("predicted", "a", 1.1, gamma=2, policy="cost"), *tied, _row("predicted", "a", 1.3, gamma=1), _row("predicted", "a", 1.3, gamma=2)]
+    tied = [
+        _row("predicted", "a", 1.2295162675030444 + (1e-16 if g == 4 else 0.0), gamma=g, policy="cost")
+        for g in (5, 4, 3, 6)
+    ]
+    rows = [
+        _row("predicted", "a", 1.1, gamma=2, policy="cost"),
+        *tied,
+        _row("predicted", "a", 1.3, gamma=1),
+        _row("predicted", "a", 1.3, gamma=2),
+    ]
     best = best_gammas(summary_frame(as_runs(rows)))
     assert best == {("model", "fixed"): 1, ("model", "cost"): 3}
     assert list(best) == [("model", "fixed"), ("model", "cost")]  # still fastest first

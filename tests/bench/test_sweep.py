@@ -15,12 +15,7 @@ from transformers import PreTrainedTokenizerFast
 from typer.testing import CliRunner
 
 from specbench.bench import sweep as bench
-from specbench.cli import commands as cli
-from specbench.errors import ModelError, SpecbenchError, SweepError
-from specbench.models import LoadedModel, LoadedPair, ModelSpec, encode_prompt
 from specbench.bench.plan import PlannedRun, SweepConfig, chosen_gammas, needs_drafter_model, plan_runs
-from specbench.bench.sweep import make_row, sweep
-from specbench.core.generate import GenerationConfig, plain_generate
 from specbench.bench.prompts import Prompt
 from specbench.bench.results import (
     COLUMNS,
@@ -32,7 +27,12 @@ from specbench.bench.results import (
     read_rows,
     row_key,
 )
+from specbench.bench.sweep import make_row, sweep
+from specbench.cli import commands as cli
+from specbench.core.generate import GenerationConfig, plain_generate
 from specbench.core.stats import RoundCounts, RunStats, walltime_speedup
+from specbench.errors import ModelError, SpecbenchError, SweepError
+from specbench.models import LoadedModel, LoadedPair, ModelSpec, encode_prompt
 
 SPECIALS = ("<unk>", "<|im_start|>", "<|im_end|>")
 CHARS = "abcdefghijklmnopqrstuvwxyz0123456789Ġ.,:;!?'\"()[]{}=+-*/_#<>|"  # Ġ: byte-level space
@@ -68,7 +68,18 @@ def tokenizer():
 
 def run_sweep(pair, tokenizer, out, config, **kwargs):
     target, drafter = pair
-    return sweep(target, drafter, tokenizer, PROMPTS, config, out, target_name="tiny-target", drafter_name="tiny-drafter", command="test", **kwargs)
+    return sweep(
+        target,
+        drafter,
+        tokenizer,
+        PROMPTS,
+        config,
+        out,
+        target_name="tiny-target",
+        drafter_name="tiny-drafter",
+        command="test",
+        **kwargs,
+    )
 
 
 def header(path):
@@ -79,12 +90,26 @@ def header(path):
 # ---------------------------------------------------------------------------- gamma ranges
 
 
-@pytest.mark.parametrize(("text", "expected"), [("4", [4]), ("1..4", [1, 2, 3, 4]), ("1,2,4", [1, 2, 4]), ("1..3,8", [1, 2, 3, 8]), (" 2 , 1,2", [1, 2])])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("4", [4]), ("1..4", [1, 2, 3, 4]), ("1,2,4", [1, 2, 4]), ("1..3,8", [1, 2, 3, 8]), (" 2 , 1,2", [1, 2])],
+)
 def test_parse_gammas(text, expected):
     assert parse_gammas(text) == expected
 
 
-@pytest.mark.parametrize(("text", "message"), [("8..1", "start is above the end"), ("0..3", "must be >= 1"), ("x", "use a number"), ("", "use a number"), ("1..", "use a number"), ("-2", "use a number"), ("1.5", "use a number")])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("8..1", "start is above the end"),
+        ("0..3", "must be >= 1"),
+        ("x", "use a number"),
+        ("", "use a number"),
+        ("1..", "use a number"),
+        ("-2", "use a number"),
+        ("1.5", "use a number"),
+    ],
+)
 def test_parse_gammas_rejects_bad_input(text, message):
     """Guards against a typo silently sweeping nothing or a nonsense range."""
     with pytest.raises(GammaRangeError, match=message):
@@ -115,7 +140,9 @@ def test_plan_profiles_every_prompt_then_measures():
     measured = plan[len(profile) :]
     per_measured = 1 + 2 * 2 * 1 + 1  # plain again, gammas x drafters x policies, HF's defaults
     assert len(measured) == 2 * len(PROMPTS) * per_measured and all(r.source == "measured" for r in measured)
-    assert [r.method for r in measured[::per_measured]] == ["plain"] * 2 * len(PROMPTS)  # each block's own baseline first
+    assert [r.method for r in measured[::per_measured]] == ["plain"] * 2 * len(
+        PROMPTS
+    )  # each block's own baseline first
     assert len({r.key for r in plan}) == len(plan)
 
 
@@ -126,9 +153,25 @@ def test_measure_picks_gammas_and_prompts():
     config = SweepConfig(gammas=(1, 2, 3), measure="2,3", measure_per_category=1, hf_assisted=False)
     measured = [r for r in plan_runs(config, prompts) if r.source == "measured" and r.method != "plain"]
     assert [(r.prompt.id, r.gamma) for r in measured] == [("a-0", 2), ("a-0", 3), ("b-0", 2), ("b-0", 3)]
-    rows = [{"source": "predicted", "method": "specbench", "drafter": "model", "policy": "fixed", "gamma": g, "temperature": 0,
-             "prompt_id": p, "category": "a", "repeat": 0, "speedup": s, "drafted": 1, "accepted": 1, "acceptance_rate": 1}
-            for p in ("a-0", "a-1") for g, s in ((1, 1.1), (2, 1.5), (3, 1.3))]  # fmt: skip
+    rows = [
+        {
+            "source": "predicted",
+            "method": "specbench",
+            "drafter": "model",
+            "policy": "fixed",
+            "gamma": g,
+            "temperature": 0,
+            "prompt_id": p,
+            "category": "a",
+            "repeat": 0,
+            "speedup": s,
+            "drafted": 1,
+            "accepted": 1,
+            "acceptance_rate": 1,
+        }
+        for p in ("a-0", "a-1")
+        for g, s in ((1, 1.1), (2, 1.5), (3, 1.3))
+    ]
     assert chosen_gammas(SweepConfig(gammas=(1, 2, 3)), rows) == {("model", "fixed"): (2,)}
     with pytest.raises(SpecbenchError, match="not in the sweep"):
         SweepConfig(gammas=(1, 2), measure="5")
@@ -185,7 +228,11 @@ def test_plan_with_hf_defaults_only():
     hf = [r for r in plan_runs(config, PROMPTS) if r.method == "hf-assisted"]
     assert [(r.policy, r.gamma) for r in hf] == [("hf-defaults", None)] * len(PROMPTS)
     fixed = SweepConfig(gammas=(2, 4), measure="all", hf_fixed=True)
-    assert [(r.policy, r.gamma) for r in plan_runs(fixed, PROMPTS[:1]) if r.method == "hf-assisted"] == [("fixed", 2), ("fixed", 4), ("hf-defaults", None)]
+    assert [(r.policy, r.gamma) for r in plan_runs(fixed, PROMPTS[:1]) if r.method == "hf-assisted"] == [
+        ("fixed", 2),
+        ("fixed", 4),
+        ("hf-defaults", None),
+    ]
 
 
 def test_plan_without_drafter_model_skips_hf_assisted():
@@ -206,7 +253,9 @@ def test_unknown_names_list_the_choices():
 def test_make_row_speedup_and_parity():
     """speedup divides by the plain run's tokens/s; greedy parity compares output hashes."""
     run = PlannedRun("specbench", "model", "fixed", 2, 0.0, PROMPTS[0], 0)
-    stats = RunStats(new_tokens=5, first_pass_tokens=1, drafted=4, accepted=2, rounds=2, target_forwards=3, decode_seconds=0.5)
+    stats = RunStats(
+        new_tokens=5, first_pass_tokens=1, drafted=4, accepted=2, rounds=2, target_forwards=3, decode_seconds=0.5
+    )
     same = bench.Measurement([1, 2, 3, 4, 5], stats)
     base = bench.Baseline(4.0, bench.output_hash([1, 2, 3, 4, 5]))
     row = make_row(run, same, base, c=0.25, prompt_tokens=7, seed=0)
@@ -214,16 +263,22 @@ def test_make_row_speedup_and_parity():
     assert row["identical_to_baseline"] is True and row["acceptance_rate"] == 0.5
     other = make_row(run, bench.Measurement([1, 2, 3, 4, 6], stats), base, c=0.25, prompt_tokens=7, seed=0)
     assert other["identical_to_baseline"] is False
-    idle = RunStats(new_tokens=5, first_pass_tokens=1, rounds=4, target_forwards=5, decode_seconds=0.5)  # a policy that never drafted
+    idle = RunStats(
+        new_tokens=5, first_pass_tokens=1, rounds=4, target_forwards=5, decode_seconds=0.5
+    )  # a policy that never drafted
     row = make_row(run, bench.Measurement([1, 2, 3, 4, 5], idle), base, c=0.25, prompt_tokens=7, seed=0)
     assert (row["drafted"], row["accepted"], row["acceptance_rate"]) == (0, 0, None)  # no drafts: no rate, not 0%
     assert idle.as_dict()["acceptance_rate"] is None and stats.as_dict()["acceptance_rate"] == 0.5
     assert make_row(run, same, None, c=None, prompt_tokens=7, seed=0)["speedup"] is None
     sampled = PlannedRun("specbench", "model", "fixed", 2, 0.7, PROMPTS[0], 0)
     assert make_row(sampled, same, base, c=0.25, prompt_tokens=7, seed=0)["identical_to_baseline"] is None
-    only_first = bench.Measurement([1], RunStats(new_tokens=1, first_pass_tokens=1, target_forwards=1))  # e.g. EOS at once
+    only_first = bench.Measurement(
+        [1], RunStats(new_tokens=1, first_pass_tokens=1, target_forwards=1)
+    )  # e.g. EOS at once
     plain = PlannedRun("plain", "", "", None, 0.0, PROMPTS[0], 0)
-    assert make_row(plain, only_first, base, c=None, prompt_tokens=7, seed=0)["mean_accepted_length"] is None  # no round to average, not 0
+    assert (
+        make_row(plain, only_first, base, c=None, prompt_tokens=7, seed=0)["mean_accepted_length"] is None
+    )  # no round to average, not 0
 
 
 # ---------------------------------------------------------------------------- HF assisted
@@ -240,7 +295,9 @@ def test_walltime_model_prices_each_round():
     assert walltime_speedup(RoundCounts(8, {4: 2, 0: 1}, {1: 4}), 0.25, v) == pytest.approx(8 / 4.8)
     assert walltime_speedup(RoundCounts(), 0.25, v) is None
     # a forward over 2 tokens priced at u(2) = 1.5 steps
-    assert walltime_speedup(RoundCounts(8, {4: 2, 0: 1}, {1: 6, 2: 1}), 0.25, v, lambda n: 1.5) == pytest.approx(8 / 5.675)
+    assert walltime_speedup(RoundCounts(8, {4: 2, 0: 1}, {1: 6, 2: 1}), 0.25, v, lambda n: 1.5) == pytest.approx(
+        8 / 5.675
+    )
     # plain decoding's step measured at 0.95 t(1): the plain run it is compared with is that much faster
     assert walltime_speedup(rounds, 0.25, v, plain_step=0.95) == pytest.approx(8 * 0.95 / 5.8)
     # the loop's own work, 0.1 of a step in each of the three rounds
@@ -252,7 +309,10 @@ def test_round_counts_are_what_the_rounds_cost():
     the first-target pass, is none), and reads back from its JSON as it was."""
     from types import SimpleNamespace
 
-    steps = [SimpleNamespace(round=r, draft_tokens=[7] * k, tokens=[1] * n, drafter_feeds=f) for r, k, n, f in ((0, 0, 1, []), (1, 2, 3, [1, 1]), (2, 2, 1, [2, 1]), (3, 0, 1, []))]
+    steps = [
+        SimpleNamespace(round=r, draft_tokens=[7] * k, tokens=[1] * n, drafter_feeds=f)
+        for r, k, n, f in ((0, 0, 1, []), (1, 2, 3, [1, 1]), (2, 2, 1, [2, 1]), (3, 0, 1, []))
+    ]
     counts = RoundCounts.of(steps)
     assert counts == RoundCounts(emitted=5, verified={2: 2, 0: 1}, feeds={1: 3, 2: 1}) and counts.rounds == 3
     assert RoundCounts.from_json(json.loads(json.dumps(counts.as_json()))) == counts
@@ -266,12 +326,25 @@ def test_predicted_speedup_prices_rounds_in_the_targets_step():
     8 tokens for 6.375 steps."""
     from types import SimpleNamespace
 
-    from specbench.speed.costs import Costs
+    from specbench.bench.costs import Costs
 
-    costs = Costs(c=0.25, target_step_seconds=0.4, drafter_step_seconds=0.1, verify_cost={1: 1.0, 2: 1.1, 5: 1.5}, context_tokens=10, drafter_cost={1: 1.0, 2: 1.5, 3: 1.8})
+    costs = Costs(
+        c=0.25,
+        target_step_seconds=0.4,
+        drafter_step_seconds=0.1,
+        verify_cost={1: 1.0, 2: 1.1, 5: 1.5},
+        context_tokens=10,
+        drafter_cost={1: 1.0, 2: 1.5, 3: 1.8},
+    )
     rounds = ((0, 0, 1, []), (1, 4, 5, [1, 1, 1, 1]), (2, 4, 2, [2, 1, 1, 1]), (3, 0, 1, [1]))
+
     def measured(q, feeds=True):  # the rounds, each draft with this q of its token (None: no q)
-        steps = [SimpleNamespace(round=r, draft_tokens=[7] * k, draft_probs=[q] * k, tokens=[1] * n, drafter_feeds=f if feeds else []) for r, k, n, f in rounds]
+        steps = [
+            SimpleNamespace(
+                round=r, draft_tokens=[7] * k, draft_probs=[q] * k, tokens=[1] * n, drafter_feeds=f if feeds else []
+            )
+            for r, k, n, f in rounds
+        ]
         return bench.Measurement(list(range(9)), RunStats(), steps=steps)
 
     m = measured(0.5)
@@ -279,15 +352,29 @@ def test_predicted_speedup_prices_rounds_in_the_targets_step():
     assert bench.predicted_speedup(run, RoundCounts.of(m.steps), costs) == pytest.approx(8 / 6.375)
     # costs measured before u(n) was: every forward is one step
     from dataclasses import replace
-    assert bench.predicted_speedup(run, RoundCounts.of(m.steps), replace(costs, drafter_cost=None)) == pytest.approx(8 / 6.25)
+
+    assert bench.predicted_speedup(run, RoundCounts.of(m.steps), replace(costs, drafter_cost=None)) == pytest.approx(
+        8 / 6.25
+    )
     ngram = PlannedRun("specbench", "ngram", "cost", 4, 0.0, Prompt("a", "code", ("x",)), 0)
-    assert bench.predicted_speedup(ngram, RoundCounts.of(measured(None, feeds=False).steps), costs) == pytest.approx(8 / 4.0)  # no forwards
+    assert bench.predicted_speedup(ngram, RoundCounts.of(measured(None, feeds=False).steps), costs) == pytest.approx(
+        8 / 4.0
+    )  # no forwards
     assert bench.predicted_speedup(run, RoundCounts.of(m.steps), None) is None
     # a plain step measured at 0.36 s (0.9 t(1)): plain decoding is priced at it
-    assert bench.predicted_speedup(run, RoundCounts.of(m.steps), replace(costs, plain_step_seconds=0.36)) == pytest.approx(8 * 0.9 / 6.375)
+    assert bench.predicted_speedup(
+        run, RoundCounts.of(m.steps), replace(costs, plain_step_seconds=0.36)
+    ) == pytest.approx(8 * 0.9 / 6.375)
     # and the loop's work measured at 0.02 s a round (0.05 t(1)), in each of the 3 rounds
-    assert bench.predicted_speedup(run, RoundCounts.of(m.steps), replace(costs, loop_seconds=0.02)) == pytest.approx(8 / 6.525)
-    assert bench.predicted_speedup(PlannedRun("plain", "", "", None, 0.0, Prompt("a", "code", ("x",)), 0), RoundCounts.of(m.steps), costs) is None
+    assert bench.predicted_speedup(run, RoundCounts.of(m.steps), replace(costs, loop_seconds=0.02)) == pytest.approx(
+        8 / 6.525
+    )
+    assert (
+        bench.predicted_speedup(
+            PlannedRun("plain", "", "", None, 0.0, Prompt("a", "code", ("x",)), 0), RoundCounts.of(m.steps), costs
+        )
+        is None
+    )
     # model+lookup: round 1 copies its 4 drafts (no forward); round 2 catches up on the 5
     # tokens round 1 added, u(5) = 2.4 (the line past u(3)): (2.4 + 3) * 0.25 + 1.5
     m.steps[1].draft_probs, m.steps[1].drafter_feeds = [None] * 4, []
@@ -340,7 +427,12 @@ def test_sweep_writes_results(close_pair, tokenizer, tmp_path):
     rows = [r for r in every if r["source"] == "measured"]
     predicted = [r for r in every if r["source"] == "predicted"]
     assert {r["method"] for r in rows} == {"plain", "specbench", "hf-assisted"}
-    assert {(r["drafter"], r["policy"]) for r in predicted} == {("model", "fixed"), ("model", "oracle"), ("ngram", "fixed"), ("ngram", "oracle")}
+    assert {(r["drafter"], r["policy"]) for r in predicted} == {
+        ("model", "fixed"),
+        ("model", "oracle"),
+        ("ngram", "fixed"),
+        ("ngram", "oracle"),
+    }
     for row in predicted:  # replayed, not timed: no parity check, no seconds
         assert row["identical_to_baseline"] == "" and row["decode_seconds"] == "" and float(row["speedup"]) > 0
     # greedy predictions count what the runs counted (the tiny pair has no near ties)
@@ -349,9 +441,13 @@ def test_sweep_writes_results(close_pair, tokenizer, tmp_path):
     accuracy = prediction_accuracy(prediction_check(load_runs(out)))
     assert accuracy["n"] == 2 * len(PROMPTS) * 2 and accuracy["forwards_equal_share"] == 1.0
     positions = load_positions(out)
-    assert set(positions["source"]) == {"predicted", "measured"} and (positions["accepted"] <= positions["reached"]).all()
+    assert (
+        set(positions["source"]) == {"predicted", "measured"} and (positions["accepted"] <= positions["reached"]).all()
+    )
     assert len((out / "paths.jsonl").read_text().splitlines()) == len(PROMPTS)
-    rounds = [json.loads(line) for line in (out / "rounds.jsonl").read_text().splitlines()]  # what `specbench predict` prices again
+    rounds = [
+        json.loads(line) for line in (out / "rounds.jsonl").read_text().splitlines()
+    ]  # what `specbench predict` prices again
     assert sorted(row_key(r["run"]) for r in rounds) == sorted(row_key(r) for r in predicted)
     plain = {(r["source"], r["prompt_id"]): float(r["tokens_per_second"]) for r in every if r["method"] == "plain"}
     assert {source for source, _ in plain} == {"profile", "measured"}
@@ -379,7 +475,10 @@ def test_sweep_writes_results(close_pair, tokenizer, tmp_path):
     assert meta["finished"] is True and meta["c"] > 0
     assert meta["checks"]["prediction"]["n"] > 0 and meta["checks"]["plain_twice"]["n"] == len(PROMPTS)
     summary = {(r["source"], r["method"], r["drafter"], r["policy"], r["gamma"]): r for r in meta["summary"]}
-    assert summary[("predicted", "specbench", "model", "fixed", 2)]["speedup_lo"] <= summary[("predicted", "specbench", "model", "fixed", 2)]["speedup"]
+    assert (
+        summary[("predicted", "specbench", "model", "fixed", 2)]["speedup_lo"]
+        <= summary[("predicted", "specbench", "model", "fixed", 2)]["speedup"]
+    )
     assert sorted(meta["verify_cost"], key=int) == [str(k) for k in range(1, 10)] and meta["verify_cost"]["1"] == 1.0
     assert meta["models"]["target"]["dtype"] == "float32" and meta["models"]["target"]["name"] == "tiny-target"
     assert meta["command"] == "test" and meta["seed"] == 0 and "torch" in meta["versions"]
@@ -418,7 +517,9 @@ def test_costs_are_measured_per_prompt_block(close_pair, tokenizer, tmp_path, mo
 
     monkeypatch.setattr(bench_module, "measure_costs", spy)
     config = SweepConfig(policies=("cost",), hf_assisted=False, repeats=2, **FAST)
-    result = run_sweep(close_pair, tokenizer, tmp_path / "per", config, on_row=lambda run, row: order.append(row["prompt_id"]))
+    result = run_sweep(
+        close_pair, tokenizer, tmp_path / "per", config, on_row=lambda run, row: order.append(row["prompt_id"])
+    )
     blocks = [(p.id, r) for r in range(2) for p in PROMPTS]
     assert len(calls) == len(blocks) and set(result.costs) == {f"{p}/{r}" for p, r in blocks}
     segments = " ".join(order).split("costs")  # a measurement, then its block's plain run
@@ -426,14 +527,24 @@ def test_costs_are_measured_per_prompt_block(close_pair, tokenizer, tmp_path, mo
     assert segments[-1].split()[0] == blocks[-1][0] and len(segments[-1].split()) > 1  # then every prediction
     rows = read_rows(tmp_path / "per" / "runs.csv")
     median = statistics.median(costs.c for costs in result.costs.values())
-    assert len({costs.c for costs in result.costs.values()}) == len(blocks) and median == pytest.approx(0.1 * (len(blocks) + 1) / 2)
+    assert len({costs.c for costs in result.costs.values()}) == len(blocks) and median == pytest.approx(
+        0.1 * (len(blocks) + 1) / 2
+    )
     for p, r in blocks:
         block = [row for row in rows if (row["prompt_id"], row["repeat"]) == (p, str(r))]
         own = [float(row["c"]) for row in block if row["source"] == "profile"]
         priced = [float(row["c"]) for row in block if row["source"] != "profile"]
-        assert own == pytest.approx([result.costs[f"{p}/{r}"].c]) and priced and priced == pytest.approx([median] * len(priced))
+        assert (
+            own == pytest.approx([result.costs[f"{p}/{r}"].c])
+            and priced
+            and priced == pytest.approx([median] * len(priced))
+        )
     meta = json.loads((tmp_path / "per" / "meta.json").read_text())
-    assert set(meta["costs_by_block"]) == set(result.costs) and meta["c"] == pytest.approx(median) and meta["costs_pooled"] == len(blocks)
+    assert (
+        set(meta["costs_by_block"]) == set(result.costs)
+        and meta["c"] == pytest.approx(median)
+        and meta["costs_pooled"] == len(blocks)
+    )
     assert result.pooled[""][0].c == pytest.approx(median) and result.pooled[""][1] == len(blocks)
     lengths = {p.id: len(encode_prompt(tokenizer, p.messages())) for p in PROMPTS}
     assert len(set(lengths.values())) > 1 and len(set(calls)) > 1  # each block's own prompt context
@@ -482,7 +593,9 @@ def test_sweep_restricts_the_model_drafter(close_pair, tokenizer, tmp_path, monk
     config = SweepConfig(hf_assisted=False, draft_vocab=16, **FAST)
     rows = read_rows(run_sweep(close_pair, tokenizer, out, config).out_dir / "runs.csv")
     assert limits and set(limits) == {16}
-    assert all(r["identical_to_baseline"] == "true" for r in rows if r["method"] == "specbench" and r["source"] == "measured")
+    assert all(
+        r["identical_to_baseline"] == "true" for r in rows if r["method"] == "specbench" and r["source"] == "measured"
+    )
     assert json.loads((out / "meta.json").read_text())["sweep"]["draft_vocab"] == 16
     with pytest.raises(SweepError, match="draft_vocab was 16"):
         run_sweep(close_pair, tokenizer, out, SweepConfig(hf_assisted=False, **FAST), resume=True)
@@ -494,7 +607,9 @@ def test_interrupted_sweep_keeps_rows_and_resumes(close_pair, tokenizer, tmp_pat
     out = tmp_path / "sweep"
     config = SweepConfig(hf_assisted=False, **FAST)
 
-    def interrupt_after_three(run, row, seen=[]):
+    seen = []
+
+    def interrupt_after_three(run, row):
         seen.append(row)
         if len(seen) == 3:
             raise KeyboardInterrupt
@@ -507,7 +622,9 @@ def test_interrupted_sweep_keeps_rows_and_resumes(close_pair, tokenizer, tmp_pat
     with pytest.raises(SweepError, match="--resume"):
         run_sweep(close_pair, tokenizer, out, config)
     with pytest.raises(SweepError, match="max_new_tokens"):
-        run_sweep(close_pair, tokenizer, out, SweepConfig(hf_assisted=False, **{**FAST, "max_new_tokens": 5}), resume=True)
+        run_sweep(
+            close_pair, tokenizer, out, SweepConfig(hf_assisted=False, **{**FAST, "max_new_tokens": 5}), resume=True
+        )
 
     result = run_sweep(close_pair, tokenizer, out, config, resume=True)
     rows = read_rows(out / "runs.csv")
@@ -547,7 +664,7 @@ def test_finished_sweep_resumed_with_more_repeats_runs_only_the_new_ones(close_p
     assert rows[: len(before)] == before and result.skipped == len(before)
     meta = json.loads((out / "meta.json").read_text())
     assert len(meta["commands"]) == 2 and meta["command"] == meta["commands"][-1]  # each run of the sweep
-    added = rows[len(before):]
+    added = rows[len(before) :]
     assert added and {r["repeat"] for r in added} == {"1"} and {r["seed"] for r in added} == {str(config.seed + 1)}
     assert len({row_key(r) for r in rows}) == len(rows) == len(plan_runs(more, PROMPTS))
 
@@ -564,7 +681,11 @@ def test_repeats_added_by_a_resume_are_all_measured_at_the_best_gamma_chosen_ove
     rows = read_rows(out / "runs.csv")
     assert rows[: len(before)] == before
     (best,) = json.loads((out / "meta.json").read_text())["measured_gammas"]["model/fixed"]
-    measured = {(r["repeat"], r["prompt_id"]) for r in rows if r["method"] == "specbench" and r["source"] == "measured" and r["gamma"] == str(best)}
+    measured = {
+        (r["repeat"], r["prompt_id"])
+        for r in rows
+        if r["method"] == "specbench" and r["source"] == "measured" and r["gamma"] == str(best)
+    }
     assert measured == {(str(repeat), prompt.id) for repeat in (0, 1) for prompt in PROMPTS}
 
 
@@ -598,12 +719,15 @@ def test_a_prompt_too_long_fails_before_any_row(tokenizer, tmp_path):
     """A prompt longer than the target's context is a one-line PromptError naming it, raised
     before the sweep writes anything (it once surfaced as a ValueError mid-sweep)."""
     from conftest import tiny_model
+
     from specbench.errors import PromptError
 
     short = tiny_model(0, max_positions=48)  # holds p-code (32 tokens with the template)
     prompts = [PROMPTS[0], Prompt("long", "code", ("x" * 60,))]
     with pytest.raises(PromptError, match="prompt long: the prompt is"):
-        sweep(short, None, tokenizer, prompts, SweepConfig(drafters=("ngram",), hf_assisted=False, **FAST), tmp_path / "x")
+        sweep(
+            short, None, tokenizer, prompts, SweepConfig(drafters=("ngram",), hf_assisted=False, **FAST), tmp_path / "x"
+        )
     assert not (tmp_path / "x" / "runs.csv").exists()
 
 
@@ -621,7 +745,15 @@ def test_predictions_stop_where_the_contexts_end(tokenizer, tmp_path):
     wide = tiny_model(0, max_positions=256)
     short_drafter = noisy_copy(wide, scale=0.2, seed=7)
     short_drafter.config.max_position_embeddings = 40
-    sweep(wide, short_drafter, tokenizer, PROMPTS[:1], replace(config, hf_assisted=False), tmp_path / "drafter", command="test")
+    sweep(
+        wide,
+        short_drafter,
+        tokenizer,
+        PROMPTS[:1],
+        replace(config, hf_assisted=False),
+        tmp_path / "drafter",
+        command="test",
+    )
     for out, stop in ((tmp_path / "target", "context"), (tmp_path / "drafter", "max_new_tokens")):
         rows = read_rows(out / "runs.csv")
         plain = next(r for r in rows if r["method"] == "plain" and r["source"] == "measured")
@@ -645,7 +777,6 @@ def test_a_sweep_refuses_an_early_exit_it_cannot_run_before_any_row(tokenizer, t
     """early-exit:N past the target's layers, or on a model whose decoder cannot exit early,
     is the same one-line error as in `generate`, before the sweep writes anything."""
     import transformers as T
-
     from conftest import tiny_model
 
     config = SweepConfig(drafters=("ngram", "early-exit:5"), hf_assisted=False, **FAST)
@@ -653,7 +784,15 @@ def test_a_sweep_refuses_an_early_exit_it_cannot_run_before_any_row(tokenizer, t
         sweep(tiny_model(0), None, tokenizer, PROMPTS, config, tmp_path / "deep", command="test")
     gpt2 = T.GPT2LMHeadModel(T.GPT2Config(vocab_size=64, n_positions=256, n_embd=32, n_layer=2, n_head=4)).eval()
     with pytest.raises(SweepError, match="cannot exit early"):
-        sweep(gpt2, None, tokenizer, PROMPTS, replace(config, drafters=("early-exit:1",)), tmp_path / "gpt2", command="test")
+        sweep(
+            gpt2,
+            None,
+            tokenizer,
+            PROMPTS,
+            replace(config, drafters=("early-exit:1",)),
+            tmp_path / "gpt2",
+            command="test",
+        )
     assert not any(tmp_path.glob("*/runs.csv"))
 
 
@@ -711,12 +850,37 @@ def patched_models(monkeypatch, close_pair, tokenizer):
 
 def test_sweep_command_end_to_end(patched_models, tmp_path):
     prompts = tmp_path / "p.jsonl"
-    prompts.write_text("\n".join(json.dumps({"id": p.id, "category": p.category, "turns": list(p.turns)}) for p in PROMPTS))
+    prompts.write_text(
+        "\n".join(json.dumps({"id": p.id, "category": p.category, "turns": list(p.turns)}) for p in PROMPTS)
+    )
     out = tmp_path / "res"
-    args = ["sweep", "--gamma", "1,2", "--drafter", "model", "--drafter", "ngram", "--prompts", str(prompts), "--category", "code", "--max-new-tokens", "5", "--out", str(out), "--no-hf-assisted", "--timing-repeats", "1"]
+    args = [
+        "sweep",
+        "--gamma",
+        "1,2",
+        "--drafter",
+        "model",
+        "--drafter",
+        "ngram",
+        "--prompts",
+        str(prompts),
+        "--category",
+        "code",
+        "--max-new-tokens",
+        "5",
+        "--out",
+        str(out),
+        "--no-hf-assisted",
+        "--timing-repeats",
+        "1",
+    ]
     result = CliRunner().invoke(cli.app, args)
     assert result.exit_code == 0, result.output
-    assert "Predicted on every prompt" in result.output and "Measured" in result.output and "Prediction vs measurement" in result.output
+    assert (
+        "Predicted on every prompt" in result.output
+        and "Measured" in result.output
+        and "Prediction vs measurement" in result.output
+    )
     assert "noise floor: plain decoding, timed twice per prompt" in result.output
     rows = read_rows(out / "runs.csv")
     # plain, 2 drafters x (2 gammas + the oracle) predicted; plain again and each drafter at its best gamma measured
@@ -732,7 +896,22 @@ def test_prompt_ids_and_categories_with_brackets_are_text(patched_models, tmp_pa
     the progress bar's description and stopped the sweep with a MarkupError."""
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "p[/x]", "category": "c[bold]", "turns": ["def f(x):"]}))
-    args = ["sweep", "--gamma", "1", "--drafter", "ngram", "--prompts", str(prompts), "--max-new-tokens", "4", "--timing-repeats", "1", "--no-hf-assisted", "--out", str(tmp_path / "o")]
+    args = [
+        "sweep",
+        "--gamma",
+        "1",
+        "--drafter",
+        "ngram",
+        "--prompts",
+        str(prompts),
+        "--max-new-tokens",
+        "4",
+        "--timing-repeats",
+        "1",
+        "--no-hf-assisted",
+        "--out",
+        str(tmp_path / "o"),
+    ]
     result = CliRunner().invoke(cli.app, args)
     assert result.exit_code == 0, result.output
     assert {r["prompt_id"] for r in read_rows(tmp_path / "o" / "runs.csv")} == {"p[/x]"}
@@ -745,13 +924,29 @@ def test_a_sweep_of_a_users_target_with_model_free_drafters_loads_no_drafter_mod
     or with the default target, the drafter model is loaded for hf-assisted as before."""
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "a", "category": "code", "turns": ["def f(x):"]}))
-    base = ["sweep", "--gamma", "1", "--drafter", "ngram", "--prompts", str(prompts), "--max-new-tokens", "4", "--timing-repeats", "1"]
+    base = [
+        "sweep",
+        "--gamma",
+        "1",
+        "--drafter",
+        "ngram",
+        "--prompts",
+        str(prompts),
+        "--max-new-tokens",
+        "4",
+        "--timing-repeats",
+        "1",
+    ]
     result = CliRunner().invoke(cli.app, base + ["--target", str(tmp_path), "--out", str(tmp_path / "a")])
     assert result.exit_code == 0, result.output
     assert "hf-assisted: not run: no --drafter-model given for this target" in result.output
     assert patched_models[-1] == (str(tmp_path), "none")
     assert {r["method"] for r in read_rows(tmp_path / "a" / "runs.csv")} == {"plain", "specbench"}
-    named = CliRunner().invoke(cli.app, base + ["--target", str(tmp_path), "--drafter-model", "default", "--out", str(tmp_path / "b"), "--measure", "1"])
+    named = CliRunner().invoke(
+        cli.app,
+        base
+        + ["--target", str(tmp_path), "--drafter-model", "default", "--out", str(tmp_path / "b"), "--measure", "1"],
+    )
     assert named.exit_code == 0, named.output
     assert patched_models[-1] == (str(tmp_path), "default") and "hf-assisted: not run" not in named.output
     assert "hf-assisted" in {r["method"] for r in read_rows(tmp_path / "b" / "runs.csv")}
@@ -760,7 +955,20 @@ def test_a_sweep_of_a_users_target_with_model_free_drafters_loads_no_drafter_mod
     none = CliRunner().invoke(cli.app, base + ["--drafter-model", "none", "--out", str(tmp_path / "d")])
     assert none.exit_code == 0, none.output  # was "drafts with the drafter model but none was given"
     assert "hf-assisted: not run: --drafter-model none" in none.output and patched_models[-1] == ("default", "none")
-    model = CliRunner().invoke(cli.app, ["sweep", "--drafter", "model", "--drafter-model", "none", "--prompts", str(prompts), "--out", str(tmp_path / "e")])
+    model = CliRunner().invoke(
+        cli.app,
+        [
+            "sweep",
+            "--drafter",
+            "model",
+            "--drafter-model",
+            "none",
+            "--prompts",
+            str(prompts),
+            "--out",
+            str(tmp_path / "e"),
+        ],
+    )
     assert model.exit_code == 2 and "but none was given" in model.output  # the model drafter cannot go without one
 
 
@@ -834,8 +1042,27 @@ def test_sweep_command_loads_local_folders(close_pair, tokenizer, tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "a", "category": "code", "turns": ["print(1)"]}) + "\n")
     out = tmp_path / "res"
-    args = ["sweep", "--target", folders[0], "--drafter-model", folders[1], "--dtype", "float32", "--draft-dtype", "float32",
-            "--gamma", "2", "--prompts", str(prompts), "--max-new-tokens", "4", "--timing-repeats", "1", "--out", str(out)]  # fmt: skip
+    args = [
+        "sweep",
+        "--target",
+        folders[0],
+        "--drafter-model",
+        folders[1],
+        "--dtype",
+        "float32",
+        "--draft-dtype",
+        "float32",
+        "--gamma",
+        "2",
+        "--prompts",
+        str(prompts),
+        "--max-new-tokens",
+        "4",
+        "--timing-repeats",
+        "1",
+        "--out",
+        str(out),
+    ]
     result = CliRunner().invoke(cli.app, args)
     assert result.exit_code == 0, result.output
     rows = read_rows(out / "runs.csv")
@@ -855,16 +1082,27 @@ def test_plan_measures_new_drafters_only_and_puts_hf_beside_each():
     plan = plan_runs(config, PROMPTS[:1])
     predicted = {r.drafter for r in plan if r.source == "predicted"}
     assert predicted == {"prompt-lookup", "ngram"}
-    measured = [(r.drafter, r.gamma) for r in plan if r.source == "measured" and r.method == "specbench" and r.drafter.startswith("early")]
+    measured = [
+        (r.drafter, r.gamma)
+        for r in plan
+        if r.source == "measured" and r.method == "specbench" and r.drafter.startswith("early")
+    ]
     assert measured == [("early-exit:1", 1), ("early-exit:1", 3), ("early-exit:2", 1), ("early-exit:2", 3)]
     hf = {(r.method, r.drafter) for r in plan if r.method.startswith("hf-")}
-    assert hf == {("hf-assisted", "model"), ("hf-early-exit", "early-exit:1"), ("hf-early-exit", "early-exit:2"), ("hf-prompt-lookup", "prompt-lookup")}
+    assert hf == {
+        ("hf-assisted", "model"),
+        ("hf-early-exit", "early-exit:1"),
+        ("hf-early-exit", "early-exit:2"),
+        ("hf-prompt-lookup", "prompt-lookup"),
+    }
     assert not needs_drafter_model(replace(config, drafters=("early-exit:1", "prompt-lookup")))
     translated = SweepConfig(gammas=(1, 3), translated=("",))
     plan = plan_runs(translated, PROMPTS[:1])
     assert not [r for r in plan if r.source == "predicted"]
     assert {r.method for r in plan if r.method.startswith("hf-")} == {"hf-universal"}
-    assert {r.method for r in plan_runs(replace(translated, temperature=0.7), PROMPTS[:1]) if r.method.startswith("hf-")} == {"hf-universal"}
+    assert {
+        r.method for r in plan_runs(replace(translated, temperature=0.7), PROMPTS[:1]) if r.method.startswith("hf-")
+    } == {"hf-universal"}
     assert not [r for r in plan_runs(replace(translated, hf_refuses=("",)), PROMPTS[:1]) if r.method.startswith("hf-")]
     # HF takes a pair for two tokenizers by the configs' vocab_size alone
     from conftest import tiny_model
@@ -879,13 +1117,16 @@ def test_plan_measures_new_drafters_only_and_puts_hf_beside_each():
 def test_hf_counterparts_match_greedy_and_count(kind):
     """HF's early exit, prompt lookup and Universal Assisted Generation on the same model
     objects: greedy-lossless, the target's settings restored, drafts counted where seen."""
-    from tiny_hf import char_tokenizer, merge_tokenizer
     from conftest import tiny_model
+    from tiny_hf import char_tokenizer, merge_tokenizer
 
     target, drafter = tiny_model(0, layers=4, vocab=96), tiny_model(1, layers=1, hidden=16, vocab=64)
     merges, chars = merge_tokenizer(), char_tokenizer()
-    chosen = {"early-exit": bench.HFDrafter("early-exit", layers=2), "prompt-lookup": bench.HFDrafter("prompt-lookup"),
-              "universal": bench.HFDrafter("universal", (merges, chars))}[kind]  # fmt: skip
+    chosen = {
+        "early-exit": bench.HFDrafter("early-exit", layers=2),
+        "prompt-lookup": bench.HFDrafter("prompt-lookup"),
+        "universal": bench.HFDrafter("universal", (merges, chars)),
+    }[kind]
     ids = merges.encode("the cat and the dog and the cat")
     gen = GenerationConfig(max_new_tokens=12)
     settings = target.generation_config
@@ -907,8 +1148,9 @@ def test_hf_universal_sampling_leaves_the_drafter_as_it_came(head):
     computes what it did before, after, and in a greedy run between. An int8 head, which
     HF cannot prune, lends it its dense twin."""
     import torch
-    from tiny_hf import char_tokenizer, merge_tokenizer
     from conftest import tiny_model
+    from tiny_hf import char_tokenizer, merge_tokenizer
+
     from specbench.core.sampling import SamplingConfig
     from specbench.speed.quantize import int8_available, quantize_linears
 
@@ -925,7 +1167,9 @@ def test_hf_universal_sampling_leaves_the_drafter_as_it_came(head):
     with torch.inference_mode():
         before = drafter(probe).logits
     heads = []
-    hook = drafter.register_forward_pre_hook(lambda model, _: heads.append(type(model.get_output_embeddings()).__name__))
+    hook = drafter.register_forward_pre_hook(
+        lambda model, _: heads.append(type(model.get_output_embeddings()).__name__)
+    )
     sampled = GenerationConfig(max_new_tokens=10, sampling=SamplingConfig(temperature=0.7))
     greedy = GenerationConfig(max_new_tokens=10)
     for gen in (sampled, greedy, sampled):
@@ -947,9 +1191,10 @@ def test_the_sampling_probe_says_what_hf_does():
     (transformers 5.24, a pair whose drafter has tokens the target lacks); and with the
     drafter's vocabulary inside the target's, HF cannot run."""
     import torch
-    from tiny_hf import char_tokenizer, merge_tokenizer
     from conftest import tiny_model
+    from tiny_hf import char_tokenizer, merge_tokenizer
     from transformers.generation.candidate_generator import AssistantVocabTranslatorCache
+
     from specbench.bench import hf_assisted
     from specbench.core.sampling import SamplingConfig
 
@@ -957,14 +1202,18 @@ def test_the_sampling_probe_says_what_hf_does():
     target, drafter = tiny_model(0, vocab=64), tiny_model(1, layers=1, hidden=16, vocab=96)
     tokenizers = (chars, merges)
     gen = GenerationConfig(max_new_tokens=4, sampling=SamplingConfig(temperature=0.7))
-    bench.measure_hf_assisted(target, drafter, chars.encode("the cat"), gen, 2, bench.HFDrafter("universal", tokenizers))
+    bench.measure_hf_assisted(
+        target, drafter, chars.encode("the cat"), gen, 2, bench.HFDrafter("universal", tokenizers)
+    )
     translator = AssistantVocabTranslatorCache._cache[chars][merges]  # the one HF built, pruning the drafter's head
     hidden = torch.randn(1, 1, 16)
     with torch.inference_mode():
         with hf_assisted._hf_modules_inside(drafter, tokenizers):
             scores = drafter.get_output_embeddings()(hidden)[0]  # [1, rows]: HF's pruned head
             rows = torch.arange(scores.shape[1])[None]
-            drafted = translator.get_target_ids(rows[:, :0], rows[:, :0], rows)[0]  # the target id HF drafts for each row
+            drafted = translator.get_target_ids(rows[:, :0], rows[:, :0], rows)[
+                0
+            ]  # the target id HF drafts for each row
             q = translator.get_target_logits(scores)[0]
         own = drafter.get_output_embeddings()(hidden)[0, 0]  # the drafter's own scores, by its ids
     faithful = torch.allclose(q[drafted], own[translator.assistant_overlap_token_ids], atol=1e-5)
@@ -975,14 +1224,21 @@ def test_the_sampling_probe_says_what_hf_does():
         assert not faithful
     assert "fails on this pair" in bench.hf_sampling_defect(merges, chars, 96)
     with pytest.raises(AttributeError):
-        bench.measure_hf_assisted(tiny_model(0, vocab=96), tiny_model(1, vocab=64), merges.encode("the cat"), gen, 2, bench.HFDrafter("universal", (merges, chars)))
+        bench.measure_hf_assisted(
+            tiny_model(0, vocab=96),
+            tiny_model(1, vocab=64),
+            merges.encode("the cat"),
+            gen,
+            2,
+            bench.HFDrafter("universal", (merges, chars)),
+        )
 
 
 def test_sweep_with_early_exit_and_another_tokenizer(tokenizer, tmp_path):
     """End to end: early-exit drafters beside hf-early-exit, and a drafter model with another
     tokenizer beside hf-universal; every greedy output equals plain decoding."""
-    from tiny_hf import char_tokenizer, merge_tokenizer
     from conftest import tiny_model
+    from tiny_hf import char_tokenizer, merge_tokenizer
 
     target = tiny_model(0, layers=3, vocab=64)
     config = SweepConfig(drafters=("early-exit:1", "early-exit:2"), **FAST)
@@ -991,13 +1247,24 @@ def test_sweep_with_early_exit_and_another_tokenizer(tokenizer, tmp_path):
     early = [r for r in rows if r["drafter"].startswith("early-exit")]
     assert {r["method"] for r in early} == {"specbench", "hf-early-exit"}
     assert all(r["source"] == "measured" for r in early)
-    assert all(r["identical_to_baseline"].lower() == "true" for r in early), [(r["method"], r["drafter"]) for r in early]
+    assert all(r["identical_to_baseline"].lower() == "true" for r in early), [
+        (r["method"], r["drafter"]) for r in early
+    ]
     assert {round(float(r["c"]), 4) for r in early if r["method"] == "specbench"} == {0.3333, 0.6667}  # N / 3 layers
 
     merges = merge_tokenizer()
     wide_target, drafter = tiny_model(0, vocab=96), tiny_model(1, layers=1, hidden=16, vocab=64)
     translated = SweepConfig(translated=("",), **FAST)
-    sweep(wide_target, drafter, merges, PROMPTS, translated, tmp_path / "tr", command="test", drafter_tokenizer=char_tokenizer())
+    sweep(
+        wide_target,
+        drafter,
+        merges,
+        PROMPTS,
+        translated,
+        tmp_path / "tr",
+        command="test",
+        drafter_tokenizer=char_tokenizer(),
+    )
     rows = read_rows(tmp_path / "tr" / "runs.csv")
     assert {r["method"] for r in rows} == {"plain", "specbench", "hf-universal"}
     assert all(r["identical_to_baseline"].lower() == "true" for r in rows if r["method"] != "plain")
@@ -1008,7 +1275,6 @@ def test_sweep_with_early_exit_and_another_tokenizer(tokenizer, tmp_path):
 def test_sweep_command_with_a_drafter_of_another_tokenizer_and_early_exit(tmp_path):
     """The command loads a drafter with another tokenizer from a folder, sweeps it through
     text beside hf-universal, and early-exit:1 beside hf-early-exit; all equal plain."""
-    from conftest import tiny_model
     from tiny_hf import char_tokenizer, merge_tokenizer, save_tiny
 
     target = save_tiny(tmp_path / "target", vocab_size=64)
@@ -1016,24 +1282,63 @@ def test_sweep_command_with_a_drafter_of_another_tokenizer_and_early_exit(tmp_pa
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "a", "category": "code", "turns": ["print the cat"]}) + "\n")
     out = tmp_path / "res"
-    args = ["sweep", "--target", str(target), "--drafter-model", str(drafter), "--dtype", "float32", "--draft-dtype", "float32",
-            "--drafter", "model", "--drafter", "early-exit:1", "--gamma", "2", "--prompts", str(prompts), "--max-new-tokens", "6",
-            "--timing-repeats", "1", "--out", str(out)]  # fmt: skip
+    args = [
+        "sweep",
+        "--target",
+        str(target),
+        "--drafter-model",
+        str(drafter),
+        "--dtype",
+        "float32",
+        "--draft-dtype",
+        "float32",
+        "--drafter",
+        "model",
+        "--drafter",
+        "early-exit:1",
+        "--gamma",
+        "2",
+        "--prompts",
+        str(prompts),
+        "--max-new-tokens",
+        "6",
+        "--timing-repeats",
+        "1",
+        "--out",
+        str(out),
+    ]
     result = CliRunner().invoke(cli.app, args)
     assert result.exit_code == 0, result.output
     rows = read_rows(out / "runs.csv")
     measured = {(r["method"], r["drafter"]) for r in rows if r["source"] == "measured"}
-    assert measured == {("plain", ""), ("specbench", "model"), ("specbench", "early-exit:1"), ("hf-universal", "model"), ("hf-early-exit", "early-exit:1")}
+    assert measured == {
+        ("plain", ""),
+        ("specbench", "model"),
+        ("specbench", "early-exit:1"),
+        ("hf-universal", "model"),
+        ("hf-early-exit", "early-exit:1"),
+    }
     assert all(r["identical_to_baseline"].lower() == "true" for r in rows if r["method"] != "plain")
     assert json.loads((out / "meta.json").read_text())["sweep"]["translated"] == [""]
     # sampling: hf-universal only where HF's sampling mode is lossless for the pair (not in transformers 5.24)
     out = tmp_path / "t07"
-    args = [*args[:args.index("--drafter")], "--drafter", "model", "--temperature", "0.7", *args[args.index("--gamma"):-1], str(out)]
+    args = [
+        *args[: args.index("--drafter")],
+        "--drafter",
+        "model",
+        "--temperature",
+        "0.7",
+        *args[args.index("--gamma") : -1],
+        str(out),
+    ]
     result = CliRunner().invoke(cli.app, args)
     assert result.exit_code == 0, result.output
     methods = {r["method"] for r in read_rows(out / "runs.csv")}
     if bench.hf_sampling_defect(char_tokenizer(), merge_tokenizer(), 64):
-        assert "no hf-universal beside model: HF's sampling mode scores its drafts under other tokens' probabilities" in result.output.replace("\n", " ")
+        assert (
+            "no hf-universal beside model: HF's sampling mode scores its drafts under other tokens' probabilities"
+            in result.output.replace("\n", " ")
+        )
         assert methods == {"plain", "specbench"}
     else:
         assert methods == {"plain", "specbench", "hf-universal"}
@@ -1045,13 +1350,20 @@ def test_sweep_command_with_a_drafter_of_another_tokenizer_and_early_exit(tmp_pa
 def test_plan_labels_each_drafter_model_and_puts_hf_beside_each():
     """Drafters that run a model get one label per drafter model (model@NAME); the others
     stay bare; a model with another tokenizer is measured only, beside hf-universal."""
-    config = SweepConfig(gammas=(1, 3), drafters=("model", "ngram", "model+lookup"), drafter_models=("a", "b"), translated=("b",))
+    config = SweepConfig(
+        gammas=(1, 3), drafters=("model", "ngram", "model+lookup"), drafter_models=("a", "b"), translated=("b",)
+    )
     assert config.drafters == ("model@a", "model@b", "ngram", "model+lookup@a", "model+lookup@b")
     plan = plan_runs(config, PROMPTS[:1])
     assert {r.drafter for r in plan if r.source == "predicted"} == {"model@a", "model+lookup@a", "ngram"}
     measured = {(r.drafter, r.gamma) for r in plan if r.source == "measured" and r.method == "specbench"}
-    assert ("model@b", 1) in measured and ("model@b", 3) in measured and ("model+lookup@b", 3) in measured  # every gamma
-    assert {(r.method, r.drafter) for r in plan if r.method.startswith("hf-")} == {("hf-assisted", "model@a"), ("hf-universal", "model@b")}
+    assert (
+        ("model@b", 1) in measured and ("model@b", 3) in measured and ("model+lookup@b", 3) in measured
+    )  # every gamma
+    assert {(r.method, r.drafter) for r in plan if r.method.startswith("hf-")} == {
+        ("hf-assisted", "model@a"),
+        ("hf-universal", "model@b"),
+    }
     assert replace(config, drafter_models=("a", "b")).drafters == config.drafters  # labels that name a model are kept
     assert SweepConfig(drafters=("model", "ngram")).drafters == ("model", "ngram")  # one unnamed model: bare labels
 
@@ -1091,23 +1403,49 @@ def test_sweep_of_two_drafter_models_times_each_with_its_own_costs(tokenizer, tm
     target, small, other = tiny_model(0, layers=2), tiny_model(1, layers=1), tiny_model(2, layers=1, hidden=16)
     drafters = {"small": bench.DrafterModel(small), "other": bench.DrafterModel(other)}
     config = SweepConfig(drafters=("model", "ngram"), drafter_models=("small", "other"), measure="all", **FAST)
-    result = sweep(target, drafters, tokenizer, PROMPTS, config, tmp_path / "two", command="test", drafter_name={"small": "Small", "other": "Other"})
+    result = sweep(
+        target,
+        drafters,
+        tokenizer,
+        PROMPTS,
+        config,
+        tmp_path / "two",
+        command="test",
+        drafter_name={"small": "Small", "other": "Other"},
+    )
     rows = read_rows(tmp_path / "two" / "runs.csv")
     specbench_rows = [r for r in rows if r["method"] == "specbench"]
     assert {r["drafter"] for r in specbench_rows} == {"model@small", "model@other", "ngram"}
-    assert {(r["method"], r["drafter"]) for r in rows if r["method"].startswith("hf-")} == {("hf-assisted", "model@small"), ("hf-assisted", "model@other")}
-    assert all(r["identical_to_baseline"].lower() == "true" for r in rows if r["source"] == "measured" and r["method"] != "plain")
+    assert {(r["method"], r["drafter"]) for r in rows if r["method"].startswith("hf-")} == {
+        ("hf-assisted", "model@small"),
+        ("hf-assisted", "model@other"),
+    }
+    assert all(
+        r["identical_to_baseline"].lower() == "true"
+        for r in rows
+        if r["source"] == "measured" and r["method"] != "plain"
+    )
     c_of = lambda label: {float(r["c"]) for r in specbench_rows if r["drafter"] == label}  # noqa: E731
     assert c_of("model@small") == {0.25} and c_of("model@other") == {0.5}
     assert c_of("ngram") == {0.25}  # rows without a model carry the first model's block, as in a sweep of one
     assert set(result.costs) == {f"{p.id}/0@{name}" for p in PROMPTS for name in ("small", "other")}
     assert {id(d) for d in measured_with} == {id(small), id(other)}
     # each model's predictions replay its own path: the drafts of "small" are not "other"'s
-    predicted = {(r["drafter"], r["prompt_id"], r["gamma"]): r for r in rows if r["source"] == "predicted" and r["policy"] == "fixed"}
+    predicted = {
+        (r["drafter"], r["prompt_id"], r["gamma"]): r
+        for r in rows
+        if r["source"] == "predicted" and r["policy"] == "fixed"
+    }
     measured = [r for r in specbench_rows if r["source"] == "measured" and r["drafter"] != "ngram"]
-    assert all(predicted[(r["drafter"], r["prompt_id"], r["gamma"])]["target_forwards"] == r["target_forwards"] for r in measured)
+    assert all(
+        predicted[(r["drafter"], r["prompt_id"], r["gamma"])]["target_forwards"] == r["target_forwards"]
+        for r in measured
+    )
     meta = json.loads((tmp_path / "two" / "meta.json").read_text())
-    assert meta["sweep"]["drafter_models"] == ["small", "other"] and meta["sweep"]["drafter_model"] == {"small": "Small", "other": "Other"}
+    assert meta["sweep"]["drafter_models"] == ["small", "other"] and meta["sweep"]["drafter_model"] == {
+        "small": "Small",
+        "other": "Other",
+    }
     assert set(meta["models"]["drafters"]) == {"small", "other"} and meta["models"]["drafter"]["name"] == "Small"
     with pytest.raises(SweepError, match="drafter model 'other'"):
         sweep(target, {"small": drafters["small"]}, tokenizer, PROMPTS, config, tmp_path / "one", command="test")
@@ -1122,7 +1460,10 @@ def test_interrupted_sweep_of_two_drafter_models_resumes(tokenizer, tmp_path, mo
     import specbench.bench.sweep as bench_module
 
     target = tiny_model(0, layers=2)
-    drafters = {"small": bench.DrafterModel(tiny_model(1, layers=1)), "other": bench.DrafterModel(tiny_model(2, layers=1, hidden=16))}
+    drafters = {
+        "small": bench.DrafterModel(tiny_model(1, layers=1)),
+        "other": bench.DrafterModel(tiny_model(2, layers=1, hidden=16)),
+    }
     config = SweepConfig(drafters=("model",), drafter_models=("small", "other"), hf_assisted=False, **FAST)
     out, seen = tmp_path / "two", []
 
@@ -1132,20 +1473,52 @@ def test_interrupted_sweep_of_two_drafter_models_resumes(tokenizer, tmp_path, mo
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        sweep(target, drafters, tokenizer, PROMPTS, config, out, command="test", drafter_name={"small": "S", "other": "O"}, on_row=stop)
+        sweep(
+            target,
+            drafters,
+            tokenizer,
+            PROMPTS,
+            config,
+            out,
+            command="test",
+            drafter_name={"small": "S", "other": "O"},
+            on_row=stop,
+        )
     before = set(json.loads((out / "meta.json").read_text())["costs_by_block"])
     assert before == {f"{PROMPTS[0].id}/0@small", f"{PROMPTS[0].id}/0@other"}
     swapped = SweepConfig(drafters=("model",), drafter_models=("small", "third"), hf_assisted=False, **FAST)
     with pytest.raises(SweepError, match="cannot resume: drafter_models? was"):
-        sweep(target, {**drafters, "third": drafters["other"]}, tokenizer, PROMPTS, swapped, out, resume=True, command="test", drafter_name={"small": "S", "third": "O"})
+        sweep(
+            target,
+            {**drafters, "third": drafters["other"]},
+            tokenizer,
+            PROMPTS,
+            swapped,
+            out,
+            resume=True,
+            command="test",
+            drafter_name={"small": "S", "third": "O"},
+        )
     calls = []
     real = bench_module.measure_costs
     monkeypatch.setattr(bench_module, "measure_costs", lambda *a, **k: calls.append(1) or real(*a, **k))
-    result = sweep(target, drafters, tokenizer, PROMPTS, config, out, resume=True, command="test", drafter_name={"small": "S", "other": "O"})
+    result = sweep(
+        target,
+        drafters,
+        tokenizer,
+        PROMPTS,
+        config,
+        out,
+        resume=True,
+        command="test",
+        drafter_name={"small": "S", "other": "O"},
+    )
     rows = read_rows(out / "runs.csv")
     assert len(calls) == 2 and set(result.costs) == {f"{p.id}/0@{n}" for p in PROMPTS for n in ("small", "other")}
     assert len({row_key(r) for r in rows}) == len(rows) == len(plan_runs(config, PROMPTS))
-    assert all(r["identical_to_baseline"] == "true" for r in rows if r["source"] == "measured" and r["method"] == "specbench")
+    assert all(
+        r["identical_to_baseline"] == "true" for r in rows if r["source"] == "measured" and r["method"] == "specbench"
+    )
 
 
 def test_sweep_command_compares_two_drafter_models(tmp_path):
@@ -1159,16 +1532,46 @@ def test_sweep_command_compares_two_drafter_models(tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "a", "category": "code", "turns": ["print the cat"]}) + "\n")
     out = tmp_path / "res"
-    args = ["sweep", "--target", str(target), "--drafter-model", str(same), "--drafter-model", str(merged), "--dtype", "float32",
-            "--draft-dtype", "float32", "--gamma", "2", "--prompts", str(prompts), "--max-new-tokens", "6", "--timing-repeats", "1",
-            "--out", str(out)]  # fmt: skip
+    args = [
+        "sweep",
+        "--target",
+        str(target),
+        "--drafter-model",
+        str(same),
+        "--drafter-model",
+        str(merged),
+        "--dtype",
+        "float32",
+        "--draft-dtype",
+        "float32",
+        "--gamma",
+        "2",
+        "--prompts",
+        str(prompts),
+        "--max-new-tokens",
+        "6",
+        "--timing-repeats",
+        "1",
+        "--out",
+        str(out),
+    ]
     result = CliRunner().invoke(cli.app, args)
     assert result.exit_code == 0, result.output
     rows = read_rows(out / "runs.csv")
     measured = {(r["method"], r["drafter"]) for r in rows if r["source"] == "measured"}
-    assert measured == {("plain", ""), ("specbench", "model@same"), ("specbench", "model@merged"), ("hf-assisted", "model@same"), ("hf-universal", "model@merged")}
+    assert measured == {
+        ("plain", ""),
+        ("specbench", "model@same"),
+        ("specbench", "model@merged"),
+        ("hf-assisted", "model@same"),
+        ("hf-universal", "model@merged"),
+    }
     assert {r["drafter"] for r in rows if r["source"] == "predicted"} == {"model@same"}
-    assert all(r["identical_to_baseline"].lower() == "true" for r in rows if r["source"] == "measured" and r["method"] != "plain")
+    assert all(
+        r["identical_to_baseline"].lower() == "true"
+        for r in rows
+        if r["source"] == "measured" and r["method"] != "plain"
+    )
     sweep_meta = json.loads((out / "meta.json").read_text())["sweep"]
     assert sweep_meta["drafter_models"] == ["same", "merged"] and sweep_meta["translated"] == ["merged"]
     twin = save_tiny(tmp_path / "elsewhere" / "same", layers=1, seed=6)  # another folder of the same name
@@ -1180,8 +1583,8 @@ def test_a_sweep_whose_costs_were_measured_another_way_does_not_resume():
     """Costs measured by another costs.METHOD (a sweep that recorded none measured by 5 or
     earlier) are not pooled with this version's: resuming says so in one line; a sweep that
     measured no costs yet, or measured them this way, resumes."""
+    from specbench.bench.costs import METHOD
     from specbench.bench.meta import check_resume_meta
-    from specbench.speed.costs import METHOD
 
     fresh = {"sweep": {"costs_method": METHOD, "draft_vocab": 0}}
     blocks = {"a/0": {"c": 0.4}}
@@ -1198,17 +1601,27 @@ def test_a_sweep_does_not_resume_with_other_models_or_prompt_texts():
     from specbench.bench.meta import check_resume_meta
 
     model = {"class": "Qwen2ForCausalLM", "dtype": "q4k", "device": "cpu"}
-    old = {"sweep": {"draft_vocab": 0, "prompt_hashes": {"a": "1", "b": "2"}}, "models": {"target": model, "drafter": model}}
-    fresh = {"sweep": {"draft_vocab": 0, "prompt_hashes": {"a": "1", "b": "2", "c": "3"}}, "models": {"target": model, "drafter": model}}
+    old = {
+        "sweep": {"draft_vocab": 0, "prompt_hashes": {"a": "1", "b": "2"}},
+        "models": {"target": model, "drafter": model},
+    }
+    fresh = {
+        "sweep": {"draft_vocab": 0, "prompt_hashes": {"a": "1", "b": "2", "c": "3"}},
+        "models": {"target": model, "drafter": model},
+    }
     check_resume_meta(old, fresh)
-    check_resume_meta({"sweep": {"draft_vocab": 0}, "models": {"target": {"name": "t"}}}, fresh)  # recorded before these checks
+    check_resume_meta(
+        {"sweep": {"draft_vocab": 0}, "models": {"target": {"name": "t"}}}, fresh
+    )  # recorded before these checks
     with pytest.raises(SweepError, match="the target's dtype was 'q4k' in that sweep, now 'float32'"):
         check_resume_meta(old, {**fresh, "models": {"target": {**model, "dtype": "float32"}, "drafter": model}})
     with pytest.raises(SweepError, match="the drafter's device was 'cpu'"):
         check_resume_meta(old, {**fresh, "models": {"target": model, "drafter": {**model, "device": "cuda:0"}}})
     several = {**old, "models": {**old["models"], "drafters": {"small": model}}}
     with pytest.raises(SweepError, match="the drafter model 'small''s dtype"):
-        check_resume_meta(several, {**fresh, "models": {**fresh["models"], "drafters": {"small": {**model, "dtype": "int8"}}}})
+        check_resume_meta(
+            several, {**fresh, "models": {**fresh["models"], "drafters": {"small": {**model, "dtype": "int8"}}}}
+        )
     with pytest.raises(SweepError, match="prompt 'b' has another text"):
         check_resume_meta(old, {**fresh, "sweep": {"draft_vocab": 0, "prompt_hashes": {"a": "1", "b": "9"}}})
 

@@ -9,20 +9,28 @@ folder is a temp dir, so `clear-cache` here can never touch a real cache.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import pytest
 import torch
+from conftest import tiny_model
+from tiny_hf import char_tokenizer, char_vocab, one_thread, save_tiny
 from typer.testing import CliRunner
 
-from conftest import tiny_model
+from specbench import paths
 from specbench.cli import commands as cli
 from specbench.models import defaults
-from tiny_hf import char_tokenizer, char_vocab, one_thread, save_tiny
 
 runner = CliRunner()
 
-STATS_KEYS = {"new_tokens", "drafted", "accepted", "acceptance_rate", "mean_accepted_length", "target_forwards", "tokens_per_second"}
+STATS_KEYS = {
+    "new_tokens",
+    "drafted",
+    "accepted",
+    "acceptance_rate",
+    "mean_accepted_length",
+    "target_forwards",
+    "tokens_per_second",
+}
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -33,7 +41,7 @@ def _one_thread():
 
 @pytest.fixture(autouse=True)
 def temp_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv(defaults.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path / "cache"))
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +51,27 @@ def tiny(tmp_path_factory):
     return {
         "target": str(save_tiny(root / "target", like=target, noise=0.0)),
         "drafter": str(save_tiny(root / "drafter", like=target, noise=0.3, seed=5)),
-        "swapped": str(save_tiny(root / "swapped", like=target, noise=0.3, seed=5, tokenizer=char_tokenizer(char_vocab(swap=("e", "t"))))),
+        "swapped": str(
+            save_tiny(
+                root / "swapped", like=target, noise=0.3, seed=5, tokenizer=char_tokenizer(char_vocab(swap=("e", "t")))
+            )
+        ),
         "short": str(save_tiny(root / "short", max_positions=16)),
-        "narrow": str(save_tiny(root / "narrow", seed=6, vocab_size=48, tokenizer=char_tokenizer(char_vocab(chars="abcdefghijklmnopqrstuvwxyz0123456789 .,:"), chat_template=None))),
-        "capitals": str(save_tiny(root / "capitals", seed=5, tokenizer=char_tokenizer(char_vocab(chars="ABCDEFGHIJ"), chat_template=None))),
+        "narrow": str(
+            save_tiny(
+                root / "narrow",
+                seed=6,
+                vocab_size=48,
+                tokenizer=char_tokenizer(
+                    char_vocab(chars="abcdefghijklmnopqrstuvwxyz0123456789 .,:"), chat_template=None
+                ),
+            )
+        ),
+        "capitals": str(
+            save_tiny(
+                root / "capitals", seed=5, tokenizer=char_tokenizer(char_vocab(chars="ABCDEFGHIJ"), chat_template=None)
+            )
+        ),
     }
 
 
@@ -64,7 +89,9 @@ def generate_json(tiny, *args: str) -> dict:
 
 
 def test_json_schema(tiny):
-    out = generate_json(tiny, "--drafter", tiny["drafter"], "--gamma-policy", "fixed", "--max-new-tokens", "20", "--gamma", "3")
+    out = generate_json(
+        tiny, "--drafter", tiny["drafter"], "--gamma-policy", "fixed", "--max-new-tokens", "20", "--gamma", "3"
+    )
     assert {"text", "token_ids", "stats"} <= set(out)
     assert STATS_KEYS <= set(out["stats"])
     stats = out["stats"]
@@ -93,7 +120,18 @@ def test_model_free_drafters(tiny, drafter):
 
 
 def test_sampling_is_reproducible_by_seed(tiny):
-    args = ("--drafter", tiny["drafter"], "--temperature", "1.0", "--top-k", "20", "--top-p", "0.9", "--max-new-tokens", "24")
+    args = (
+        "--drafter",
+        tiny["drafter"],
+        "--temperature",
+        "1.0",
+        "--top-k",
+        "20",
+        "--top-p",
+        "0.9",
+        "--max-new-tokens",
+        "24",
+    )
     first = generate_json(tiny, *args, "--seed", "7")
     assert first["token_ids"] == generate_json(tiny, *args, "--seed", "7")["token_ids"]
     assert first["temperature"] == 1.0 and first["top_p"] == 0.9
@@ -108,8 +146,21 @@ def test_trace_shows_rounds_and_trace_out_replays_the_same(tiny, tmp_path):
     """--trace renders every round live; --trace-out saves them, and `specbench trace FILE`
     replays the same rounds without loading any model."""
     path = tmp_path / "run.jsonl"
-    live = run("generate", "write a sorting function", "--target", tiny["target"], "--drafter", tiny["drafter"],
-               "--max-new-tokens", "12", "--gamma", "3", "--trace", "--trace-out", path)
+    live = run(
+        "generate",
+        "write a sorting function",
+        "--target",
+        tiny["target"],
+        "--drafter",
+        tiny["drafter"],
+        "--max-new-tokens",
+        "12",
+        "--gamma",
+        "3",
+        "--trace",
+        "--trace-out",
+        path,
+    )
     assert live.exit_code == 0, live.output
     assert "round 1" in live.stdout and "summary" in live.stdout and "acceptance rate" in live.stdout
     replay = run("trace", path)
@@ -119,16 +170,52 @@ def test_trace_shows_rounds_and_trace_out_replays_the_same(tiny, tmp_path):
 
 
 def test_adaptive_policy_knobs_reach_the_policy(tiny):
-    out = generate_json(tiny, "--drafter", tiny["drafter"], "--gamma-policy", "egag", "--gamma-min", "2", "--gamma-max", "5", "--max-new-tokens", "16")
+    out = generate_json(
+        tiny,
+        "--drafter",
+        tiny["drafter"],
+        "--gamma-policy",
+        "egag",
+        "--gamma-min",
+        "2",
+        "--gamma-max",
+        "5",
+        "--max-new-tokens",
+        "16",
+    )
     plain = generate_json(tiny, "--drafter", "none", "--max-new-tokens", "16")
     assert out["token_ids"] == plain["token_ids"] and out["stats"]["drafted"] >= 2
 
 
 def test_cost_policy_measures_costs_once_then_reads_the_cache(tiny):
-    first = run("generate", "write a sorting function", "--target", tiny["target"], "--drafter", tiny["drafter"], "--gamma-policy", "cost", "--max-new-tokens", "8", "--json")
+    first = run(
+        "generate",
+        "write a sorting function",
+        "--target",
+        tiny["target"],
+        "--drafter",
+        tiny["drafter"],
+        "--gamma-policy",
+        "cost",
+        "--max-new-tokens",
+        "8",
+        "--json",
+    )
     assert first.exit_code == 0, first.output
     assert "costs: c =" in first.stderr and "(cached)" not in first.stderr
-    second = run("generate", "write a sorting function", "--target", tiny["target"], "--drafter", tiny["drafter"], "--gamma-policy", "cost", "--max-new-tokens", "8", "--json")
+    second = run(
+        "generate",
+        "write a sorting function",
+        "--target",
+        tiny["target"],
+        "--drafter",
+        tiny["drafter"],
+        "--gamma-policy",
+        "cost",
+        "--max-new-tokens",
+        "8",
+        "--json",
+    )
     assert "costs (cached): c =" in second.stderr
     assert json.loads(first.stdout)["token_ids"] == json.loads(second.stdout)["token_ids"]
 
@@ -136,13 +223,36 @@ def test_cost_policy_measures_costs_once_then_reads_the_cache(tiny):
 def test_the_default_policy_is_cost_with_gamma_up_to_12(tiny):
     """The recommended settings are the defaults; a given --gamma still wins, and plain
     decoding (--drafter none) measures no costs."""
-    out = run("generate", "write a sorting function", "--target", tiny["target"], "--drafter", tiny["drafter"], "--max-new-tokens", "8", "--json")
+    out = run(
+        "generate",
+        "write a sorting function",
+        "--target",
+        tiny["target"],
+        "--drafter",
+        tiny["drafter"],
+        "--max-new-tokens",
+        "8",
+        "--json",
+    )
     assert out.exit_code == 0, out.output
     settings = json.loads(out.stdout)
     assert (settings["gamma_policy"], settings["gamma"]) == ("cost", 12) and "costs: c =" in out.stderr
-    assert generate_json(tiny, "--drafter", tiny["drafter"], "--gamma-policy", "fixed", "--max-new-tokens", "8")["gamma"] == 4
+    assert (
+        generate_json(tiny, "--drafter", tiny["drafter"], "--gamma-policy", "fixed", "--max-new-tokens", "8")["gamma"]
+        == 4
+    )
     assert generate_json(tiny, "--drafter", tiny["drafter"], "--gamma", "6", "--max-new-tokens", "8")["gamma"] == 6
-    plain = run("generate", "write a sorting function", "--target", tiny["target"], "--drafter", "none", "--max-new-tokens", "8", "--json")
+    plain = run(
+        "generate",
+        "write a sorting function",
+        "--target",
+        tiny["target"],
+        "--drafter",
+        "none",
+        "--max-new-tokens",
+        "8",
+        "--json",
+    )
     assert plain.exit_code == 0, plain.output
     assert "costs" not in plain.stderr and json.loads(plain.stdout)["stats"]["drafted"] == 0
 
@@ -183,9 +293,17 @@ def test_summary_says_no_drafts_rather_than_a_zero_acceptance():
     from specbench.core.stats import RunStats
 
     pair = SimpleNamespace(drafter_name="default")
-    idle = _summary_line(SimpleNamespace(stats=RunStats(new_tokens=5, target_forwards=5), stop_reason="max_new_tokens"), pair)
+    idle = _summary_line(
+        SimpleNamespace(stats=RunStats(new_tokens=5, target_forwards=5), stop_reason="max_new_tokens"), pair
+    )
     assert "no drafts" in idle and "acceptance" not in idle
-    busy = _summary_line(SimpleNamespace(stats=RunStats(new_tokens=5, drafted=4, accepted=3, rounds=2, target_forwards=3), stop_reason="max_new_tokens"), pair)
+    busy = _summary_line(
+        SimpleNamespace(
+            stats=RunStats(new_tokens=5, drafted=4, accepted=3, rounds=2, target_forwards=3),
+            stop_reason="max_new_tokens",
+        ),
+        pair,
+    )
     assert "acceptance 75% (3/4)" in busy
 
 
@@ -202,14 +320,27 @@ def test_streaming_happens_during_generation(tiny, monkeypatch):
         return text
 
     monkeypatch.setattr(models.TextStream, "push", spy)
-    result = run("generate", "hello", "--target", tiny["target"], "--drafter", tiny["drafter"], "--max-new-tokens", "25", "--gamma", "2")
+    result = run(
+        "generate",
+        "hello",
+        "--target",
+        tiny["target"],
+        "--drafter",
+        tiny["drafter"],
+        "--max-new-tokens",
+        "25",
+        "--gamma",
+        "2",
+    )
     assert result.exit_code == 0
     assert len([s for s in seen if s]) > 3
 
 
 def test_int8_drafter_keeps_greedy_output(tiny):
     plain = generate_json(tiny, "--drafter", "none", "--max-new-tokens", "24")
-    out = generate_json(tiny, "--drafter", tiny["drafter"], "--draft-dtype", "int8", "--gamma-policy", "fixed", "--max-new-tokens", "24")
+    out = generate_json(
+        tiny, "--drafter", tiny["drafter"], "--draft-dtype", "int8", "--gamma-policy", "fixed", "--max-new-tokens", "24"
+    )
     assert out["token_ids"] == plain["token_ids"] and out["stats"]["drafted"] > 0
 
 
@@ -243,7 +374,10 @@ def test_device_auto_runs_on_this_machine(tiny):
         (["hi", "--device", "tpu"], "unknown device 'tpu'"),
         (["hi", "--kernels", "fast"], "unknown kernels 'fast'"),
         (["hi", "--draft-vocab", "-1"], "--draft-vocab must be >= 0"),
-        (["hi", "--gamma-policy", "egag", "--gamma-min", "5", "--gamma-max", "3"], "gamma-min (5) must not exceed gamma-max (3)"),
+        (
+            ["hi", "--gamma-policy", "egag", "--gamma-min", "5", "--gamma-max", "3"],
+            "gamma-min (5) must not exceed gamma-max (3)",
+        ),
         (["hi", "--gamma-policy", "egag", "--egag-beta", "1.5"], "egag-beta must be in [0, 1)"),
         (["hi", "--gamma-policy", "entropy-stop", "--threshold", "2"], "threshold must be in (0, 1)"),
         (["hi", "--trace", "--json"], "--trace and --json"),
@@ -266,13 +400,19 @@ def test_cuda_without_a_gpu_is_one_line(tiny):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     result = run("generate", "hi", "--target", tiny["target"], "--device", "cuda")
-    assert result.exit_code == 2 and result.stderr.strip() == "error: --device cuda: PyTorch sees no CUDA device on this machine"
+    assert (
+        result.exit_code == 2
+        and result.stderr.strip() == "error: --device cuda: PyTorch sees no CUDA device on this machine"
+    )
 
 
 def test_prompt_longer_than_the_context(tiny):
     result = run("generate", "a much too long prompt", "--target", tiny["short"], "--drafter", "none", "--raw")
     assert result.exit_code == 2
-    assert result.stderr.strip() == "error: the prompt is 22 tokens; the model's context holds 16, leaving no room to generate"
+    assert (
+        result.stderr.strip()
+        == "error: the prompt is 22 tokens; the model's context holds 16, leaving no room to generate"
+    )
 
 
 def test_a_pair_with_no_common_text_says_so(tiny):
@@ -291,7 +431,9 @@ def test_generate_with_another_tokenizer_or_early_exit(tiny, drafter):
     out = generate_json(tiny, "--drafter", spec, "--gamma-policy", "fixed", "--max-new-tokens", "20")
     plain = generate_json(tiny, "--drafter", "none", "--max-new-tokens", "20")
     assert out["token_ids"] == plain["token_ids"]
-    assert out["mapping"].startswith("another tokenizer" if drafter == "swapped" else "early exit: the target's first 1 of 2 layers")
+    assert out["mapping"].startswith(
+        "another tokenizer" if drafter == "swapped" else "early exit: the target's first 1 of 2 layers"
+    )
 
 
 def test_generate_with_a_narrower_drafter_and_the_cost_policy(tiny):
@@ -302,7 +444,19 @@ def test_generate_with_a_narrower_drafter_and_the_cost_policy(tiny):
 
 
 def test_trace_header_says_how_the_drafter_maps(tiny):
-    result = run("generate", "hi", "--target", tiny["target"], "--drafter", "early-exit:1", "--trace", "--max-new-tokens", "6", "--gamma-policy", "fixed")
+    result = run(
+        "generate",
+        "hi",
+        "--target",
+        tiny["target"],
+        "--drafter",
+        "early-exit:1",
+        "--trace",
+        "--max-new-tokens",
+        "6",
+        "--gamma-policy",
+        "fixed",
+    )
     assert result.exit_code == 0, result.output
     assert "drafter -> target: early exit: the target's first 1 of 2 layers" in " ".join(result.stdout.split())
 
@@ -333,7 +487,7 @@ def test_models_lists_the_default_pair():
     for model in defaults.PAIR:
         assert model.name in result.stdout
         assert str(defaults.cached_dir(model)) in result.stdout.replace("\n", "")
-    assert defaults.CACHE_ENV in result.stdout and "clear-cache" in result.stdout
+    assert paths.CACHE_ENV in result.stdout and "clear-cache" in result.stdout
 
 
 def test_clear_cache_removes_specbench_folders_only():
@@ -341,28 +495,40 @@ def test_clear_cache_removes_specbench_folders_only():
     entry = defaults.cached_dir(defaults.TARGET)
     entry.mkdir(parents=True)
     (entry / "model.safetensors").write_bytes(b"x" * 1000)
-    for folder, name in ((defaults.costs_dir(), "pair.json"), (defaults.native_dir(), "kernel.so")):
+    for folder, name in ((paths.costs_dir(), "pair.json"), (paths.native_dir(), "kernel.so")):
         folder.mkdir(parents=True)
         (folder / name).write_bytes(b"x" * 100)
-    (defaults.cache_root() / "mine.txt").write_text("keep")
+    (paths.cache_root() / "mine.txt").write_text("keep")
     result = run("clear-cache")
     assert result.exit_code == 0 and result.stdout.startswith("removed 1.2 kB from")
-    assert not any(folder.exists() for folder in defaults.own_dirs())
-    assert (defaults.cache_root() / "mine.txt").exists()
+    assert not any(folder.exists() for folder in paths.own_dirs())
+    assert (paths.cache_root() / "mine.txt").exists()
 
 
 def test_sweep_end_reports_what_each_drafter_model_was_priced_with():
     """The sweep's closing lines repeat, per drafter model, the pricing line it printed when
     pricing began (its one measurement, or the median of several), and the range that
     model's own measurements spanned: another model's blocks never enter its range."""
-    from specbench.speed.costs import Costs
+    from specbench.bench.costs import Costs
 
     def costs(c, target_ms, verify=1.1):
-        return Costs(c=c, target_step_seconds=target_ms / 1000, drafter_step_seconds=c * target_ms / 1000, verify_cost={1: 1.0, 2: verify}, context_tokens=9)
+        return Costs(
+            c=c,
+            target_step_seconds=target_ms / 1000,
+            drafter_step_seconds=c * target_ms / 1000,
+            verify_cost={1: 1.0, 2: verify},
+            context_tokens=9,
+        )
 
     one = cli._costs_lines({"sweep": costs(0.25, 300)}, {"": (costs(0.25, 300), 1)})
     assert one == ["pricing with its one measurement: c = 0.250, target step 300.0 ms, v(2..2) 1.10"]
-    measured = {"a/0@small": costs(0.25, 300), "b/0@small": costs(0.2, 280), "c/0@small": costs(0.3, 320), "a/0@big": costs(0.9, 500), "b/0@big": costs(0.8, 510)}
+    measured = {
+        "a/0@small": costs(0.25, 300),
+        "b/0@small": costs(0.2, 280),
+        "c/0@small": costs(0.3, 320),
+        "a/0@big": costs(0.9, 500),
+        "b/0@big": costs(0.8, 510),
+    }
     pooled = {"small": (costs(0.25, 300, verify=1.2), 3), "big": (costs(0.85, 505), 2)}
     many = cli._costs_lines(measured, pooled)
     assert many == [
@@ -374,8 +540,13 @@ def test_sweep_end_reports_what_each_drafter_model_was_priced_with():
     assert cli._costs_lines({}, {}) == []
     tiny = cli._costs_lines({"a/0": costs(0.5, 0.31), "b/0": costs(0.6, 0.46)}, {"": (costs(0.55, 0.4), 2)})
     assert tiny[1] == "  its 2 measurements, one per prompt: c 0.500 to 0.600, target step 0.31 to 0.46 ms"
-    repeated = cli._costs_lines({"a/0": costs(0.5, 30), "a/1": costs(0.6, 40), "b/0": costs(0.5, 30), "b/1": costs(0.6, 40)}, {"": (costs(0.55, 35), 4)})
-    assert repeated[1] == "  its 4 measurements, one per prompt and repeat: c 0.500 to 0.600, target step 30 to 40 ms"  # --repeats 2
+    repeated = cli._costs_lines(
+        {"a/0": costs(0.5, 30), "a/1": costs(0.6, 40), "b/0": costs(0.5, 30), "b/1": costs(0.6, 40)},
+        {"": (costs(0.55, 35), 4)},
+    )
+    assert (
+        repeated[1] == "  its 4 measurements, one per prompt and repeat: c 0.500 to 0.600, target step 30 to 40 ms"
+    )  # --repeats 2
 
 
 def test_sweep_end_judges_points_on_their_repeats_only_when_they_have_several():
@@ -396,13 +567,24 @@ def test_paths_and_names_print_as_they_are(tiny, tmp_path, monkeypatch):
     once ended `models` and `clear-cache` in a MarkupError), and the line that says where
     the trace went starts a line of its own after the generated text."""
     cache = tmp_path / "c[/]x"
-    monkeypatch.setenv(defaults.CACHE_ENV, str(cache))
+    monkeypatch.setenv(paths.CACHE_ENV, str(cache))
     for command in ("models", "clear-cache"):
         result = run(command)
         assert result.exit_code == 0, result.output
         assert str(cache) in result.output.replace("\n", "")
     trace = tmp_path / "[bold]t.jsonl"
-    result = run("generate", "hi", "--target", tiny["target"], "--drafter", tiny["drafter"], "--max-new-tokens", "8", "--trace-out", trace)
+    result = run(
+        "generate",
+        "hi",
+        "--target",
+        tiny["target"],
+        "--drafter",
+        tiny["drafter"],
+        "--max-new-tokens",
+        "8",
+        "--trace-out",
+        trace,
+    )
     assert result.exit_code == 0, result.output
     saved = [line for line in result.output.splitlines() if "trace saved to" in line]
     assert saved and saved[0].startswith("trace saved to") and str(trace) in result.output.replace("\n", "")
@@ -428,4 +610,6 @@ def test_a_cut_gguf_file_is_one_line(tmp_path):
     (tmp_path / "cut.gguf").write_bytes(whole[:1000])
     result = run("generate", "hi", "--target", tmp_path / "cut.gguf", "--drafter", "none")
     assert result.exit_code == 2 and "Traceback" not in result.output
-    assert result.stderr.strip().splitlines() == [result.stderr.strip()] and "looks cut short or corrupt" in result.stderr
+    assert (
+        result.stderr.strip().splitlines() == [result.stderr.strip()] and "looks cut short or corrupt" in result.stderr
+    )

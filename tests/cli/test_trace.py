@@ -33,7 +33,23 @@ def spec_round(n, position, drafts, q, p, draws, accepted, emitted, kind, prob, 
     """A speculative round; tokens default to the accepted drafts + the emitted token."""
     if tokens is None:
         tokens = drafts[:accepted] + [emitted]
-    return StepRecord(n, position, len(drafts), drafts, q, p, draws, accepted, emitted, kind, prob, tokens, draft_seconds=0.02, verify_seconds=0.04, **extra)
+    return StepRecord(
+        n,
+        position,
+        len(drafts),
+        drafts,
+        q,
+        p,
+        draws,
+        accepted,
+        emitted,
+        kind,
+        prob,
+        tokens,
+        draft_seconds=0.02,
+        verify_seconds=0.04,
+        **extra,
+    )
 
 
 GREEDY_FIRST_REJECTED = [
@@ -42,7 +58,19 @@ GREEDY_FIRST_REJECTED = [
 ]
 SAMPLING_ALL_ACCEPTED = [
     first(),
-    spec_round(1, 1, [2, 3, 4], [0.9, 0.8, 0.5], [0.85, 0.9, 0.45], [0.5, 0.2, 0.7], 3, 5, "bonus", 0.3, policy_info={"entropy": 0.31, "gamma": 3}),
+    spec_round(
+        1,
+        1,
+        [2, 3, 4],
+        [0.9, 0.8, 0.5],
+        [0.85, 0.9, 0.45],
+        [0.5, 0.2, 0.7],
+        3,
+        5,
+        "bonus",
+        0.3,
+        policy_info={"entropy": 0.31, "gamma": 3},
+    ),
 ]
 SAMPLING_FIRST_REJECTED = [
     first(),
@@ -50,7 +78,9 @@ SAMPLING_FIRST_REJECTED = [
 ]
 EOS_MID_ROUND = [  # drafts "cat <eos> world" all accepted, but output stops at <eos>
     first(),
-    spec_round(1, 1, [8, 7, 3], [0.4, 0.5, 0.6], [0.4, 0.9, 0.9], [], 3, 5, "bonus", 0.9, tokens=[8, 7], stop_reason="eos"),
+    spec_round(
+        1, 1, [8, 7, 3], [0.4, 0.5, 0.6], [0.4, 0.9, 0.9], [], 3, 5, "bonus", 0.9, tokens=[8, 7], stop_reason="eos"
+    ),
 ]
 NGRAM = [  # n-gram drafter: no q
     first(),
@@ -190,7 +220,9 @@ def test_summary_counts():
     assert trace.accepted_length_histogram(records) == [1, 1, 1, 1]
     by_position = trace.acceptance_by_position(records)
     assert [(r.drafted, r.reached, r.accepted) for r in by_position] == [(4, 4, 3), (4, 3, 2), (3, 1, 1)]
-    stats = RunStats(new_tokens=11, first_pass_tokens=1, drafted=11, accepted=6, rounds=4, target_forwards=5, decode_seconds=2.0)
+    stats = RunStats(
+        new_tokens=11, first_pass_tokens=1, drafted=11, accepted=6, rounds=4, target_forwards=5, decode_seconds=2.0
+    )
     text = squash(render(records, stats))
     assert "rounds 4" in text and "drafted 11" in text and "accepted 6" in text
     assert "acceptance rate 54.5%" in text
@@ -209,11 +241,24 @@ def test_summary_without_stats_is_rebuilt_and_says_so():
 # ---------------------------------------------------------------------------- the trace file
 
 
-STATS = RunStats(new_tokens=5, first_pass_tokens=1, drafted=3, accepted=3, rounds=1, target_forwards=2, prefill_seconds=0.12, decode_seconds=0.07, draft_seconds=0.02, verify_seconds=0.04)
+STATS = RunStats(
+    new_tokens=5,
+    first_pass_tokens=1,
+    drafted=3,
+    accepted=3,
+    rounds=1,
+    target_forwards=2,
+    prefill_seconds=0.12,
+    decode_seconds=0.07,
+    draft_seconds=0.02,
+    verify_seconds=0.04,
+)
 HEADER = {"prompt": "Say hi\nplease", "target": "tiny-t", "drafter": "tiny-d", "temperature": 0.7, "seed": 0}
 
 
-@pytest.mark.parametrize("records", [GREEDY_FIRST_REJECTED, SAMPLING_ALL_ACCEPTED, SAMPLING_FIRST_REJECTED, EOS_MID_ROUND, NGRAM])
+@pytest.mark.parametrize(
+    "records", [GREEDY_FIRST_REJECTED, SAMPLING_ALL_ACCEPTED, SAMPLING_FIRST_REJECTED, EOS_MID_ROUND, NGRAM]
+)
 def test_replay_equals_live(tmp_path, records):
     """The file carries the token texts, so a replay without any tokenizer reads the same."""
     path = tmp_path / "run.jsonl"
@@ -226,7 +271,13 @@ def test_replay_equals_live(tmp_path, records):
 def test_trace_file_layout(tmp_path):
     """Header first; each token text stored once; round lines read back as StepRecords."""
     path = tmp_path / "run.jsonl"
-    tracefile.write_trace(path, SAMPLING_ALL_ACCEPTED + [spec_round(2, 5, [2], [0.5], [0.5], [0.1], 1, 3, "bonus", 0.2)], token_text, HEADER, STATS)
+    tracefile.write_trace(
+        path,
+        SAMPLING_ALL_ACCEPTED + [spec_round(2, 5, [2], [0.5], [0.5], [0.1], 1, 3, "bonus", 0.2)],
+        token_text,
+        HEADER,
+        STATS,
+    )
     lines = path.read_text().splitlines()
     assert json.loads(lines[0]) == {"specbench_trace": 1, "header": HEADER}
     assert json.loads(lines[1])["texts"] == {"1": "Hello"}
@@ -335,9 +386,9 @@ def test_live_trace_of_a_real_generation(close_pair, tmp_path):
     """speculative_generate drives the tracer and the writer through on_step; the replay of
     the written file equals what was shown live."""
     from specbench.core.generate import GenerationConfig, speculative_generate
+    from specbench.core.sampling import SamplingConfig
     from specbench.drafters import ModelDrafter
     from specbench.policies import FixedGamma
-    from specbench.core.sampling import SamplingConfig
 
     def text_of(token_id: int) -> str:
         return "\n" if token_id % 16 == 0 else (" " if token_id % 2 else "") + chr(97 + token_id % 26)
@@ -349,7 +400,14 @@ def test_live_trace_of_a_real_generation(close_pair, tmp_path):
     tracer = trace.live_tracer(Console(file=live, width=80), text_of, header)
     writer = tracefile.TraceWriter(path, text_of, header)
     config = GenerationConfig(max_new_tokens=16, sampling=SamplingConfig(temperature=0.8), seed=3)
-    result = speculative_generate(target, ModelDrafter(drafter_model), [1, 5, 9, 12, 3], config, FixedGamma(3), on_step=trace.tee(tracer.on_step, writer.on_step))
+    result = speculative_generate(
+        target,
+        ModelDrafter(drafter_model),
+        [1, 5, 9, 12, 3],
+        config,
+        FixedGamma(3),
+        on_step=trace.tee(tracer.on_step, writer.on_step),
+    )
     tracer.finish(result.stats)
     writer.close(result.stats)
 

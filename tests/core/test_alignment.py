@@ -15,12 +15,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
 from conftest import PROMPTS, sharpened
+
 from specbench.core.generate import GenerationConfig, speculative_generate
+from specbench.core.sampling import SamplingConfig
 from specbench.drafters import make_drafter
 from specbench.policies import CostAwareGamma, FixedGamma
-from specbench.core.sampling import SamplingConfig
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import PROMPTS, block_and_steps, noisy_copy, tiny_model
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from conftest import PROMPTS, block_and_steps, noisy_copy, tiny_model
 from specbench.core.attention import ROWS, mask_ranges, row_invariant_attention, use_row_invariant_attention
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
 from specbench.drafters import ModelDrafter
@@ -20,7 +20,9 @@ from specbench.policies import FixedGamma
 from specbench.speed import native
 from specbench.speed.quantize import quantize_target
 
-needs_kernel = pytest.mark.skipif(native.linear_kernel() is None, reason=f"int8_linear is not built here: {native.linear_why_not()}")
+needs_kernel = pytest.mark.skipif(
+    native.linear_kernel() is None, reason=f"int8_linear is not built here: {native.linear_why_not()}"
+)
 
 
 class Heads(torch.nn.Module):
@@ -64,12 +66,16 @@ def test_each_row_equals_a_one_row_step_at_its_position(window):
     keys, rows, dim = 90, 5, 64
     query = torch.randn(1, 6, rows, dim)
     key, value = torch.randn(1, 2, keys, dim), torch.randn(1, 2, keys, dim)
-    together, _ = row_invariant_attention(Heads(), query, key, value, causal_mask(rows, keys, window), scaling=dim**-0.5)
+    together, _ = row_invariant_attention(
+        Heads(), query, key, value, causal_mask(rows, keys, window), scaling=dim**-0.5
+    )
     for i in range(rows):
         seen = keys - rows + i + 1  # a decoding step at this position has these keys in its cache
         start = 0 if window is None else max(0, seen - window)
         step_mask = None if start == 0 else causal_mask(1, seen, window)
-        alone, _ = row_invariant_attention(Heads(), query[:, :, i : i + 1], key[:, :, :seen], value[:, :, :seen], step_mask, scaling=dim**-0.5)
+        alone, _ = row_invariant_attention(
+            Heads(), query[:, :, i : i + 1], key[:, :, :seen], value[:, :, :seen], step_mask, scaling=dim**-0.5
+        )
         assert torch.equal(together[:, i], alone[:, 0]), i
 
 
@@ -89,7 +95,11 @@ def test_it_computes_what_sdpa_computes():
 def test_what_rows_cannot_express_goes_to_the_fused_call(case):
     torch.manual_seed(2)
     batch, rows, keys = (2 if case == "batch" else 1), 3, (3 if case == "prefill" else 40)
-    query, key, value = torch.randn(batch, 6, rows, 32), torch.randn(batch, 2, keys, 32), torch.randn(batch, 2, keys, 32)
+    query, key, value = (
+        torch.randn(batch, 6, rows, 32),
+        torch.randn(batch, 2, keys, 32),
+        torch.randn(batch, 2, keys, 32),
+    )
     mask = causal_mask(rows, keys).expand(batch, 1, rows, keys).clone()
     if case == "prefill":
         mask = None

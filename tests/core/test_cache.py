@@ -3,9 +3,9 @@
 import pytest
 import torch
 import transformers
+from conftest import tiny_model
 
 from specbench.core.cache import cache_arg, cache_length, crop_cache, new_cache
-from conftest import tiny_model
 
 
 def test_crop_then_refeed_matches_a_fresh_run():
@@ -69,7 +69,9 @@ def test_cache_arg_names_the_keyword_the_forward_declares():
     expected = "cache" if "cache" in declared else "past_key_values"
     cache = new_cache(model)
     assert cache_arg(model, cache) == {expected: cache}
-    assert list(cache_arg(TrigramLM(torch.zeros(2, 2, 2)), cache)) == ["past_key_values"]  # a forward that knows only the old name
+    assert list(cache_arg(TrigramLM(torch.zeros(2, 2, 2)), cache)) == [
+        "past_key_values"
+    ]  # a forward that knows only the old name
 
 
 def test_generation_calls_the_model_without_deprecation_warnings():

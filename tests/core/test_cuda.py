@@ -23,18 +23,18 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 import torch
+from chi_square import speculative_pvalues
+from conftest import PROMPTS, SHARPENED_THRESHOLDS, accepted_with_greedy_parity, noisy_copy, sharpened, tiny_model
+from tiny_hf import save_tiny
 from typer.testing import CliRunner
 
 import specbench.core.verify
-from chi_square import speculative_pvalues
-from conftest import PROMPTS, SHARPENED_THRESHOLDS, accepted_with_greedy_parity, noisy_copy, sharpened, tiny_model
+from specbench import paths
 from specbench.cli import commands as cli
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
 from specbench.core.sampling import SamplingConfig
 from specbench.drafters import DRAFTERS, make_drafter
-from specbench.models import defaults
 from specbench.policies import POLICIES, make_policy
-from tiny_hf import save_tiny
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -104,16 +104,32 @@ runner = CliRunner()
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("cuda-models")
     target = tiny_model(0)
-    return str(save_tiny(root / "target", like=target, noise=0.0)), str(save_tiny(root / "drafter", like=target, noise=0.3, seed=5))
+    return str(save_tiny(root / "target", like=target, noise=0.0)), str(
+        save_tiny(root / "drafter", like=target, noise=0.3, seed=5)
+    )
 
 
 @pytest.fixture(autouse=True)
 def temp_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv(defaults.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path / "cache"))
 
 
 def generate_ids(target: str, *args: str) -> dict:
-    result = runner.invoke(cli.app, ["generate", "write a sorting function", "--target", target, "--device", CUDA, "--json", "--max-new-tokens", "32", *args])
+    result = runner.invoke(
+        cli.app,
+        [
+            "generate",
+            "write a sorting function",
+            "--target",
+            target,
+            "--device",
+            CUDA,
+            "--json",
+            "--max-new-tokens",
+            "32",
+            *args,
+        ],
+    )
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
 
@@ -132,7 +148,25 @@ def test_sweep_on_cuda_checks_every_run(folders, tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("write a sorting function\nexplain a hash map\n")
     out = tmp_path / "sweep"
-    args = ["sweep", "--target", target, "--drafter-model", drafter, "--prompts", str(prompts), "--gamma", "1..3", "--max-new-tokens", "16", "--measure", "all", "--device", CUDA, "--out", str(out)]
+    args = [
+        "sweep",
+        "--target",
+        target,
+        "--drafter-model",
+        drafter,
+        "--prompts",
+        str(prompts),
+        "--gamma",
+        "1..3",
+        "--max-new-tokens",
+        "16",
+        "--measure",
+        "all",
+        "--device",
+        CUDA,
+        "--out",
+        str(out),
+    ]
     result = runner.invoke(cli.app, args)
     assert result.exit_code == 0, result.output
     runs = pd.read_csv(out / "runs.csv")

@@ -37,7 +37,12 @@ def specbench_imports(path: Path) -> list[str]:
 def test_core_imports_nothing_from_specbench_outside_core():
     files = sorted(CORE.glob("*.py"))
     assert len(files) >= 6  # the loop, verify, sampling, cache, stats, protocols: the check reads them
-    outside = {f"{f.name}: {m}" for f in files for m in specbench_imports(f) if not (m == "specbench.core" or m.startswith("specbench.core."))}
+    outside = {
+        f"{f.name}: {m}"
+        for f in files
+        for m in specbench_imports(f)
+        if not (m == "specbench.core" or m.startswith("specbench.core."))
+    }
     assert not outside, f"core/ must not import these: {sorted(outside)}"
 
 
@@ -48,4 +53,10 @@ def test_the_check_sees_an_outside_import(tmp_path):
         "from specbench.core.cache import new_cache\nfrom specbench import speed\nfrom . import stats\nfrom ..drafters import model\n\n"
         "def f():\n    import specbench.speed.native\n"
     )
-    assert specbench_imports(source) == ["specbench.core.cache", "specbench.speed", "specbench.core", "specbench.drafters", "specbench.speed.native"]
+    assert specbench_imports(source) == [
+        "specbench.core.cache",
+        "specbench.speed",
+        "specbench.core",
+        "specbench.drafters",
+        "specbench.speed.native",
+    ]

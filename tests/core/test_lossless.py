@@ -11,14 +11,14 @@ has the power to catch the bug it exists for.
 from itertools import product
 
 import pytest
-
-import specbench.core.verify
 from chi_square import pvalues
 from mock_lm import noisy_trigram, random_trigram
+
+import specbench.core.verify
 from specbench.core.generate import GenerationConfig, speculative_generate
+from specbench.core.sampling import SamplingConfig, logits_to_probs
 from specbench.drafters import LookupFirstDrafter, ModelDrafter
 from specbench.policies import CostAwareGamma, FixedGamma, Keep
-from specbench.core.sampling import SamplingConfig, logits_to_probs
 
 VOCAB = 6
 PROMPT = [2, 4]
@@ -34,6 +34,7 @@ SETTINGS = {
 
 def exact_joint(model, sampling: SamplingConfig, prompt=PROMPT) -> dict[tuple[int, int, int], float]:
     """P(x1, x2, x3 | prompt) under the target with the sampling processor applied."""
+
     def p(prev, cur):
         return logits_to_probs(model.next_logits(prev, cur), sampling)
 
@@ -44,7 +45,9 @@ def exact_joint(model, sampling: SamplingConfig, prompt=PROMPT) -> dict[tuple[in
     return joint
 
 
-def sample_speculative(target, drafter, sampling, gamma=3, n=SAMPLES, prompt=PROMPT, make=ModelDrafter, rounds=None, policy=None):
+def sample_speculative(
+    target, drafter, sampling, gamma=3, n=SAMPLES, prompt=PROMPT, make=ModelDrafter, rounds=None, policy=None
+):
     """n seeded 3-token generations; rounds, if a list, collects every run's StepRecords;
     policy() makes each run's gamma policy (default: FixedGamma(gamma))."""
     outputs = []

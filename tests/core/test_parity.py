@@ -2,12 +2,12 @@
 
 import pytest
 import torch
-
 from conftest import PROMPTS, tiny_model
+
 from specbench.core.generate import ContextLimitError, GenerationConfig, plain_generate, speculative_generate
+from specbench.core.sampling import SamplingConfig
 from specbench.drafters import ModelDrafter
 from specbench.policies import FixedGamma
-from specbench.core.sampling import SamplingConfig
 
 
 def spec(target, drafter, prompt, config, gamma, **kw):
@@ -40,8 +40,10 @@ def test_plain_greedy_matches_transformers_generate(tiny_pair):
     target, _ = tiny_pair
     prompt = PROMPTS[0]
     ours = plain_generate(target, prompt, GenerationConfig(max_new_tokens=25)).token_ids
-    theirs = target.generate(torch.tensor([prompt]), max_new_tokens=25, do_sample=False, eos_token_id=None, pad_token_id=0)
-    assert ours == theirs[0, len(prompt):].tolist()
+    theirs = target.generate(
+        torch.tensor([prompt]), max_new_tokens=25, do_sample=False, eos_token_id=None, pad_token_id=0
+    )
+    assert ours == theirs[0, len(prompt) :].tolist()
 
 
 def test_same_seed_same_output_different_seed_different_output(close_pair):

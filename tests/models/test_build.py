@@ -10,22 +10,29 @@ import os
 import numpy as np
 import pytest
 import torch
-
 from conftest import accepted_with_greedy_parity, as_cpu_target, noisy_copy, tiny_model
 from gguf_tiny import HIDDEN, q4k_weights, quantize_to_q4k, use_gguf_blocks
+from tiny_hf import load_tiny, save_tiny, write_tiny_gguf
+
 from specbench import models
 from specbench.models import prepare
 from specbench.speed import native
 from specbench.speed.gguf_blocks import Q4KLinear, Q6KLinear
 from specbench.speed.quantize import Int8Linear, Int8TargetLinear, quantize_linears, quantize_target
 from specbench.speed.row_embedding import RowEmbedding
-from tiny_hf import load_tiny, save_tiny, write_tiny_gguf
 
-pytestmark = pytest.mark.skipif(native.q4k_kernel() is None or native.linear_kernel() is None, reason="specbench's AVX2 kernels are not built here")
+pytestmark = pytest.mark.skipif(
+    native.q4k_kernel() is None or native.linear_kernel() is None, reason="specbench's AVX2 kernels are not built here"
+)
 
 IDS = torch.tensor([[1, 5, 9, 12, 3, 40, 63, 0]])
 # GGUF tensors written in other block types than Q4_K / Q6_K: what real Q4_K_M files mix in
-OTHER_TYPES = {"blk.1.ffn_up.weight": "Q8_0", "blk.1.attn_k.weight": "Q5_0", "blk.0.attn_output.weight": "F16", "token_embd.weight": "Q8_0"}
+OTHER_TYPES = {
+    "blk.1.ffn_up.weight": "Q8_0",
+    "blk.1.attn_k.weight": "Q5_0",
+    "blk.0.attn_output.weight": "F16",
+    "token_embd.weight": "Q8_0",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -40,11 +47,15 @@ def mixed_gguf(path, seed: int = 0):
 
     model = tiny_model(seed, hidden=HIDDEN)
     raw = {}
-    for name, (linear, blocks, six) in q4k_weights(model, seed, ("blk.0.ffn_down", "output")).items():
+    for name, (_, blocks, six) in q4k_weights(model, seed, ("blk.0.ffn_down", "output")).items():
         raw[name] = (gguf.GGMLQuantizationType.Q6_K if six else gguf.GGMLQuantizationType.Q4_K, blocks)
     tensors = dict(model.state_dict())
-    hf_names = {"blk.1.ffn_up.weight": "model.layers.1.mlp.up_proj.weight", "blk.1.attn_k.weight": "model.layers.1.self_attn.k_proj.weight",
-                "blk.0.attn_output.weight": "model.layers.0.self_attn.o_proj.weight", "token_embd.weight": "model.embed_tokens.weight"}  # fmt: skip
+    hf_names = {
+        "blk.1.ffn_up.weight": "model.layers.1.mlp.up_proj.weight",
+        "blk.1.attn_k.weight": "model.layers.1.self_attn.k_proj.weight",
+        "blk.0.attn_output.weight": "model.layers.0.self_attn.o_proj.weight",
+        "token_embd.weight": "model.embed_tokens.weight",
+    }
     for name, kind in OTHER_TYPES.items():
         qtype = gguf.GGMLQuantizationType[kind]
         raw[name] = (qtype, gguf.quants.quantize(tensors[hf_names[name]].numpy(), qtype))
@@ -121,7 +132,9 @@ def test_a_safetensors_model_builds_layer_by_layer_to_the_dense_path_then_quanti
 def test_a_bf16_checkpoint_keeps_its_embedding_rows_in_bf16(tmp_path):
     folder = tmp_path / "bf16"
     tiny_model(0, hidden=HIDDEN).to(torch.bfloat16).save_pretrained(folder)
-    target = models.load_model(models.ModelSpec("dir", str(folder)), role="target", dtype="int8", require_tokenizer=False).model
+    target = models.load_model(
+        models.ModelSpec("dir", str(folder)), role="target", dtype="int8", require_tokenizer=False
+    ).model
     embedding = target.get_input_embeddings()
     assert embedding.rows.shape == (64, HIDDEN * 2) and embedding.out_dtype == torch.float32
     reference = load_tiny(folder)
@@ -134,7 +147,14 @@ def test_a_user_gguf_is_prepared_once_and_again_when_the_file_changes(tmp_path, 
     spec = models.ModelSpec("gguf", str(path))
     first = models.load_model(spec, role="target", dtype="q4k")
     folder = prepare.cache_folder(spec, path)
-    kept = ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", prepare.SOURCE_FILE, prepare.prepared_path(folder, "target", "q4k").name]
+    kept = [
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        prepare.SOURCE_FILE,
+        prepare.prepared_path(folder, "target", "q4k").name,
+    ]
     assert sorted(p.name for p in folder.iterdir() if p.suffix in (".safetensors", ".json", ".txt")) == sorted(kept)
     built = prepare._prepare
     monkeypatch.setattr(prepare, "_prepare", lambda *a: pytest.fail("a prepared model must be mapped, not built again"))
@@ -195,12 +215,14 @@ def test_random_weights_build_a_q4k_target_as_a_q4k_m_file_lays_it_out(tmp_path)
     assert sum(isinstance(m, Q4KLinear) for m in model.modules()) == 2 * 7 and isinstance(model.lm_head, Q6KLinear)
     assert isinstance(model.get_input_embeddings(), RowEmbedding) and model.get_input_embeddings().qtype == 12
     assert torch.isfinite(model(input_ids=IDS).logits).all()
-    drafter = models.load_model(models.ModelSpec("dir", str(folder)), role="drafter", dtype="q4k", random_weights=True).model
+    drafter = models.load_model(
+        models.ModelSpec("dir", str(folder)), role="drafter", dtype="q4k", random_weights=True
+    ).model
     assert isinstance(drafter.lm_head, Int8Linear) and torch.isfinite(drafter(input_ids=IDS).logits.float()).all()
 
 
 def tied_model(seed: int = 0):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM
 
     config = tiny_model(seed, hidden=HIDDEN).config
     config.tie_word_embeddings = True
@@ -225,7 +247,9 @@ def test_a_tied_head_is_built_from_the_embedding_as_the_dense_path_builds_it(tmp
     assert torch.equal(built(input_ids=IDS).logits, reference(input_ids=IDS).logits)
 
     model.save_pretrained(tmp_path / "saved")
-    drafter = models.load_model(models.ModelSpec("dir", str(tmp_path / "saved")), role="drafter", dtype="q4k", require_tokenizer=False).model
+    drafter = models.load_model(
+        models.ModelSpec("dir", str(tmp_path / "saved")), role="drafter", dtype="q4k", require_tokenizer=False
+    ).model
     dense = AutoModelForCausalLM.from_pretrained(tmp_path / "saved", dtype=torch.bfloat16).eval()
     quantize_to_q4k(dense)
     quantize_linears(dense)

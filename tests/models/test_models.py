@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import tiny_model
+from tiny_hf import EOS, char_tokenizer, char_vocab, merge_tokenizer, one_thread, save_tiny, write_tiny_gguf
+
+from specbench import models, paths
 from specbench.models import defaults, prepare
 from specbench.models.prepared import prepared_path
-from specbench import models
 from specbench.speed import native
-from tiny_hf import EOS, char_tokenizer, char_vocab, merge_tokenizer, one_thread, save_tiny, write_tiny_gguf
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,7 +43,9 @@ def test_parse_model_spec_kinds(tmp_path):
     assert models.parse_model_spec("default") == models.ModelSpec("default", "default")
     assert models.parse_model_spec(str(folder)).kind == "dir"
     assert models.parse_model_spec(str(gguf)).kind == "gguf"
-    assert models.parse_model_spec("Qwen/Qwen2.5-0.5B-Instruct") == models.ModelSpec("hub", "Qwen/Qwen2.5-0.5B-Instruct")
+    assert models.parse_model_spec("Qwen/Qwen2.5-0.5B-Instruct") == models.ModelSpec(
+        "hub", "Qwen/Qwen2.5-0.5B-Instruct"
+    )
     assert models.parse_model_spec("gpt2").kind == "hub"
 
 
@@ -153,7 +155,9 @@ def folders(tmp_path_factory):
         "no_tokenizer": save_tiny(root / "no_tokenizer", like=target, noise=0.1, seed=3, tokenizer=False),
         "merges": save_tiny(root / "merges", vocab_size=96, seed=4, tokenizer=merge_tokenizer()),
         "wider_no_tokenizer": save_tiny(root / "wider_no_tokenizer", vocab_size=80, tokenizer=False),
-        "capitals": save_tiny(root / "capitals", seed=5, tokenizer=char_tokenizer(char_vocab(chars="ABCDEFGHIJ"), chat_template=None)),
+        "capitals": save_tiny(
+            root / "capitals", seed=5, tokenizer=char_tokenizer(char_vocab(chars="ABCDEFGHIJ"), chat_template=None)
+        ),
     }
 
 
@@ -185,7 +189,9 @@ def test_vocab_check_catches_a_different_logits_width(folders):
 
 
 def test_vocab_check_catches_a_different_eos(folders):
-    with pytest.raises(models.VocabMismatch, match=r"EOS differs: target '<\|im_end\|>' \(id 2\), drafter '<\|im_start\|>' \(id 1\)"):
+    with pytest.raises(
+        models.VocabMismatch, match=r"EOS differs: target '<\|im_end\|>' \(id 2\), drafter '<\|im_start\|>' \(id 1\)"
+    ):
         models.check_vocab(load(folders["target"]), load(folders["other_eos"], role="drafter"))
 
 
@@ -198,7 +204,10 @@ def test_drafter_without_tokenizer_is_checked_by_width_and_eos(folders):
 def test_first_vocab_difference():
     vocab = {"a": 0, "b": 1}
     assert models.first_vocab_difference(vocab, dict(vocab)) is None
-    assert models.first_vocab_difference(vocab, {"a": 0, "b": 1, "c": 2}) == "first at id 2: target no token, drafter 'c' (2 vs 3 tokens)"
+    assert (
+        models.first_vocab_difference(vocab, {"a": 0, "b": 1, "c": 2})
+        == "first at id 2: target no token, drafter 'c' (2 vs 3 tokens)"
+    )
 
 
 def test_load_pair_with_a_model_free_drafter_loads_no_drafter(folders):
@@ -235,7 +244,9 @@ def test_a_drafter_with_another_tokenizer_is_translated(folders, drafter):
     from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
     from specbench.policies import FixedGamma
 
-    pair = models.load_pair(models.PairConfig(target=str(folders["target"]), drafter=str(folders[drafter]), lookup=False))
+    pair = models.load_pair(
+        models.PairConfig(target=str(folders["target"]), drafter=str(folders[drafter]), lookup=False)
+    )
     assert pair.translated and pair.draft_vocab == 0 and "translated through text" in pair.mapping
     made = pair.new_drafter()
     assert type(made).__name__ == "TranslatedDrafter"
@@ -281,7 +292,9 @@ def test_device_auto_places_the_target_with_accelerate(folders, monkeypatch):
         return original(cls, *args, **kwargs)
 
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", classmethod(spy))
-    pair = models.load_pair(models.PairConfig(target=str(folders["target"]), drafter=str(folders["drafter"]), device="auto"))
+    pair = models.load_pair(
+        models.PairConfig(target=str(folders["target"]), drafter=str(folders["drafter"]), device="auto")
+    )
     target_device = next(pair.target.model.parameters()).device
     assert placements == ["auto", None if target_device.type == "cpu" else str(target_device)]
     assert next(pair.drafter_model.model.parameters()).device == target_device
@@ -292,7 +305,9 @@ def test_gguf_spec_loads_the_same_weights(tmp_path, capsys):
     loaded = load(write_tiny_gguf(tmp_path / "tiny.gguf", model))
     assert "GGUF tensors" not in capsys.readouterr().err  # transformers' own tqdm bar is off; the loader shows progress
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.model.state_dict().values()))
-    assert loaded.tokenizer("hello world")["input_ids"] == [char_vocab()[c] for c in "hello"] + [char_vocab()["Ġ"]] + [char_vocab()[c] for c in "world"]
+    assert loaded.tokenizer("hello world")["input_ids"] == [char_vocab()[c] for c in "hello"] + [char_vocab()["Ġ"]] + [
+        char_vocab()[c] for c in "world"
+    ]
 
 
 # ---------------------------------------------------------------------------- prompts and text
@@ -331,7 +346,9 @@ def test_encode_prompt_one_rule_for_strings_and_messages():
     turn = [{"role": "user", "content": "hi"}]
     assert models.encode_prompt(tokenizer, turn) == models.encode_prompt(tokenizer, "hi")
     talk = [*turn, {"role": "assistant", "content": "yo"}, {"role": "user", "content": "ok"}]
-    assert tokenizer.decode(models.encode_prompt(tokenizer, talk)).endswith("<|im_start|>user:ok<|im_end|><|im_start|>assistant:")
+    assert tokenizer.decode(models.encode_prompt(tokenizer, talk)).endswith(
+        "<|im_start|>user:ok<|im_end|><|im_start|>assistant:"
+    )
     plain = char_tokenizer(chat_template=None)
     assert models.encode_prompt(plain, turn) == [vocab["h"], vocab["i"]]
     transcript = "User: hi\n\nAssistant: yo\n\nUser: ok\n\nAssistant:"
@@ -362,7 +379,14 @@ def test_text_stream_holds_back_half_a_character():
 # ---------------------------------------------------------------------------- the default pair, stood in for
 
 
-def _fake_pair_model(tmp_path: Path, monkeypatch, n_parts: int = 3, sha256: str | None = None, name: str = "fakepart", gguf: Path | None = None):
+def _fake_pair_model(
+    tmp_path: Path,
+    monkeypatch,
+    n_parts: int = 3,
+    sha256: str | None = None,
+    name: str = "fakepart",
+    gguf: Path | None = None,
+):
     """Split a tiny GGUF (default: write_tiny_gguf's) into importable packages `{name}{i}`
     with data/partNN.bin each."""
     gguf = gguf or write_tiny_gguf(tmp_path / "whole.gguf")
@@ -389,7 +413,7 @@ def _fake_pair_model(tmp_path: Path, monkeypatch, n_parts: int = 3, sha256: str 
         extra_eos_ids=(5,),
         q4k_layers=gguf.name == "q4k.gguf",
     )
-    monkeypatch.setenv(defaults.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path / "cache"))
     return model, data
 
 
@@ -407,13 +431,16 @@ def test_sha256_mismatch_is_a_clear_error_and_leaves_nothing(tmp_path, monkeypat
     with pytest.raises(defaults.ChecksumError, match="reinstall"):
         defaults.ensure_cached(model)
     assert not defaults.is_cached(model)
-    assert list(defaults.models_dir().iterdir()) == []
+    assert list(paths.models_dir().iterdir()) == []
 
 
 def test_missing_package_names_it_and_the_extra(tmp_path, monkeypatch):
     model, _ = _fake_pair_model(tmp_path, monkeypatch, n_parts=2)
     broken = defaults.EmbeddedModel(**{**model.__dict__, "n_parts": 4})
-    with pytest.raises(defaults.DefaultModelError, match=r"needs fakepart-part3==1.0, fakepart-part4==1.0; install them with pip install 'specbench\[default-models\]'"):
+    with pytest.raises(
+        defaults.DefaultModelError,
+        match=r"needs fakepart-part3==1.0, fakepart-part4==1.0; install them with pip install 'specbench\[default-models\]'",
+    ):
         defaults.locate_parts(broken)
 
 
@@ -423,10 +450,12 @@ def test_cache_round_trip(tmp_path, monkeypatch):
     model, _ = _fake_pair_model(tmp_path, monkeypatch)
     monkeypatch.setattr(defaults, "TARGET", model)
     tasks = []
-    loaded = models.load_model(models.ModelSpec("default", "default"), role="target", dtype="float32", progress=lambda t, d, n: tasks.append(t))
+    loaded = models.load_model(
+        models.ModelSpec("default", "default"), role="target", dtype="float32", progress=lambda t, d, n: tasks.append(t)
+    )
     assert defaults.is_cached(model)
     entry = defaults.cached_dir(model)
-    assert sorted(p.name for p in defaults.models_dir().iterdir()) == [entry.name]  # no temp folders left
+    assert sorted(p.name for p in paths.models_dir().iterdir()) == [entry.name]  # no temp folders left
     assert not list(entry.rglob("*.gguf"))
     assert any(t.startswith("dequantizing") for t in tasks) and any(t.startswith("writing") for t in tasks)
     expected = tiny_model(0).state_dict()
@@ -441,10 +470,10 @@ def test_cache_round_trip(tmp_path, monkeypatch):
     assert next(again.model.parameters()).dtype is torch.bfloat16
     assert again.tokenizer.get_vocab() == loaded.tokenizer.get_vocab()
 
-    (defaults.cache_root() / "keep.txt").write_text("not ours")
+    (paths.cache_root() / "keep.txt").write_text("not ours")
     assert defaults.clear_cache() > 0
     assert not defaults.is_cached(model)
-    assert (defaults.cache_root() / "keep.txt").exists()
+    assert (paths.cache_root() / "keep.txt").exists()
     assert defaults.clear_cache() == 0
 
 
@@ -458,26 +487,35 @@ def test_an_entry_without_weights_gets_them_when_asked(tmp_path, monkeypatch):
     assert json.loads((entry / "generation_config.json").read_text())["eos_token_id"] == [2, 5]
     monkeypatch.setattr(defaults, "TARGET", model)
     loaded = models.load_model(models.ModelSpec("default", "default"), role="target", dtype="float32")
-    assert defaults.has_weights(entry) and sorted(p.name for p in defaults.models_dir().iterdir()) == [entry.name]
+    assert defaults.has_weights(entry) and sorted(p.name for p in paths.models_dir().iterdir()) == [entry.name]
     expected = tiny_model(0).state_dict()
     assert all(torch.equal(expected[k], v) for k, v in loaded.model.state_dict().items())
     assert models.eos_token_ids(loaded.model, loaded.tokenizer) == (2, 5)
 
 
-@pytest.mark.skipif(native.q4k_kernel() is None or native.linear_kernel() is None, reason="specbench's AVX2 kernels are not built here")
+@pytest.mark.skipif(
+    native.q4k_kernel() is None or native.linear_kernel() is None, reason="specbench's AVX2 kernels are not built here"
+)
 @torch.inference_mode()
 def test_the_default_q4k_target_is_prepared_from_its_gguf_without_float32_weights(tmp_path, monkeypatch):
     from gguf_tiny import Q4_K_M_LIKE, q4k_gguf_with_tokenizer
+
     from specbench.speed.gguf_blocks import Q4KLinear, Q6KLinear
 
     reference, gguf = q4k_gguf_with_tokenizer(tmp_path / "q4k.gguf")
     model, _ = _fake_pair_model(tmp_path, monkeypatch, gguf=gguf)
     monkeypatch.setattr(defaults, "TARGET", model)
     tasks = []
-    first = models.load_model(models.ModelSpec("default", "default"), role="target", dtype="q4k", progress=lambda t, d, n: tasks.append(t))
+    first = models.load_model(
+        models.ModelSpec("default", "default"), role="target", dtype="q4k", progress=lambda t, d, n: tasks.append(t)
+    )
     entry = defaults.cached_dir(model)
-    assert sorted(p.name for p in entry.glob("*.safetensors")) == [prepared_path(entry, "target", "q4k").name] and not list(entry.glob("*.gguf"))
-    assert any(t.startswith("preparing the q4k target") for t in tasks) and not any(t.startswith("dequantizing") for t in tasks)
+    assert sorted(p.name for p in entry.glob("*.safetensors")) == [
+        prepared_path(entry, "target", "q4k").name
+    ] and not list(entry.glob("*.gguf"))
+    assert any(t.startswith("preparing the q4k target") for t in tasks) and not any(
+        t.startswith("dequantizing") for t in tasks
+    )
     assert sum(isinstance(m, Q4KLinear) for m in first.model.modules()) == 2 * 7 + 1 - len(Q4_K_M_LIKE)
     assert sum(isinstance(m, Q6KLinear) for m in first.model.modules()) == len(Q4_K_M_LIKE)
     assert models.eos_token_ids(first.model, first.tokenizer) == (2, 5)
@@ -488,7 +526,9 @@ def test_the_default_q4k_target_is_prepared_from_its_gguf_without_float32_weight
     assert close < 0.05 * reference(input_ids=ids).logits.abs().max()  # the same weights; activations rounded to int8
 
 
-@pytest.mark.skipif(native.q4k_kernel() is None or native.linear_kernel() is None, reason="specbench's AVX2 kernels are not built here")
+@pytest.mark.skipif(
+    native.q4k_kernel() is None or native.linear_kernel() is None, reason="specbench's AVX2 kernels are not built here"
+)
 @torch.inference_mode()
 def test_the_default_q4k_drafter_is_prepared_once_and_mapped_after(tmp_path, monkeypatch):
     from specbench.speed.gguf_blocks import Q4KLinear
@@ -498,9 +538,13 @@ def test_the_default_q4k_drafter_is_prepared_once_and_mapped_after(tmp_path, mon
     model = defaults.EmbeddedModel(**{**model.__dict__, "role": "drafter"})
     monkeypatch.setattr(defaults, "DRAFTER", model)
     tasks = []
-    first = models.load_model(models.ModelSpec("default", "default"), role="drafter", dtype="q4k", progress=lambda t, d, n: tasks.append(t))
+    first = models.load_model(
+        models.ModelSpec("default", "default"), role="drafter", dtype="q4k", progress=lambda t, d, n: tasks.append(t)
+    )
     entry = defaults.cached_dir(model)
-    assert sorted(p.name for p in entry.glob("*.safetensors")) == [prepared_path(entry, "drafter", "q4k").name] and not list(entry.glob("*.gguf"))
+    assert sorted(p.name for p in entry.glob("*.safetensors")) == [
+        prepared_path(entry, "drafter", "q4k").name
+    ] and not list(entry.glob("*.gguf"))
     assert any(t.startswith("preparing the q4k drafter") for t in tasks)
     layers = [m for m in first.model.modules() if isinstance(m, Q4KLinear)]
     assert len(layers) == 2 * 7 and {m.in_features for m in layers} == {32, 64}  # widths short of 256 columns
@@ -521,14 +565,30 @@ def test_an_encoder_is_refused_in_one_line_and_an_encoder_decoder_s_decoder_is_n
     from transformers import BartConfig, BartForCausalLM, BertConfig, BertLMHeadModel
 
     small = dict(vocab_size=64, max_position_embeddings=64)
-    BertLMHeadModel(BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, **small)).save_pretrained(tmp_path / "bert")
+    BertLMHeadModel(
+        BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, **small)
+    ).save_pretrained(tmp_path / "bert")
     with pytest.raises(models.ModelError, match="bert encoder attends both ways"):
-        models.load_model(models.ModelSpec("folder", str(tmp_path / "bert")), role="drafter", dtype="float32", require_tokenizer=False)
-    bart = dict(d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32)
+        models.load_model(
+            models.ModelSpec("folder", str(tmp_path / "bert")), role="drafter", dtype="float32", require_tokenizer=False
+        )
+    bart = dict(
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+    )
     BartForCausalLM(BartConfig(**bart, **small)).save_pretrained(tmp_path / "bart")
     config = json.loads((tmp_path / "bart" / "config.json").read_text())
-    (tmp_path / "bart" / "config.json").write_text(json.dumps({**config, "is_decoder": False}))  # as a seq2seq checkpoint says
-    loaded = models.load_model(models.ModelSpec("folder", str(tmp_path / "bart")), role="drafter", dtype="float32", require_tokenizer=False)
+    (tmp_path / "bart" / "config.json").write_text(
+        json.dumps({**config, "is_decoder": False})
+    )  # as a seq2seq checkpoint says
+    loaded = models.load_model(
+        models.ModelSpec("folder", str(tmp_path / "bart")), role="drafter", dtype="float32", require_tokenizer=False
+    )
     assert loaded.model.config.is_decoder
 
 
@@ -578,7 +638,9 @@ def test_the_prepared_file_is_looked_for_again_once_the_lock_is_held(tmp_path, m
     found = iter([None, "the other run's model"])  # before the lock: no file; inside it: the other's
     monkeypatch.setattr(prepare, "load_prepared", lambda folder, path: next(found))
     monkeypatch.setattr(prepare, "_prepare", lambda *args: pytest.fail("prepared a second time"))
-    model = prepare.prepared_model(lambda: pytest.fail("no source is needed"), tmp_path, tmp_path, "target", "q4k", "Tiny", lambda *a: None)
+    model = prepare.prepared_model(
+        lambda: pytest.fail("no source is needed"), tmp_path, tmp_path, "target", "q4k", "Tiny", lambda *a: None
+    )
     assert model == "the other run's model"
 
 
@@ -593,8 +655,13 @@ def test_a_run_that_waits_for_the_lock_says_so_and_ends_that_line(tmp_path, monk
             reports.append((task, done, total))
             release.set()  # the other run finishes once this one has said it waits
 
-        assert prepare.prepared_model(lambda: tmp_path, tmp_path, tmp_path, "target", "q4k", "Tiny", progress) == "mapped"
-    assert reports == [("waiting for another specbench run to prepare the target Tiny", 0, None), ("waiting for another specbench run to prepare the target Tiny", 1, 1)]
+        assert (
+            prepare.prepared_model(lambda: tmp_path, tmp_path, tmp_path, "target", "q4k", "Tiny", progress) == "mapped"
+        )
+    assert reports == [
+        ("waiting for another specbench run to prepare the target Tiny", 0, None),
+        ("waiting for another specbench run to prepare the target Tiny", 1, 1),
+    ]
 
 
 def test_failed_build_leaves_no_entry(tmp_path, monkeypatch):
@@ -606,7 +673,7 @@ def test_failed_build_leaves_no_entry(tmp_path, monkeypatch):
     monkeypatch.setattr(defaults, "_convert", crash)
     with pytest.raises(KeyboardInterrupt):
         defaults.ensure_cached(model)
-    assert list(defaults.models_dir().iterdir()) == []
+    assert list(paths.models_dir().iterdir()) == []
 
 
 def test_a_killed_build_is_cleaned_up_later(tmp_path, monkeypatch):
@@ -615,8 +682,8 @@ def test_a_killed_build_is_cleaned_up_later(tmp_path, monkeypatch):
     import time
 
     model, _ = _fake_pair_model(tmp_path, monkeypatch)
-    abandoned = defaults.models_dir() / ".tmp-killed-run"
-    running = defaults.models_dir() / ".tmp-running-build"
+    abandoned = paths.models_dir() / ".tmp-killed-run"
+    running = paths.models_dir() / ".tmp-running-build"
     for folder in (abandoned, running):
         folder.mkdir(parents=True)
     hours_ago = time.time() - 2 * 3600
@@ -636,10 +703,10 @@ def test_stale_cache_format_is_rebuilt(tmp_path, monkeypatch):
 
 
 def test_cache_env_var_moves_the_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv(defaults.CACHE_ENV, str(tmp_path / "elsewhere"))
-    assert defaults.models_dir() == tmp_path / "elsewhere" / "models"
-    monkeypatch.delenv(defaults.CACHE_ENV)
-    assert defaults.cache_root() == Path.home() / ".cache" / "specbench"
+    monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path / "elsewhere"))
+    assert paths.models_dir() == tmp_path / "elsewhere" / "models"
+    monkeypatch.delenv(paths.CACHE_ENV)
+    assert paths.cache_root() == Path.home() / ".cache" / "specbench"
 
 
 # ---------------------------------------------------------------------------- the real pair's facts

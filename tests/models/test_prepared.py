@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from gguf_tiny import Q4_K_M_LIKE, q4k_model_and_file, use_gguf_blocks
+
 from specbench.models import prepared
 from specbench.models.prepared import load_prepared, prepared_path, save_prepared
 from specbench.speed import native
 from specbench.speed.gguf_blocks import Q4KLinear, Q6KLinear
 from specbench.speed.quantize import Int8TargetLinear, quantize_target
 
-pytestmark = pytest.mark.skipif(native.q4k_kernel() is None or native.linear_kernel() is None, reason="specbench's AVX2 kernels are not built here")
+pytestmark = pytest.mark.skipif(
+    native.q4k_kernel() is None or native.linear_kernel() is None, reason="specbench's AVX2 kernels are not built here"
+)
 
 
 def prepared_tiny(tmp_path):
@@ -35,7 +37,11 @@ def test_a_prepared_target_loads_back_with_the_same_layers_and_logits(tmp_path):
     model, folder, path = prepared_tiny(tmp_path)
     loaded = load_prepared(str(folder), path)
     assert loaded is not None
-    kinds = lambda m: [(name, type(module).__name__) for name, module in m.named_modules() if isinstance(module, (Q4KLinear, Q6KLinear, Int8TargetLinear, torch.nn.Linear))]
+    kinds = lambda m: [
+        (name, type(module).__name__)
+        for name, module in m.named_modules()
+        if isinstance(module, (Q4KLinear, Q6KLinear, Int8TargetLinear, torch.nn.Linear))
+    ]
     assert kinds(loaded) == kinds(model)
     assert sum(isinstance(m, Int8TargetLinear) for m in loaded.modules()) == 1
     assert sum(isinstance(m, Q6KLinear) for m in loaded.modules()) == len(Q4_K_M_LIKE)
@@ -70,4 +76,3 @@ def test_each_block_order_keeps_its_own_prepared_file(tmp_path, monkeypatch):
     monkeypatch.setattr(native, "lane_order", lambda: True)
     lanes = prepared_path(tmp_path, "target", "q4k")
     assert (file_order.name, lanes.name) == ("target-q4k.safetensors", "target-q4k-lanes.safetensors")
-

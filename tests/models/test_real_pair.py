@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specbench.models import defaults
-from specbench.models.prepared import prepared_path
 from specbench import models
 from specbench.core.generate import GenerationConfig
+from specbench.models import defaults
+from specbench.models.prepared import prepared_path
 from specbench.policies import make_policy
 
 pytestmark = pytest.mark.real

@@ -17,24 +17,21 @@
 from __future__ import annotations
 
 from itertools import product
-
 from types import SimpleNamespace
 
 import pytest
 import torch
 from chi_square import pvalues
+from conftest import PROMPTS, SHARPENED_THRESHOLDS, sharpened
+from mock_lm import TrigramLM
 
 import specbench.core.generate
 import specbench.core.verify
-from conftest import PROMPTS, SHARPENED_THRESHOLDS, sharpened
-from mock_lm import TrigramLM
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
-from specbench.drafters import DRAFTERS, make_drafter
-from specbench.policies import POLICIES, Calibration, make_policy
 from specbench.core.sampling import SamplingConfig, logits_to_probs, sample
 from specbench.core.verify import BONUS, Verdict
-
-
+from specbench.drafters import DRAFTERS, make_drafter
+from specbench.policies import POLICIES, Calibration, make_policy
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -47,7 +44,9 @@ COSTS = SimpleNamespace(c=0.1, verify_cost={k: 1.0 + 0.3 * (k > 1) + 0.05 * (k -
 
 
 def policy(name: str):
-    return make_policy(name, 3, gamma_min=1, gamma_max=6, egag_beta=0.3, threshold=SHARPENED_THRESHOLDS.get(name), costs=COSTS)
+    return make_policy(
+        name, 3, gamma_min=1, gamma_max=6, egag_beta=0.3, threshold=SHARPENED_THRESHOLDS.get(name), costs=COSTS
+    )
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +75,13 @@ def run_all_prompts(pairs, pair, drafter_name, policy_name):
 
 
 # the model drafter on both conftest pairs; the model-free drafters need only the target
-CASES = [("model", "close_pair"), ("model", "tiny_pair"), ("model+lookup", "close_pair"), ("ngram", "close_pair"), ("prompt-lookup", "close_pair")]
+CASES = [
+    ("model", "close_pair"),
+    ("model", "tiny_pair"),
+    ("model+lookup", "close_pair"),
+    ("ngram", "close_pair"),
+    ("prompt-lookup", "close_pair"),
+]
 assert {d for d, _ in CASES} == set(DRAFTERS)
 
 
@@ -148,7 +153,9 @@ def cyclic_target() -> TrigramLM:
 
 def exact_joint(model: TrigramLM, sampling: SamplingConfig) -> dict[tuple[int, ...], float]:
     """P(x1..x4 | PROMPT) under the target after the sampling processor."""
-    rows = {(a, b): logits_to_probs(model.next_logits(a, b), sampling).tolist() for a, b in product(range(VOCAB), repeat=2)}
+    rows = {
+        (a, b): logits_to_probs(model.next_logits(a, b), sampling).tolist() for a, b in product(range(VOCAB), repeat=2)
+    }
     joint = {}
     for seq in product(range(VOCAB), repeat=NEW):
         context, prob = PROMPT[-2:] + list(seq), 1.0
@@ -158,7 +165,9 @@ def exact_joint(model: TrigramLM, sampling: SamplingConfig) -> dict[tuple[int, .
     return joint
 
 
-def sample_runs(target, drafter_name: str, sampling: SamplingConfig, n: int = SAMPLES, new_policy=lambda: make_policy("fixed", 2)) -> list:
+def sample_runs(
+    target, drafter_name: str, sampling: SamplingConfig, n: int = SAMPLES, new_policy=lambda: make_policy("fixed", 2)
+) -> list:
     drafter = make_drafter(drafter_name)
     runs = []
     for seed in range(n):
@@ -175,7 +184,11 @@ def reluctant_cost_policy():
     """The cost policy with its bin for drafts without q just below the price of a first
     draft (a rate of 0.275 against 0.3): it refuses round 1, and learns from that refused
     draft's verdict whether round 2 drafts. So its rounds depend on the tokens sampled so far."""
-    policy = make_policy("cost", 3, costs=SimpleNamespace(c=0.0, verify_cost={k: 1.0 + 0.6 * (k > 1) + 0.05 * (k - 1) for k in range(1, 8)}))
+    policy = make_policy(
+        "cost",
+        3,
+        costs=SimpleNamespace(c=0.0, verify_cost={k: 1.0 + 0.6 * (k > 1) + 0.05 * (k - 1) for k in range(1, 8)}),
+    )
     first = policy.calibration.by_top[0]
     first.successes[Calibration.BINS], first.trials[Calibration.BINS] = 0.55, 2.0
     return policy
@@ -208,7 +221,9 @@ def test_sampling_setup_accepts_and_rejects(cyclic_target, drafter_name):
     drafted = accepted = 0
     for seed in range(200):
         config = GenerationConfig(max_new_tokens=NEW, sampling=SETTINGS["temperature"], seed=seed)
-        result = speculative_generate(cyclic_target, make_drafter(drafter_name), PROMPT, config, make_policy("fixed", 2))
+        result = speculative_generate(
+            cyclic_target, make_drafter(drafter_name), PROMPT, config, make_policy("fixed", 2)
+        )
         first_round = result.steps[1]
         assert len(first_round.draft_tokens) == 2
         drafted += 2
@@ -235,5 +250,7 @@ def test_the_check_fails_for_a_wrong_verification(cyclic_target, monkeypatch, ta
     module = specbench.core.generate if target_name == "verify_sampling" else specbench.core.verify
     monkeypatch.setattr(module, target_name, wrong)
     sampling = SETTINGS["temperature"]
-    found = pvalues(sample_outputs(cyclic_target, "ngram", sampling, n=400), exact_joint(cyclic_target, sampling), VIEWS)
+    found = pvalues(
+        sample_outputs(cyclic_target, "ngram", sampling, n=400), exact_joint(cyclic_target, sampling), VIEWS
+    )
     assert min(found.values()) < 1e-6, found

@@ -53,7 +53,13 @@ def with_entropy(h: float, v: int = V) -> torch.Tensor:
     return row
 
 
-def run_round(policy, rows: list[torch.Tensor | None], n_accepted: int | None = None, tokens: list[int] | None = None, next_token: int | None = None) -> int:
+def run_round(
+    policy,
+    rows: list[torch.Tensor | None],
+    n_accepted: int | None = None,
+    tokens: list[int] | None = None,
+    next_token: int | None = None,
+) -> int:
     """One round with one row per draft the drafter could make; returns how many were drafted.
 
     n_accepted None means all drafted tokens are accepted. tokens, when given, are passed
@@ -85,7 +91,19 @@ def test_normalized_entropy_ends_and_middle():
 
 @pytest.mark.parametrize(
     "c, expected",
-    [(0.0, 1), (0.10, 1), (0.2499, 1), (0.25, 2), (0.30, 2), (0.60, 3), (0.75, 4), (0.80, 4), (1.0, 4), (1.7, 4), (-0.2, 1)],
+    [
+        (0.0, 1),
+        (0.10, 1),
+        (0.2499, 1),
+        (0.25, 2),
+        (0.30, 2),
+        (0.60, 3),
+        (0.75, 4),
+        (0.80, 4),
+        (1.0, 4),
+        (1.7, 4),
+        (-0.2, 1),
+    ],
 )
 def test_confidence_to_gamma_equal_bins(c, expected):
     """Guards the documented mapping, and that gamma_max is reached before c = 1."""
@@ -287,7 +305,14 @@ def test_stop_state_resets_each_round():
 
 
 def test_make_policy_builds_each_name():
-    kinds = {"fixed": FixedGamma, "heuristic": HeuristicGamma, "egag": EntropyGuidedGamma, "entropy-stop": ThresholdStop, "confidence-stop": ThresholdStop, "cost": CostAwareGamma}
+    kinds = {
+        "fixed": FixedGamma,
+        "heuristic": HeuristicGamma,
+        "egag": EntropyGuidedGamma,
+        "entropy-stop": ThresholdStop,
+        "confidence-stop": ThresholdStop,
+        "cost": CostAwareGamma,
+    }
     assert set(POLICIES) == set(kinds)
     for name in POLICIES:
         policy = make_policy(name, 4, costs=COSTS)
@@ -378,7 +403,12 @@ def test_cost_keeps_a_paid_row_but_does_not_pay_for_one_it_would_refuse():
     policy.next_gamma()
     assert policy.keep_drafting(0, peaked(0.65)) == Keep.YES
     assert policy.keep_drafting(1, peaked(0.65)) == Keep.LAST
-    assert policy.info() == {"p_all": pytest.approx(0.275, abs=1e-3), "cost": pytest.approx(0.35), "stopped_at": 2, "rate": 1.0}
+    assert policy.info() == {
+        "p_all": pytest.approx(0.275, abs=1e-3),
+        "cost": pytest.approx(0.35),
+        "stopped_at": 2,
+        "rate": 1.0,
+    }
 
 
 def test_cost_last_step_of_gamma_max_is_last():
@@ -647,7 +677,10 @@ def test_cost_learns_how_tail_draws_fare():
 
 def random_rows(generator: torch.Generator, n: int) -> list[torch.Tensor]:
     """Rows from sharp to flat: softmax of scaled random logits."""
-    return [torch.softmax(torch.randn(V, generator=generator) * float(torch.rand(1, generator=generator)) * 8, 0) for _ in range(n)]
+    return [
+        torch.softmax(torch.randn(V, generator=generator) * float(torch.rand(1, generator=generator)) * 8, 0)
+        for _ in range(n)
+    ]
 
 
 def drive(policy, rows: list[torch.Tensor], tokens: list[int | None], accepted: int) -> list[Keep]:
@@ -738,7 +771,9 @@ def scripted_rounds(policy, seed: int, rounds: int) -> tuple[str, dict]:
             if float(torch.rand(1, generator=generator)) < 0.2:
                 row, token = None, None
             else:
-                row = torch.softmax(torch.randn(V, generator=generator) * float(torch.rand(1, generator=generator)) * 8, 0)
+                row = torch.softmax(
+                    torch.randn(V, generator=generator) * float(torch.rand(1, generator=generator)) * 8, 0
+                )
                 token = int(torch.multinomial(row, 1, generator=generator))
             answer = Keep(int(policy.keep_drafting(step, row, token)))
             said += "NYL"[answer]

@@ -21,13 +21,13 @@ from chi_square import model_joint, pvalues
 from conftest import PROMPTS, noisy_copy, tiny_model
 from mock_lm import random_trigram
 
-from specbench.speed.costs import measure_costs
-from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
-from specbench.speed.draft_vocab import RestrictedHead, RestrictedStep, covers_output, draft_token_ids, output_head
+from specbench.bench.costs import measure_costs
 from specbench.core.cache import new_cache
+from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
+from specbench.core.sampling import SamplingConfig, logits_to_probs
 from specbench.drafters import ModelForward, make_drafter
 from specbench.policies import FixedGamma, make_policy
-from specbench.core.sampling import SamplingConfig, logits_to_probs
+from specbench.speed.draft_vocab import RestrictedHead, RestrictedStep, covers_output, draft_token_ids, output_head
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -69,7 +69,9 @@ def test_the_restricted_step_scores_kept_ids_as_the_models_own_forward(tiny_pair
         assert logits.shape == full.shape == (64,)
         torch.testing.assert_close(logits[step.head.ids], full[step.head.ids])
         assert logits[20] == torch.finfo(logits.dtype).min
-    assert isinstance(make_drafter("model", drafter).step, ModelForward) and isinstance(make_drafter("model", drafter, 8).step, RestrictedStep)
+    assert isinstance(make_drafter("model", drafter).step, ModelForward) and isinstance(
+        make_drafter("model", drafter, 8).step, RestrictedStep
+    )
 
 
 def test_a_model_without_an_output_head_is_refused():
@@ -147,7 +149,13 @@ def test_sampling_with_a_restricted_drafter_keeps_the_target_distribution(six_to
     target, drafter_model = six_token_pair
     joint = model_joint(target, PROMPT, SAMPLING)
     outputs, acceptance = sample_restricted(target, drafter_model)
-    views = {"x1": lambda s: s[0], "x2": lambda s: s[1], "x3": lambda s: s[2], "x1x2": lambda s: s[:2], "x2x3": lambda s: s[1:]}
+    views = {
+        "x1": lambda s: s[0],
+        "x2": lambda s: s[1],
+        "x3": lambda s: s[2],
+        "x1x2": lambda s: s[:2],
+        "x2x3": lambda s: s[1:],
+    }
     found = pvalues(outputs, joint, views)
     assert min(found.values()) > 1e-3, found
     # guards: drafts are both kept and rejected, and the left-out ids carry real mass

@@ -33,7 +33,15 @@ pytestmark = [
 
 def tiny_llama(seed: int) -> LlamaForCausalLM:
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
     return LlamaForCausalLM(config).eval()
 
 
@@ -163,7 +171,9 @@ def test_a_targets_forward_over_a_cache_runs_them_close_to_its_own(name, tmp_pat
     model = as_cpu_target(TARGETS[name](tmp_path))
     calls = []
     fused_call = FusedLayers.__call__
-    monkeypatch.setattr(FusedLayers, "__call__", lambda self, ids, cache: calls.append(ids.shape[1]) or fused_call(self, ids, cache))
+    monkeypatch.setattr(
+        FusedLayers, "__call__", lambda self, ids, cache: calls.append(ids.shape[1]) or fused_call(self, ids, cache)
+    )
     theirs, mine = new_cache(model), new_cache(model)
     for cache, forward in ((theirs, model.forward.own), (mine, model)):
         forward(input_ids=PROMPT, **cache_arg(model, cache), use_cache=True)

@@ -11,21 +11,25 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from conftest import accepted_with_greedy_parity, block_and_steps, int8_target, noisy_copy, tiny_model
 from chi_square import speculative_pvalues
+from conftest import accepted_with_greedy_parity, block_and_steps, int8_target, noisy_copy, tiny_model
+from tiny_hf import save_tiny
+
 from specbench.core.attention import ROWS
 from specbench.core.sampling import SamplingConfig
 from specbench.models.loading import ModelError, load_model, parse_target_dtype
 from specbench.models.specs import parse_model_spec
 from specbench.speed import native, quantize
 from specbench.speed.quantize import Int8TargetLinear, exact_int8_linear, quantize_rows, quantize_target
-from tiny_hf import save_tiny
 
-needs_kernel = pytest.mark.skipif(native.linear_kernel() is None, reason=f"int8_linear is not built here: {native.linear_why_not()}")
+needs_kernel = pytest.mark.skipif(
+    native.linear_kernel() is None, reason=f"int8_linear is not built here: {native.linear_why_not()}"
+)
 
 
-def exact_reference(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def exact_reference(
+    x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
     """int8_linear.c's contract in PyTorch: int16 activations per row, an integer product
     summed exactly (int64), then ((acc * x_scale) * w_scale) + bias in float32."""
     amax = x.abs().amax(dim=1)
@@ -37,7 +41,9 @@ def exact_reference(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor
 
 
 @needs_kernel
-@pytest.mark.parametrize("rows,width,out", [(1, 7, 3), (2, 16, 8), (5, 50, 9), (9, 2100, 13), (3, 4500, 70), (33, 64, 5)])
+@pytest.mark.parametrize(
+    "rows,width,out", [(1, 7, 3), (2, 16, 8), (5, 50, 9), (9, 2100, 13), (3, 4500, 70), (33, 64, 5)]
+)
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_the_kernel_equals_the_exact_integer_reference(rows, width, out, with_bias):
     """Odd widths exercise the tail columns; widths past 2048 the int32 -> int64 chunks."""

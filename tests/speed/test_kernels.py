@@ -4,8 +4,8 @@ import copy
 
 import pytest
 import torch
-
 from conftest import PROMPTS, noisy_copy, tiny_model
+
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
 from specbench.drafters import ModelDrafter
 from specbench.policies import FixedGamma

@@ -9,13 +9,13 @@ import inspect
 import pytest
 import torch
 from conftest import accepted_with_greedy_parity, as_cpu_target, noisy_copy, tiny_model
+from gguf_tiny import quantize_to_q4k
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from specbench.core.attention import use_row_invariant_attention
 from specbench.core.cache import cache_arg, crop_cache, new_cache
-from specbench.speed.lean_step import MAX_LEAN_ROWS, LeanDecoder, lean_call, lean_decoder, supports, use_lean_forward
 from specbench.speed import native
-from gguf_tiny import quantize_to_q4k
+from specbench.speed.lean_step import MAX_LEAN_ROWS, LeanDecoder, lean_call, lean_decoder, supports, use_lean_forward
 from specbench.speed.quantize import int8_available, quantize_linears
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -23,7 +23,15 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 def tiny_llama(seed: int) -> LlamaForCausalLM:
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
     return LlamaForCausalLM(config).eval()
 
 
@@ -59,7 +67,9 @@ def test_lean_forward_matches_hf_hidden_states_and_cache(name):
         model.get_decoder()(input_ids=prompt, **cache_arg(model.get_decoder(), cache), use_cache=True)
     for n in range(1, MAX_LEAN_ROWS + 1):
         new = torch.arange(n).unsqueeze(0) * 7 % 64
-        expected = model.get_decoder()(input_ids=new, **cache_arg(model.get_decoder(), theirs), use_cache=True).last_hidden_state
+        expected = model.get_decoder()(
+            input_ids=new, **cache_arg(model.get_decoder(), theirs), use_cache=True
+        ).last_hidden_state
         got = decoder(new, mine)
         # bf16 (int8, q4k) models: the lean forward attends in float32, HF in bf16, so later layers differ by rounding
         tolerance = {"rtol": 1e-2, "atol": 1e-2} if name.endswith(("int8", "q4k")) else {"rtol": 1e-5, "atol": 1e-5}
@@ -96,13 +106,26 @@ def test_stacking_rows_leaves_hf_forward_unchanged_and_adds_no_memory(name):
 
 
 def test_other_layouts_take_hf_forward():
-    sliding = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, use_sliding_window=True, sliding_window=4, max_window_layers=0)
+    sliding = Qwen2Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        use_sliding_window=True,
+        sliding_window=4,
+        max_window_layers=0,
+    )
     assert not supports(Qwen2ForCausalLM(sliding))
     assert not supports(torch.nn.Linear(2, 2))
     assert supports(tiny_model(0)) and supports(tiny_llama(0))
 
 
-@pytest.mark.skipif(not int8_available() or native.linear_kernel() is None, reason="needs PyTorch's int8 weight-only kernel and specbench's int8 kernel")
+@pytest.mark.skipif(
+    not int8_available() or native.linear_kernel() is None,
+    reason="needs PyTorch's int8 weight-only kernel and specbench's int8 kernel",
+)
 @torch.inference_mode()
 def test_rows_fed_together_over_a_cache_get_the_bits_of_one_row_steps():
     """A round's catch-up (several rows over the cache) must compute each row as a one-row
@@ -112,7 +135,10 @@ def test_rows_fed_together_over_a_cache_get_the_bits_of_one_row_steps():
     quantize_linears(model)
     decoder = lean_decoder(model)
     generator = torch.Generator().manual_seed(0)
-    prompt, tail = torch.randint(0, 64, (1, 150), generator=generator), torch.randint(0, 64, (1, MAX_LEAN_ROWS), generator=generator)
+    prompt, tail = (
+        torch.randint(0, 64, (1, 150), generator=generator),
+        torch.randint(0, 64, (1, MAX_LEAN_ROWS), generator=generator),
+    )
     together, alone = new_cache(model), new_cache(model)
     for cache in (together, alone):
         model.get_decoder()(input_ids=prompt, **cache_arg(model.get_decoder(), cache), use_cache=True)
@@ -135,7 +161,11 @@ def test_a_target_forward_over_a_cache_runs_lean_and_gives_the_models_own_bits(n
     own = model.forward.own
     lean_calls = []
     decoder_call = LeanDecoder.__call__
-    monkeypatch.setattr(LeanDecoder, "__call__", lambda self, ids, cache: lean_calls.append(ids.shape[1]) or decoder_call(self, ids, cache))
+    monkeypatch.setattr(
+        LeanDecoder,
+        "__call__",
+        lambda self, ids, cache: lean_calls.append(ids.shape[1]) or decoder_call(self, ids, cache),
+    )
     prompt = torch.tensor([[3, 14, 15, 9, 26, 5, 35, 8]])
     theirs, mine = new_cache(model), new_cache(model)
     for cache, forward in ((theirs, own), (mine, model)):
@@ -160,7 +190,17 @@ def test_calls_the_lean_forward_cannot_run_take_the_models_own():
     model(input_ids=ids, **cache_arg(model, cache), use_cache=True)
     one = torch.tensor([[4]])
     assert lean_call({"input_ids": one, "cache": cache, "logits_to_keep": 1}) == (one, cache, 1)
-    assert lean_call({"input_ids": one, "past_key_values": cache, "attention_mask": torch.ones(1, 4), "position_ids": torch.tensor([[3]])}) is not None
+    assert (
+        lean_call(
+            {
+                "input_ids": one,
+                "past_key_values": cache,
+                "attention_mask": torch.ones(1, 4),
+                "position_ids": torch.tensor([[3]]),
+            }
+        )
+        is not None
+    )
     refused = [
         {"attention_mask": torch.tensor([[0, 1, 1, 1]])},  # padding
         {"position_ids": torch.tensor([[7]])},  # positions that do not follow the cache

@@ -7,12 +7,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specbench.speed import native
-from specbench.speed import quantize
+from specbench.speed import native, quantize
 
-needs_gemv = pytest.mark.skipif(native.kernel() is None, reason=f"specbench's int8_gemv is not in use here: {native.why_not()}")
-needs_linear = pytest.mark.skipif(native.linear_kernel() is None, reason=f"specbench's int8_linear is not in use here: {native.linear_why_not()}")
-needs_either = pytest.mark.skipif(native.kernel() is None and native.linear_kernel() is None, reason="neither native int8 kernel is in use here")
+needs_gemv = pytest.mark.skipif(
+    native.kernel() is None, reason=f"specbench's int8_gemv is not in use here: {native.why_not()}"
+)
+needs_linear = pytest.mark.skipif(
+    native.linear_kernel() is None, reason=f"specbench's int8_linear is not in use here: {native.linear_why_not()}"
+)
+needs_either = pytest.mark.skipif(
+    native.kernel() is None and native.linear_kernel() is None, reason="neither native int8 kernel is in use here"
+)
 
 
 def reference(x, qweight, scales, bias):
@@ -51,7 +56,9 @@ def test_rows_of_very_different_size_keep_their_own_scale():
 def test_more_rows_than_the_kernel_takes_run_pytorchs_path():
     qweight, scales = quantize.quantize_rows(torch.randn(32, 64, generator=torch.Generator().manual_seed(3)))
     x = torch.randn(1, quantize.MAX_INT8_ROWS + 1, 64, generator=torch.Generator().manual_seed(4)).bfloat16()
-    assert torch.equal(quantize.fast_int8_linear(x, qweight, scales, None), quantize.int8_linear(x, qweight, scales, None))
+    assert torch.equal(
+        quantize.fast_int8_linear(x, qweight, scales, None), quantize.int8_linear(x, qweight, scales, None)
+    )
 
 
 @needs_either
@@ -71,7 +78,9 @@ def test_turned_off_or_unbuildable_it_says_why_and_callers_fall_back(monkeypatch
         assert native.linear_kernel() is None and native.linear_why_not().startswith("the build failed")
         qweight, scales = quantize.quantize_rows(torch.randn(32, 64))
         x = torch.randn(1, 1, 64).bfloat16()
-        assert torch.equal(quantize.fast_int8_linear(x, qweight, scales, None), quantize.int8_linear(x, qweight, scales, None))
+        assert torch.equal(
+            quantize.fast_int8_linear(x, qweight, scales, None), quantize.int8_linear(x, qweight, scales, None)
+        )
     finally:
         monkeypatch.undo()
         native._load.cache_clear()
@@ -90,4 +99,3 @@ def test_it_builds_into_the_cache_keyed_by_source_and_cpu(monkeypatch, tmp_path)
     finally:
         monkeypatch.undo()
         native._load.cache_clear()
-

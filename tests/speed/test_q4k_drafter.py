@@ -13,17 +13,19 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import accepted_with_greedy_parity, tiny_model
 from gguf_tiny import q4k_reference as reference
+from tiny_hf import save_tiny
+
 from specbench.models.loading import load_model
 from specbench.models.specs import parse_model_spec
 from specbench.speed import native
 from specbench.speed.gguf_blocks import QK, Q4KLinear, dequantize, quantize_q4k
 from specbench.speed.quantize import Int8Linear
-from tiny_hf import save_tiny
 
-needs_kernel = pytest.mark.skipif(native.q4k_kernel() is None, reason=f"q4k_linear is not built here: {native.q4k_why_not()}")
+needs_kernel = pytest.mark.skipif(
+    native.q4k_kernel() is None, reason=f"q4k_linear is not built here: {native.q4k_why_not()}"
+)
 
 
 def test_a_weight_on_the_q4k_grid_comes_back_bit_for_bit():
@@ -70,4 +72,6 @@ def test_greedy_speculative_equals_plain_with_a_q4k_drafter(tmp_path, gamma):
     target = tiny_model(0)
     drafter = load_model(parse_model_spec(str(save_tiny(tmp_path / "tiny", seed=0))), role="drafter", dtype="q4k").model
     assert isinstance(drafter.model.layers[1].mlp.down_proj, Q4KLinear) and isinstance(drafter.lm_head, Int8Linear)
-    assert accepted_with_greedy_parity(target, drafter, gamma) > 0  # the target's own weights, in 4 bits: drafts still land
+    assert (
+        accepted_with_greedy_parity(target, drafter, gamma) > 0
+    )  # the target's own weights, in 4 bits: drafts still land

@@ -16,28 +16,58 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from chi_square import speculative_pvalues
-from conftest import accepted_with_greedy_parity, as_cpu_target, block_and_steps, noisy_copy, tiny_model
+from conftest import accepted_with_greedy_parity, as_cpu_target, block_and_steps, noisy_copy
+from gguf_tiny import (
+    Q4_K_M_LIKE,
+    q4k_gguf_with_tokenizer,
+    q4k_model_and_file,
+    q4k_target,
+    q6k_reference,
+    quantize_to_q4k,
+    random_q4k,
+    random_q6k,
+    use_gguf_blocks,
+)
+from gguf_tiny import (
+    q4k_reference as reference,
+)
+from tiny_hf import save_tiny
+
 from specbench.core.sampling import SamplingConfig
 from specbench.models.loading import ModelError, load_model, parse_draft_dtype, parse_target_dtype
 from specbench.models.specs import parse_model_spec
 from specbench.speed import gguf_blocks, native
 from specbench.speed.gguf_blocks import QK, Q4KLinear, Q6KLinear, dequantize, dequantize_q6k, repack, repack_q6k
 from specbench.speed.gguf_file import Q4_K, read_tensor_index
-from gguf_tiny import HIDDEN, Q4_K_M_LIKE, q4k_gguf_with_tokenizer, q4k_model_and_file, q4k_target, q4k_reference as reference, q6k_reference, quantize_to_q4k, random_q4k, random_q6k, use_gguf_blocks
-from tiny_hf import save_tiny
 
-needs_kernel = pytest.mark.skipif(native.q4k_kernel() is None, reason=f"q4k_linear is not built here: {native.q4k_why_not()}")
-needs_q6k = pytest.mark.skipif(native.q6k_kernel() is None, reason=f"q6k_linear is not built here: {native.q6k_why_not()}")
+needs_kernel = pytest.mark.skipif(
+    native.q4k_kernel() is None, reason=f"q4k_linear is not built here: {native.q4k_why_not()}"
+)
+needs_q6k = pytest.mark.skipif(
+    native.q6k_kernel() is None, reason=f"q6k_linear is not built here: {native.q6k_why_not()}"
+)
 LAYOUTS = {"every Linear Q4_K": (), "Q4_K_M (some Q6_K)": Q4_K_M_LIKE}
 
 # each kind of block: (random file bytes, their layer, the kernel's reference, the dense weight)
 KINDS = {
-    "Q4_K": (random_q4k, lambda raw, b: Q4KLinear(repack(raw), b), reference, lambda layer: dequantize(layer.qs, layer.sm, layer.d, layer.dmin)),
-    "Q6_K": (random_q6k, lambda raw, b: Q6KLinear(repack_q6k(raw), b), q6k_reference, lambda layer: dequantize_q6k(layer.ql, layer.qh, layer.sc, layer.d)),
+    "Q4_K": (
+        random_q4k,
+        lambda raw, b: Q4KLinear(repack(raw), b),
+        reference,
+        lambda layer: dequantize(layer.qs, layer.sm, layer.d, layer.dmin),
+    ),
+    "Q6_K": (
+        random_q6k,
+        lambda raw, b: Q6KLinear(repack_q6k(raw), b),
+        q6k_reference,
+        lambda layer: dequantize_q6k(layer.ql, layer.qh, layer.sc, layer.d),
+    ),
 }
-EACH_KIND = [pytest.param("Q4_K", marks=needs_kernel), pytest.param("Q6_K", marks=needs_q6k)]  # each skipped where its own kernel is not built
+EACH_KIND = [
+    pytest.param("Q4_K", marks=needs_kernel),
+    pytest.param("Q6_K", marks=needs_q6k),
+]  # each skipped where its own kernel is not built
 
 
 def layer_of(kind: str, rows: int, cols: int, seed: int, bias: bool = False):
@@ -60,7 +90,9 @@ def test_repacked_blocks_dequantize_as_gguf_py_does():
 
 
 @pytest.mark.parametrize("kind", EACH_KIND)
-@pytest.mark.parametrize("rows,cols,out", [(1, 256, 3), (2, 512, 8), (3, 256, 17), (4, 768, 5), (7, 1536, 33), (13, 256, 9), (20, 512, 4)])
+@pytest.mark.parametrize(
+    "rows,cols,out", [(1, 256, 3), (2, 512, 8), (3, 256, 17), (4, 768, 5), (7, 1536, 33), (13, 256, 9), (20, 512, 4)]
+)
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_the_kernel_equals_its_reference_bit_for_bit(kind, rows, cols, out, with_bias):
     """Every tile height (1 to 4 rows, and more than 8 rows: the threaded quantizer)."""
@@ -121,9 +153,13 @@ def test_built_for_avx2_alone_the_kernel_equals_its_reference(kind, avx2_build):
     x = torch.randn(13, 768, generator=torch.Generator().manual_seed(9)) * 2
     x[1, :QK] = 0.0
     for rows in (1, 2, 3, 4, 5, 6, 13):
-        assert torch.equal(layer(x[:rows]), reference(x[:rows], layer) if kind == "Q4_K" else q6k_reference(x[:rows], layer))
+        assert torch.equal(
+            layer(x[:rows]), reference(x[:rows], layer) if kind == "Q4_K" else q6k_reference(x[:rows], layer)
+        )
     assert torch.equal(layer(x), torch.cat([layer(x[i : i + 1]) for i in range(13)]))
-    assert len(list((avx2_build / "native").glob(f"{kind.lower().replace('_', '')}_linear-*.so"))) == 1  # that build ran
+    assert (
+        len(list((avx2_build / "native").glob(f"{kind.lower().replace('_', '')}_linear-*.so"))) == 1
+    )  # that build ran
     from gguf import GGMLQuantizationType
     from gguf.quants import dequantize as gguf_dequantize
 
@@ -131,8 +167,15 @@ def test_built_for_avx2_alone_the_kernel_equals_its_reference(kind, avx2_build):
     raw = random_blocks(6, 512, seed=1)
     layer = make(raw, None)
     stored = layer.qs if kind == "Q4_K" else layer.ql
-    assert not torch.equal(stored, torch.from_numpy(raw.reshape(6, 2, -1)[..., 16 : 16 + 128] if kind == "Q4_K" else raw.reshape(6, 2, -1)[..., :128]))  # reordered
-    assert torch.equal(dense(layer), torch.from_numpy(gguf_dequantize(raw, getattr(GGMLQuantizationType, kind)).reshape(6, 512)))
+    assert not torch.equal(
+        stored,
+        torch.from_numpy(
+            raw.reshape(6, 2, -1)[..., 16 : 16 + 128] if kind == "Q4_K" else raw.reshape(6, 2, -1)[..., :128]
+        ),
+    )  # reordered
+    assert torch.equal(
+        dense(layer), torch.from_numpy(gguf_dequantize(raw, getattr(GGMLQuantizationType, kind)).reshape(6, 512))
+    )
 
 
 @pytest.mark.parametrize("kind", EACH_KIND)
@@ -152,7 +195,11 @@ def test_the_two_builds_give_the_same_sums_and_refuse_each_others_layers(kind, m
         avx2 = layer_of(kind, 37, 768, seed=8, bias=True)
         for rows in range(1, 7):
             got, want = avx2(x[:rows]), native_out[rows - 1]
-            assert torch.equal(got, want) if lanes_here else torch.allclose(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+            assert (
+                torch.equal(got, want)
+                if lanes_here
+                else torch.allclose(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+            )
         if not lanes_here:
             with pytest.raises(RuntimeError, match="another order"):
                 here(x[:1])
@@ -171,7 +218,9 @@ def test_the_tensor_index_agrees_with_gguf_py(tmp_path):
     index = read_tensor_index(str(path))
     theirs = GGUFReader(str(path))
     assert index.architecture == "qwen2"
-    assert [(t.name, index.data_offset + t.offset, t.type) for t in index.tensors] == [(t.name, int(t.data_offset), int(t.tensor_type)) for t in theirs.tensors]
+    assert [(t.name, index.data_offset + t.offset, t.type) for t in index.tensors] == [
+        (t.name, int(t.data_offset), int(t.tensor_type)) for t in theirs.tensors
+    ]
     assert sum(t.type == Q4_K for t in index.tensors) == 2 * 7
     assert [t.name for t in index.tensors if t.type != Q4_K] == ["blk.0.ffn_up.weight"]
 
@@ -220,7 +269,9 @@ def test_the_fast_reader_builds_gguf_py_s_very_fields(tmp_path, monkeypatch):
         assert [t.name for t in mine.tensors] == [t.name for t in theirs.tensors]
     calls = []  # gguf-py's own parser, called per field and per array element
     own = gguf.GGUFReader._get_field_parts
-    monkeypatch.setattr(gguf.GGUFReader, "_get_field_parts", lambda self, offs, kind: calls.append(kind) or own(self, offs, kind))
+    monkeypatch.setattr(
+        gguf.GGUFReader, "_get_field_parts", lambda self, offs, kind: calls.append(kind) or own(self, offs, kind)
+    )
     reader = fast(str(path))
     fast_calls, vocabulary = len(calls), len(reader.fields["tokenizer.ggml.tokens"].data)
     gguf.GGUFReader(str(path))
@@ -301,7 +352,9 @@ def test_a_q4k_target_is_a_gguf_model_on_the_cpu(tmp_path):
         parse_draft_dtype("q4k", "cuda")
     if native.q4k_kernel() is not None:
         folder = save_tiny(tmp_path / "tiny")
-        with pytest.raises(ModelError, match="--dtype q4k runs a GGUF file's Q4_K blocks; the target tiny is not a .gguf file"):
+        with pytest.raises(
+            ModelError, match="--dtype q4k runs a GGUF file's Q4_K blocks; the target tiny is not a .gguf file"
+        ):
             load_model(parse_model_spec(str(folder)), role="target", dtype="q4k")
 
 
@@ -321,9 +374,17 @@ def test_auto_is_q4k_for_a_gguf_target_with_q4k_layers_int8_for_others_float32_w
     _, q4k_file = q4k_model_and_file(tmp_path)
     folder = save_tiny(tmp_path / "tiny")
     both = native.q4k_kernel() is not None and native.linear_kernel() is not None
-    assert resolve_target_dtype("auto", "cpu") == PairConfig().dtype == ("q4k" if both else "float32" if native.linear_kernel() is None else "int8")
-    assert resolve_target_dtype("auto", "cpu", str(q4k_file)) == ("q4k" if both else resolve_target_dtype("auto", "cpu", str(folder)))
-    assert resolve_target_dtype("auto", "cpu", str(folder)) == ("int8" if native.linear_kernel() is not None else "float32")
+    assert (
+        resolve_target_dtype("auto", "cpu")
+        == PairConfig().dtype
+        == ("q4k" if both else "float32" if native.linear_kernel() is None else "int8")
+    )
+    assert resolve_target_dtype("auto", "cpu", str(q4k_file)) == (
+        "q4k" if both else resolve_target_dtype("auto", "cpu", str(folder))
+    )
+    assert resolve_target_dtype("auto", "cpu", str(folder)) == (
+        "int8" if native.linear_kernel() is not None else "float32"
+    )
     assert resolve_target_dtype("auto", "cuda") == resolve_target_dtype("auto", "auto") == "float32"
     assert resolve_target_dtype("bfloat16", "cpu") == "bfloat16"  # named dtypes pass through
     monkeypatch.setattr(native, "q4k_kernel", lambda: None)

@@ -4,17 +4,32 @@ with an int8 drafter staying lossless. (The int8 target: test_int8_target.py.)""
 
 import pytest
 import torch
-
 from conftest import PROMPTS, noisy_copy, tiny_model
+
 from specbench.bench.meta import model_meta
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
-from specbench.speed import draft_vocab
-from specbench.speed.draft_vocab import restricted_head
 from specbench.drafters import ModelDrafter, make_drafter
+from specbench.models.loading import (
+    ModelError,
+    PairConfig,
+    parse_draft_dtype,
+    parse_dtype,
+    parse_target_dtype,
+    resolve_draft_dtype,
+)
 from specbench.policies import FixedGamma
-from specbench.models.loading import ModelError, PairConfig, parse_draft_dtype, parse_dtype, parse_target_dtype, resolve_draft_dtype
-from specbench.speed import native
-from specbench.speed.quantize import MAX_INT8_ROWS, Int8Linear, dense_twin, dequantize_rows, int8_available, native_int8_linear, quantize_linears, quantize_rows
+from specbench.speed import draft_vocab, native
+from specbench.speed.draft_vocab import restricted_head
+from specbench.speed.quantize import (
+    MAX_INT8_ROWS,
+    Int8Linear,
+    dense_twin,
+    dequantize_rows,
+    int8_available,
+    native_int8_linear,
+    quantize_linears,
+    quantize_rows,
+)
 
 needs_int8 = pytest.mark.skipif(not int8_available(), reason="no int8 weight-only kernel in this torch")
 
@@ -141,12 +156,18 @@ def test_an_int8_drafter_with_a_restricted_head_keeps_greedy_parity(monkeypatch)
     quantize_linears(drafter)
     head_rows = []  # output rows of each int8 call through a restricted head
     real = draft_vocab.fast_int8_linear
-    monkeypatch.setattr(draft_vocab, "fast_int8_linear", lambda x, q, *rest: head_rows.append(q.shape[0]) or real(x, q, *rest))
+    monkeypatch.setattr(
+        draft_vocab, "fast_int8_linear", lambda x, q, *rest: head_rows.append(q.shape[0]) or real(x, q, *rest)
+    )
     config = GenerationConfig(max_new_tokens=30)
     accepted = 0
     for prompt in PROMPTS:
-        result = speculative_generate(target, make_drafter("model", drafter, vocab_limit=16), prompt, config, FixedGamma(4))
+        result = speculative_generate(
+            target, make_drafter("model", drafter, vocab_limit=16), prompt, config, FixedGamma(4)
+        )
         assert result.token_ids == plain_generate(target, prompt, config).token_ids
         accepted += result.stats.accepted
     assert accepted > 0
-    assert head_rows and min(head_rows) < drafter.config.vocab_size  # drafts were scored by int8 kept rows (the whole head once it is dropped)
+    assert (
+        head_rows and min(head_rows) < drafter.config.vocab_size
+    )  # drafts were scored by int8 kept rows (the whole head once it is dropped)

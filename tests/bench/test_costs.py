@@ -3,9 +3,19 @@
 from dataclasses import replace
 
 import pytest
-
-from specbench.speed.costs import CACHE_FORMAT, Costs, fit_verify_curve, for_drafter, isotonic, load_cached, measure_costs, pooled, save_cached
 from conftest import tiny_model
+
+from specbench.bench.costs import (
+    CACHE_FORMAT,
+    Costs,
+    fit_verify_curve,
+    for_drafter,
+    isotonic,
+    load_cached,
+    measure_costs,
+    pooled,
+    save_cached,
+)
 
 
 def test_measure_costs_on_tiny_models():
@@ -21,7 +31,9 @@ def test_measure_costs_on_tiny_models():
     assert costs.plain_step_seconds is None and costs.plain_step() == 1.0  # asked for by a sweep only
     assert costs.loop_seconds is None and costs.loop() == 0.0
     looped = measure_costs(target, None, list(range(1, 20)), repeats=1, max_k=2, predicting=True)
-    assert looped.plain_step_seconds > 0 and looped.plain_step() == looped.plain_step_seconds / looped.target_step_seconds
+    assert (
+        looped.plain_step_seconds > 0 and looped.plain_step() == looped.plain_step_seconds / looped.target_step_seconds
+    )
     assert looped.loop_seconds >= 0 and looped.loop() == looped.loop_seconds / looped.target_step_seconds
     assert Costs.from_meta(looped.as_meta()) == looped
     alone = measure_costs(target, None, [1, 2, 3], repeats=1, max_k=2)
@@ -32,20 +44,41 @@ def test_timed_forwards_include_the_loops_work_on_their_logits(monkeypatch):
     """As the decoding loop does: a plain step and a draft step pick their token (choose),
     a verify pass of k rows processes all k (logits_to_probs, then the argmax under greedy),
     with the run's sampling settings; forwards are timed with that work, not without it."""
+    from specbench.bench import costs as costs_module
     from specbench.core.sampling import SamplingConfig
-    from specbench.speed import costs as costs_module
 
     calls = []
     real_choose, real_probs, real_greedy = costs_module.choose, costs_module.logits_to_probs, costs_module.greedy_tokens
-    monkeypatch.setattr(costs_module, "choose", lambda logits, sampling, gen: calls.append(("choose", tuple(logits.shape), sampling.temperature)) or real_choose(logits, sampling, gen))
-    monkeypatch.setattr(costs_module, "logits_to_probs", lambda logits, sampling: calls.append(("probs", tuple(logits.shape), sampling.temperature)) or real_probs(logits, sampling))
-    monkeypatch.setattr(costs_module, "greedy_tokens", lambda logits: calls.append(("argmax", tuple(logits.shape), None)) or real_greedy(logits))
+    monkeypatch.setattr(
+        costs_module,
+        "choose",
+        lambda logits, sampling, gen: (
+            calls.append(("choose", tuple(logits.shape), sampling.temperature)) or real_choose(logits, sampling, gen)
+        ),
+    )
+    monkeypatch.setattr(
+        costs_module,
+        "logits_to_probs",
+        lambda logits, sampling: (
+            calls.append(("probs", tuple(logits.shape), sampling.temperature)) or real_probs(logits, sampling)
+        ),
+    )
+    monkeypatch.setattr(
+        costs_module,
+        "greedy_tokens",
+        lambda logits: calls.append(("argmax", tuple(logits.shape), None)) or real_greedy(logits),
+    )
     target, drafter = tiny_model(0, layers=2, hidden=32), tiny_model(1, layers=1, hidden=16)
     vocab = target.config.vocab_size
-    for sampling, verify in ((SamplingConfig(), [("probs", (3, vocab), 0.0), ("argmax", (3, vocab), None)]), (SamplingConfig(temperature=0.7), [("probs", (3, vocab), 0.7)])):
+    for sampling, verify in (
+        (SamplingConfig(), [("probs", (3, vocab), 0.0), ("argmax", (3, vocab), None)]),
+        (SamplingConfig(temperature=0.7), [("probs", (3, vocab), 0.7)]),
+    ):
         calls.clear()
         target_timer = costs_module.ForwardTimer(target, list(range(1, 9)), sampling=sampling)
-        drafter_timer = costs_module.ForwardTimer(drafter, list(range(1, 9)), costs_module.draft_step(drafter, 0), sampling)
+        drafter_timer = costs_module.ForwardTimer(
+            drafter, list(range(1, 9)), costs_module.draft_step(drafter, 0), sampling
+        )
         target_timer.seconds(1)
         assert calls == [("choose", (vocab,), sampling.temperature)]  # a plain step
         calls.clear()
@@ -61,7 +94,17 @@ def test_verify_curve_keeps_steps_and_pools_points_that_fall():
     closest non-decreasing one: steps stay (the int8 kernel's tiles of four rows), a point
     below the one before it is noise and is pooled with it."""
     assert fit_verify_curve({1: 1.0, 2: 1.5, 3: 1.4, 4: 1.9}) == pytest.approx({1: 1.0, 2: 1.45, 3: 1.45, 4: 1.9})
-    steps = {1: 1.0, 2: 1.19, 3: 1.26, 4: 1.20, 5: 1.52, 6: 1.94, 7: 1.92, 8: 1.90, 9: 1.96}  # medians measured on an AVX2 CPU
+    steps = {
+        1: 1.0,
+        2: 1.19,
+        3: 1.26,
+        4: 1.20,
+        5: 1.52,
+        6: 1.94,
+        7: 1.92,
+        8: 1.90,
+        9: 1.96,
+    }  # medians measured on an AVX2 CPU
     fitted = fit_verify_curve(steps)
     assert fitted[3] == fitted[4] == pytest.approx(1.23) and fitted[5] == pytest.approx(1.52)
     assert fitted[6] == fitted[7] == fitted[8] == pytest.approx(1.92) and fitted[9] == pytest.approx(1.96)
@@ -87,20 +130,31 @@ def test_no_verify_costs_less_than_one_step():
 
 
 def test_cached_costs_round_trip_and_key_mismatch(tmp_path):
-    costs = Costs(c=0.21, target_step_seconds=0.3, drafter_step_seconds=0.063, verify_cost={1: 1.0, 2: 1.6}, context_tokens=80, verify_measured={1: 1.0, 2: 1.7})
+    costs = Costs(
+        c=0.21,
+        target_step_seconds=0.3,
+        drafter_step_seconds=0.063,
+        verify_cost={1: 1.0, 2: 1.6},
+        context_tokens=80,
+        verify_measured={1: 1.0, 2: 1.7},
+    )
     save_cached(tmp_path, "pair A float32", costs)
     assert load_cached(tmp_path, "pair A float32") == costs
     assert load_cached(tmp_path, "pair B float32") is None
     assert not list(tmp_path.glob("*.tmp"))
     (saved,) = tmp_path.glob("*.json")
-    older = saved.read_text().replace(f'"format": {CACHE_FORMAT}', f'"format": {CACHE_FORMAT - 1}')  # fitted by an older version
+    older = saved.read_text().replace(
+        f'"format": {CACHE_FORMAT}', f'"format": {CACHE_FORMAT - 1}'
+    )  # fitted by an older version
     assert older != saved.read_text()
     saved.write_text(older)
     assert load_cached(tmp_path, "pair A float32") is None
 
 
 def test_model_free_drafters_pay_no_drafter_cost():
-    costs = Costs(c=0.21, target_step_seconds=0.3, drafter_step_seconds=0.063, verify_cost={1: 1.0, 2: 1.6}, context_tokens=80)
+    costs = Costs(
+        c=0.21, target_step_seconds=0.3, drafter_step_seconds=0.063, verify_cost={1: 1.0, 2: 1.6}, context_tokens=80
+    )
     assert for_drafter(costs, "model") == costs
     assert for_drafter(costs, "ngram").c == 0.0 and for_drafter(costs, "prompt-lookup").verify_cost == costs.verify_cost
 
@@ -110,9 +164,9 @@ def test_plain_steps_run_in_a_row_as_plain_decoding_does():
     (as plain_generate does), and the cache is back at the context afterwards; the sweep's
     plain step is the median of the second half of PLAIN_STEPS such steps, run once the
     interleaved rounds are done."""
+    from specbench.bench import costs as costs_module
     from specbench.core.cache import cache_length
     from specbench.core.generate import GenerationConfig, plain_generate
-    from specbench.speed import costs as costs_module
 
     target = tiny_model(0, layers=2, hidden=32)
     context = list(range(1, 12))
@@ -146,8 +200,8 @@ def test_the_loops_work_is_a_rounds_time_less_its_verify_pass(monkeypatch):
     by a slow forward, the loop's work stays where it was, well under the 5 ms."""
     import time
 
+    from specbench.bench.costs import measure_loop
     from specbench.core import generate
-    from specbench.speed.costs import measure_loop
 
     target = tiny_model(0, layers=2, hidden=32)
     context = [5, 6, 7, 8, 5, 6, 7, 8] * 6
@@ -159,14 +213,28 @@ def test_the_loops_work_is_a_rounds_time_less_its_verify_pass(monkeypatch):
 
 
 def _block(c, step, v5, context=150):
-    return Costs(c=c, target_step_seconds=step, drafter_step_seconds=c * step, verify_cost={1: 1.0, 2: 1.2, 5: v5}, context_tokens=context, verify_measured={1: 1.0, 2: 1.3, 5: v5}, drafter_cost={1: 1.0, 2: 1.5})
+    return Costs(
+        c=c,
+        target_step_seconds=step,
+        drafter_step_seconds=c * step,
+        verify_cost={1: 1.0, 2: 1.2, 5: v5},
+        context_tokens=context,
+        verify_measured={1: 1.0, 2: 1.3, 5: v5},
+        drafter_cost={1: 1.0, 2: 1.5},
+    )
 
 
 def test_pooled_costs_are_each_costs_median_over_similar_contexts():
     """A sweep prices with the median of its blocks' measurements: one block measured while
     something else ran (3x slow, c and v(5) off) moves nothing; blocks on a context more
     than twice as long or short are left out; the curves stay non-decreasing."""
-    blocks = [_block(0.40, 0.10, 2.0), _block(0.42, 0.11, 2.2), _block(0.38, 0.09, 1.9), _block(0.60, 0.33, 1.2), _block(0.90, 0.50, 4.0, context=900)]
+    blocks = [
+        _block(0.40, 0.10, 2.0),
+        _block(0.42, 0.11, 2.2),
+        _block(0.38, 0.09, 1.9),
+        _block(0.60, 0.33, 1.2),
+        _block(0.90, 0.50, 4.0, context=900),
+    ]
     got = pooled(blocks, 150)
     assert got.c == pytest.approx(0.41) and got.target_step_seconds == pytest.approx(0.105)
     assert got.drafter_step_seconds == pytest.approx(got.c * got.target_step_seconds)  # c is still the ratio
@@ -177,7 +245,9 @@ def test_pooled_costs_are_each_costs_median_over_similar_contexts():
     assert pooled(blocks, 5000) == blocks[-1]  # none that near: the nearest
     assert pooled(blocks[:1], 150) == blocks[0]
     assert got.plain_step_seconds is None and got.plain_step() == 1.0  # none of them measured it
-    plains = [replace(b, plain_step_seconds=b.target_step_seconds * r) for b, r in zip(blocks, (0.95, 0.9, 0.96, 1.2, 1.0))]
+    plains = [
+        replace(b, plain_step_seconds=b.target_step_seconds * r) for b, r in zip(blocks, (0.95, 0.9, 0.96, 1.2, 1.0))
+    ]
     assert pooled(plains, 150).plain_step() == pytest.approx(0.955)  # the median ratio, like c
     assert pooled(plains[:2] + blocks[2:], 150).plain_step() == pytest.approx(0.925)  # of the blocks that measured it
     loops = [replace(b, loop_seconds=b.target_step_seconds * r) for b, r in zip(blocks, (0.01, 0.02, 0.03, 0.5, 0.0))]

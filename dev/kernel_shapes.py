@@ -3,7 +3,7 @@
 Why: the real pair is 2.6 GB of packages that a borrowed machine (a CPU of another kind, an
 accelerator host with no registry) may not have. Random weights of the same shapes stream the
 same bytes through the same kernels, so this compares CPUs and instruction sets (AVX2 against
-AVX-512 VNNI) where `bench/target_step.py` and `bench/drafter_step.py` cannot run. It times
+AVX-512 VNNI) where `dev/target_step.py` and `dev/drafter_step.py` cannot run. It times
 the kernels alone: no attention, norms or head processing, so a whole step costs more.
 
 Median of --repeats, each over every layer (their weights all distinct, so they stream from
@@ -17,7 +17,7 @@ memory as in a real step):
     and as Q4_K blocks, for 1, 2 and 4 rows.
 All on one core set by the caller: `taskset -c 0,1 env OMP_NUM_THREADS=2 python ...`.
 
-    python bench/kernel_shapes.py [--repeats 5] [--rows 1,2,3,4,5,8]
+    python dev/kernel_shapes.py [--repeats 5] [--rows 1,2,3,4,5,8]
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from common import machine_line
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -45,13 +44,24 @@ DRAFTER = (896, 4864, 128, 24, 151936)
 
 def layer_shapes(hidden: int, intermediate: int, kv: int) -> list[tuple[int, int]]:
     """(out, in) of one decoder layer's seven Linears: q, k, v, o, gate, up, down."""
-    return [(hidden, hidden), (kv, hidden), (kv, hidden), (hidden, hidden), (intermediate, hidden), (intermediate, hidden), (hidden, intermediate)]
+    return [
+        (hidden, hidden),
+        (kv, hidden),
+        (kv, hidden),
+        (hidden, hidden),
+        (intermediate, hidden),
+        (intermediate, hidden),
+        (hidden, intermediate),
+    ]
 
 
 def q4k_layers(model: tuple, seed: int) -> list[Q4KLinear]:
     hidden, intermediate, kv, layers, _ = model
     shapes = layer_shapes(hidden, intermediate, kv)
-    return [Q4KLinear(repack(random_q4k(out, -(-cols // QK) * QK, seed=seed + n)), None, in_features=cols) for n, (out, cols) in enumerate(shapes * layers)]
+    return [
+        Q4KLinear(repack(random_q4k(out, -(-cols // QK) * QK, seed=seed + n)), None, in_features=cols)
+        for n, (out, cols) in enumerate(shapes * layers)
+    ]
 
 
 def more_bits(i: int, n: int) -> bool:
@@ -67,7 +77,11 @@ def q4_k_m_layers(model: tuple, seed: int) -> list:
         for j, (rows, cols) in enumerate(layer_shapes(hidden, intermediate, kv)):
             n = seed + i * 7 + j
             six = j in (2, 6) and more_bits(i, layers)
-            out.append(Q6KLinear(repack_q6k(random_q6k(rows, cols, seed=n)), None) if six else Q4KLinear(repack(random_q4k(rows, cols, seed=n)), None))
+            out.append(
+                Q6KLinear(repack_q6k(random_q6k(rows, cols, seed=n)), None)
+                if six
+                else Q4KLinear(repack(random_q4k(rows, cols, seed=n)), None)
+            )
     return out
 
 
@@ -87,14 +101,17 @@ def target(repeats: int, rows: list[int]) -> None:
     head = Q6KLinear(repack_q6k(random_q6k(TARGET[4], hidden, seed=99_999)), None)
     for n in rows:
         x = {width: torch.randn(n, width) for width in {layer.in_features for layer in layers}}
-        body = median_ms(lambda: [layer(x[layer.in_features]) for layer in layers], repeats)
-        top = median_ms(lambda: head(x[hidden]), repeats)
+        body = median_ms(lambda x=x: [layer(x[layer.in_features]) for layer in layers], repeats)
+        top = median_ms(lambda x=x: head(x[hidden]), repeats)
         print(f"target, {n} row(s): Q4_K_M layers {body:7.2f} ms   Q6_K head {top:6.2f} ms", flush=True)
 
 
 def drafter(repeats: int) -> None:
     hidden, intermediate, kv, count, _ = DRAFTER
-    weights = [(torch.randint(-127, 128, shape, dtype=torch.int8), (torch.rand(shape[0]) * 0.01).bfloat16()) for shape in layer_shapes(hidden, intermediate, kv) * count]
+    weights = [
+        (torch.randint(-127, 128, shape, dtype=torch.int8), (torch.rand(shape[0]) * 0.01).bfloat16())
+        for shape in layer_shapes(hidden, intermediate, kv) * count
+    ]
     blocks = q4k_layers(DRAFTER, seed=10_000)
     ways = {
         "int8 (int8_gemv where built)": quantize.fast_int8_linear,
@@ -103,9 +120,14 @@ def drafter(repeats: int) -> None:
     }
     for n in (1, 2, 4):
         x = {width: torch.randn(n, width).bfloat16() for width in (hidden, intermediate)}
-        cells = [f"{name} {median_ms(lambda: [way(x[q.shape[1]], q, s, None) for q, s in weights], repeats):6.2f}" for name, way in ways.items()]
+        cells = [
+            f"{name} {median_ms(lambda way=way, x=x: [way(x[q.shape[1]], q, s, None) for q, s in weights], repeats):6.2f}"
+            for name, way in ways.items()
+        ]
         xf = {width: t.float() for width, t in x.items()}
-        cells.append(f"Q4_K {median_ms(lambda: [layer(xf[layer.in_features]) for layer in blocks], repeats):6.2f}")
+        cells.append(
+            f"Q4_K {median_ms(lambda xf=xf: [layer(xf[layer.in_features]) for layer in blocks], repeats):6.2f}"
+        )
         print(f"drafter, {n} row(s), ms: " + "   ".join(cells), flush=True)
 
 

@@ -8,7 +8,7 @@ forward's logits are the own forward's bits (they must be); and how far the nati
 are from them (another order of float32 sums: not the same bits, but every decoding mode
 runs them, so greedy parity holds), with whether each row's argmax agrees.
 
-    python bench/target_step.py [--context 144] [--repeats 15] [--rows 1,2,4,8]
+    python dev/target_step.py [--context 144] [--repeats 15] [--rows 1,2,4,8]
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import statistics
 import time
 
 import torch
-
 from common import load_default_pair, machine_line, prompt_ids, unfused
+
 from specbench.bench.prompts import load_prompts
 from specbench.core.cache import cache_arg, crop_cache, new_cache
 
@@ -34,16 +34,23 @@ def main() -> None:
     target = pair.target.model
     lean = target.forward
     if not hasattr(lean, "own"):
-        raise SystemExit("the target does not run the lean forward here (not a float32 CPU target of a Qwen2/Llama layout)")
+        raise SystemExit(
+            "the target does not run the lean forward here (not a float32 CPU target of a Qwen2/Llama layout)"
+        )
     prompt = prompt_ids(pair, load_prompts("quick")[0])
     context = (prompt * (args.context // len(prompt) + 1))[: args.context]
     ways = {"own (HF's)": lean.own, "lean": lambda **kw: unfused(lean.decoder, lambda: lean(**kw))}
     if lean.decoder.fused is not None:
         ways["native layers"] = lean
     print(machine_line())
-    print(f"{pair.target.name}, {args.context} cached tokens, {torch.get_num_threads()} threads, median of {args.repeats}")
+    print(
+        f"{pair.target.name}, {args.context} cached tokens, {torch.get_num_threads()} threads, median of {args.repeats}"
+    )
     native = "native layers" in ways
-    print("| new tokens | own (HF's) ms | lean ms | lean / own | same bits |" + (" native ms | native / own | max abs logit diff | same argmax |" if native else ""))
+    print(
+        "| new tokens | own (HF's) ms | lean ms | lean / own | same bits |"
+        + (" native ms | native / own | max abs logit diff | same argmax |" if native else "")
+    )
     print("|---|---|---|---|---|" + ("---|---|---|---|" if native else ""))
     cache = new_cache(target)
     with torch.inference_mode():
@@ -55,7 +62,9 @@ def main() -> None:
             for _ in range(args.repeats + 1):  # the first round warms up and is not counted
                 for name, forward in ways.items():
                     start = time.perf_counter()
-                    logits[name] = forward(input_ids=ids, **cache_arg(target, cache), use_cache=True, logits_to_keep=k).logits
+                    logits[name] = forward(
+                        input_ids=ids, **cache_arg(target, cache), use_cache=True, logits_to_keep=k
+                    ).logits
                     times[name].append(time.perf_counter() - start)
                     crop_cache(cache, len(context))
             own, mine, *fused = (statistics.median(times[name][1:]) * 1000 for name in ways)

@@ -136,7 +136,9 @@ class ForwardTimer:
     head for draft_vocab.RestrictedStep), then choose.
     """
 
-    def __init__(self, model, context: list[int], step: DraftStep | None = None, sampling: SamplingConfig | None = None):
+    def __init__(
+        self, model, context: list[int], step: DraftStep | None = None, sampling: SamplingConfig | None = None
+    ):
         self.model, self.context, self.step = model, context, step
         self.sampling = sampling if sampling is not None else SamplingConfig()
         self.device = model_device(model)
@@ -154,7 +156,9 @@ class ForwardTimer:
         if self.step is not None:
             choose(self.step(self.model, new, self.cache), self.sampling, self.generator)
         else:
-            logits = self.model(input_ids=new, **cache_arg(self.model, self.cache), use_cache=True, logits_to_keep=k).logits[0, -k:]
+            logits = self.model(
+                input_ids=new, **cache_arg(self.model, self.cache), use_cache=True, logits_to_keep=k
+            ).logits[0, -k:]
             if k == 1:
                 choose(logits[0], self.sampling, self.generator)
             else:
@@ -176,7 +180,9 @@ class ForwardTimer:
         for _ in range(n):
             start = time.perf_counter()
             new = torch.tensor([[token]], device=self.device)
-            logits = self.model(input_ids=new, **cache_arg(self.model, self.cache), use_cache=True, logits_to_keep=1).logits[0, -1]
+            logits = self.model(
+                input_ids=new, **cache_arg(self.model, self.cache), use_cache=True, logits_to_keep=1
+            ).logits[0, -1]
             token, _ = choose(logits, self.sampling, self.generator)
             sync(self.device)
             times.append(time.perf_counter() - start)
@@ -227,7 +233,9 @@ def timing_context(prompt_ids: list[int], max_new_tokens: int, limit: int) -> li
 
 
 @torch.inference_mode()
-def measure_loop(target, context: list[int], tokens: int = LOOP_TOKENS, sampling: SamplingConfig | None = None) -> float | None:
+def measure_loop(
+    target, context: list[int], tokens: int = LOOP_TOKENS, sampling: SamplingConfig | None = None
+) -> float | None:
     """The decoding loop's own work per speculative round: a run of `tokens` new tokens with
     the prompt-lookup drafter at gamma 2 on the end of `context` (at most 32 tokens of it),
     its decode time less every round's verify pass, over its rounds. None when no round
@@ -241,7 +249,16 @@ def measure_loop(target, context: list[int], tokens: int = LOOP_TOKENS, sampling
 
 
 @torch.inference_mode()
-def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k: int = MAX_VERIFY_K, draft_vocab: int = 0, sampling: SamplingConfig | None = None, predicting: bool = False) -> Costs:
+def measure_costs(
+    target,
+    drafter_model,
+    context: list[int],
+    repeats: int,
+    max_k: int = MAX_VERIFY_K,
+    draft_vocab: int = 0,
+    sampling: SamplingConfig | None = None,
+    predicting: bool = False,
+) -> Costs:
     """c from single-token forwards of both models (the drafter's over draft_vocab ids when
     > 0, as the model drafter runs it); v(k) for k = 1..max_k from the target; u(n) for
     n = 1..max_k from the drafter (last row's logits only, as a catch-up runs); with
@@ -252,7 +269,11 @@ def measure_costs(target, drafter_model, context: list[int], repeats: int, max_k
 
     repeats + 1 interleaved rounds; the first is a warm-up and is not counted."""
     target_timer = ForwardTimer(target, context, sampling=sampling)
-    drafter_timer = ForwardTimer(drafter_model, context, draft_step(drafter_model, draft_vocab), sampling) if drafter_model is not None else None
+    drafter_timer = (
+        ForwardTimer(drafter_model, context, draft_step(drafter_model, draft_vocab), sampling)
+        if drafter_model is not None
+        else None
+    )
     target_times: dict[int, list[float]] = {k: [] for k in range(1, max_k + 1)}
     drafter_times: dict[int, list[float]] = {n: [] for n in range(1, max_k + 1)} if drafter_timer else {}
     for round_ in range(repeats + 1):
@@ -370,7 +391,17 @@ def _slug(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def costs_for(target, drafter_model, key: str, context: list[int], folder: Path, max_k: int = MAX_VERIFY_K, repeats: int = 3, draft_vocab: int = 0, sampling: SamplingConfig | None = None) -> tuple[Costs, bool]:
+def costs_for(
+    target,
+    drafter_model,
+    key: str,
+    context: list[int],
+    folder: Path,
+    max_k: int = MAX_VERIFY_K,
+    repeats: int = 3,
+    draft_vocab: int = 0,
+    sampling: SamplingConfig | None = None,
+) -> tuple[Costs, bool]:
     """Cached costs for `key` (which must name draft_vocab and the sampling settings), else
     measured now and cached; returns (costs, were they cached)."""
     cached = load_cached(folder, key)

@@ -13,7 +13,7 @@ with the restricted head (--draft-vocab, default 65536), through
     where they apply, as fused_step.py's native layer calls (what a q4k drafter runs).
 Prints milliseconds and whether the argmax agrees with the first way's.
 
-    python bench/drafter_step.py [--context 144] [--repeats 21] [--also q4k]
+    python dev/drafter_step.py [--context 144] [--repeats 21] [--also q4k]
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import statistics
 import time
 
 import torch
+from common import load_default_pair, machine_line, prompt_ids, unfused
 
-from common import load_default_pair, machine_line, prompt_ids
 from specbench import models
 from specbench.bench.prompts import load_prompts
 from specbench.core.cache import cache_arg, crop_cache, new_cache
@@ -54,7 +54,9 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=144)
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--draft-vocab", type=int, default=65536)
-    parser.add_argument("--also", default="q4k", help="other drafter dtypes, comma-separated, timed the last way ('' for none)")
+    parser.add_argument(
+        "--also", default="q4k", help="other drafter dtypes, comma-separated, timed the last way ('' for none)"
+    )
     args = parser.parse_args()
     pair = load_default_pair(draft_dtype="int8")
     others = {dtype: load_drafter(dtype) for dtype in filter(None, args.also.split(","))}
@@ -67,20 +69,30 @@ def main() -> None:
     ways = {
         "HF decoder, bf16 head rows": lambda ids, cache: restricted_logits(drafter, bf16_head, ids, cache, lean=False),
         "HF decoder, int8 head rows": lambda ids, cache: restricted_logits(drafter, int8_head, ids, cache, lean=False),
-        "lean forward, int8 rows, PyTorch's kernel": lambda ids, cache: pytorch_kernel(lambda: restricted_logits(drafter, int8_head, ids, cache)),
-        "lean forward, int8 rows, specbench's kernel": lambda ids, cache: restricted_logits(drafter, int8_head, ids, cache),
+        "lean forward, int8 rows, PyTorch's kernel": lambda ids, cache: pytorch_kernel(
+            lambda: restricted_logits(drafter, int8_head, ids, cache)
+        ),
+        "lean forward, int8 rows, specbench's kernel": lambda ids, cache: restricted_logits(
+            drafter, int8_head, ids, cache
+        ),
     }
     for dtype, other in others.items():  # the same cache serves: the same layout, other weights
         other_head = restricted_head(other, args.draft_vocab, context)
         fused = lean_decoder(other).fused
-        ways[f"lean forward, {dtype} rows, specbench's kernel"] = lambda ids, cache, m=other, h=other_head: unfused(lean_decoder(m), lambda: restricted_logits(m, h, ids, cache))
+        ways[f"lean forward, {dtype} rows, specbench's kernel"] = lambda ids, cache, m=other, h=other_head: unfused(
+            lean_decoder(m), lambda: restricted_logits(m, h, ids, cache)
+        )
         if fused is not None:
-            ways[f"{dtype} layers as native calls (fused_step.py): the draft step"] = lambda ids, cache, m=other, h=other_head: restricted_logits(m, h, ids, cache)
+            ways[f"{dtype} layers as native calls (fused_step.py): the draft step"] = (
+                lambda ids, cache, m=other, h=other_head: restricted_logits(m, h, ids, cache)
+            )
     print(machine_line())
     cache = new_cache(drafter)
     with torch.inference_mode():
         drafter(input_ids=torch.tensor([context]), **cache_arg(drafter, cache), use_cache=True, logits_to_keep=1)
-        print(f"{pair.drafter_model.name}, int8, {args.context} cached tokens, {torch.get_num_threads()} threads, median of {args.repeats}")
+        print(
+            f"{pair.drafter_model.name}, int8, {args.context} cached tokens, {torch.get_num_threads()} threads, median of {args.repeats}"
+        )
         print("| forward | 1 token | 2 tokens | argmax as the first way |")
         print("|---|---|---|---|")
         times = {(name, n): [] for name in ways for n in (1, 2)}

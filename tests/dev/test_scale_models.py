@@ -1,4 +1,4 @@
-"""bench/scale_models.py on a tiny shape: the random Q4_K_M-like GGUF it writes has the
+"""dev/scale_models.py on a tiny shape: the random Q4_K_M-like GGUF it writes has the
 declared tensor types and shapes, weights of the asked std, and a config, tokenizer and
 model that transformers builds from it (no real model: the tokenizer is tiny_hf's)."""
 
@@ -12,12 +12,13 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType, GGUFReader, dequantize
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "dev"))
 import scale_models  # noqa: E402
+from tiny_hf import write_tiny_gguf  # noqa: E402
 
 from specbench.speed import gguf_blocks  # noqa: E402
-from specbench.speed.gguf_blocks import dequantize as specbench_dequantize, dequantize_q6k, repack, repack_q6k  # noqa: E402
-from tiny_hf import write_tiny_gguf  # noqa: E402
+from specbench.speed.gguf_blocks import dequantize as specbench_dequantize  # noqa: E402
+from specbench.speed.gguf_blocks import dequantize_q6k, repack, repack_q6k
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -54,11 +55,15 @@ def test_tiny_file_has_the_declared_tensors_and_loads_in_transformers(tmp_path, 
     tensors = {t.name: t for t in GGUFReader(str(path)).tensors}
     assert tensors.keys() == plan.keys()
     assert ("output.weight" in tensors) is not tied
-    assert tensors["token_embd.weight"].tensor_type == (GGMLQuantizationType.Q6_K if tied else GGMLQuantizationType.Q4_K)
+    assert tensors["token_embd.weight"].tensor_type == (
+        GGMLQuantizationType.Q6_K if tied else GGMLQuantizationType.Q4_K
+    )
     for name, tensor in tensors.items():
         assert tensor.tensor_type == plan[name].kind, name
         assert tuple(int(n) for n in reversed(tensor.shape)) == plan[name].shape, name
-    six = {name for name, t in tensors.items() if t.tensor_type == GGMLQuantizationType.Q6_K and name.startswith("blk.")}
+    six = {
+        name for name, t in tensors.items() if t.tensor_type == GGMLQuantizationType.Q6_K and name.startswith("blk.")
+    }
     assert six == {f"blk.{i}.{n}.weight" for i in (2, 3) for n in ("attn_v", "ffn_down")}
 
     config = AutoConfig.from_pretrained(tmp_path, gguf_file=path.name)
@@ -74,7 +79,10 @@ def test_tiny_file_has_the_declared_tensors_and_loads_in_transformers(tmp_path, 
     assert abs(model.model.layers[0].mlp.up_proj.weight.std().item() - 0.02) < 0.002
 
 
-@pytest.mark.skipif(not __import__("specbench.speed.native", fromlist=["x"]).linear_kernel(), reason="specbench's int8 kernel is not built here")
+@pytest.mark.skipif(
+    not __import__("specbench.speed.native", fromlist=["x"]).linear_kernel(),
+    reason="specbench's int8 kernel is not built here",
+)
 def test_the_safetensors_folder_loads_as_an_int8_target_through_the_builder(tmp_path, monkeypatch):
     """--safetensors: a bf16 checkpoint folder (shards and their index, the source's
     tokenizer) that specbench builds layer by layer into an int8 target."""

@@ -8,7 +8,7 @@ to the first, whether the texts are identical, and how many tokens they share be
 first difference. Ends with, per dtype, the geometric-mean ratio, the share of identical
 texts and the share of tokens before the first difference.
 
-    python bench/target_dtype.py [--prompts quick] [--max-new-tokens 128] [--dtypes float32,int8,q4k] [--out FILE.json]
+    python dev/target_dtype.py [--prompts quick] [--max-new-tokens 128] [--dtypes float32,int8,q4k] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import json
 import math
 
 from common import machine_line
+
 from specbench import models
 from specbench.bench.prompts import load_prompts
 from specbench.core.generate import GenerationConfig, plain_generate
@@ -43,7 +44,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", default="quick")
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--dtypes", default="float32,int8,q4k", help="target dtypes, comma-separated; the first is the reference")
+    parser.add_argument(
+        "--dtypes", default="float32,int8,q4k", help="target dtypes, comma-separated; the first is the reference"
+    )
     parser.add_argument("--out", help="write the per-prompt rows as JSON here")
     args = parser.parse_args()
     models.quiet_transformers()
@@ -54,7 +57,11 @@ def main() -> None:
     tokenizer = pairs[reference].tokenizer
     config = GenerationConfig(max_new_tokens=args.max_new_tokens, eos_token_ids=pairs[reference].eos_token_ids)
     rows = []
-    print(f"{'prompt':24s} " + " ".join(f"{d + ' tok/s':>12s}" for d in dtypes) + "".join(f" {d + ' ratio, same, shared':>26s}" for d in others))
+    print(
+        f"{'prompt':24s} "
+        + " ".join(f"{d + ' tok/s':>12s}" for d in dtypes)
+        + "".join(f" {d + ' ratio, same, shared':>26s}" for d in others)
+    )
     for prompt in load_prompts(args.prompts):
         ids = models.encode_prompt(tokenizer, prompt.messages())
         runs = {dtype: plain_generate(pair.target.model, ids, config) for dtype, pair in pairs.items()}
@@ -72,10 +79,15 @@ def main() -> None:
         rows.append(row)
         print(line, flush=True)
     for dtype in others:
-        ratio = math.exp(sum(math.log(r[f"{dtype}_tokens_per_second"] / r[f"{reference}_tokens_per_second"]) for r in rows) / len(rows))
+        ratio = math.exp(
+            sum(math.log(r[f"{dtype}_tokens_per_second"] / r[f"{reference}_tokens_per_second"]) for r in rows)
+            / len(rows)
+        )
         identical = sum(r[f"{dtype}_identical"] for r in rows)
         shared = sum(r[f"{dtype}_shared_prefix"] for r in rows) / sum(r["reference_tokens"] for r in rows)
-        print(f"{dtype} / {reference} tokens per second: {ratio:.2f}x (geometric mean); identical texts {identical}/{len(rows)}; tokens before the first difference {shared:.0%}")
+        print(
+            f"{dtype} / {reference} tokens per second: {ratio:.2f}x (geometric mean); identical texts {identical}/{len(rows)}; tokens before the first difference {shared:.0%}"
+        )
     if args.out:
         with open(args.out, "w") as out:
             json.dump({"machine": machine_line(), "dtypes": dtypes, "rows": rows}, out, indent=1)

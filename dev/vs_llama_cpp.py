@@ -15,7 +15,7 @@ own speed moved by 20% between rounds minutes apart on a 2-core CPU. The assembl
 written once into --gguf-dir (the default pair's parts, checked by sha256). llama.cpp is not
 built here: pass the path of a `llama-bench` you built.
 
-    python bench/vs_llama_cpp.py --llama-bench PATH [--prompts quick] [--max-new-tokens 128]
+    python dev/vs_llama_cpp.py --llama-bench PATH [--prompts quick] [--max-new-tokens 128]
         [--rounds 2] [--threads 2] [--dtypes auto,int8] [--draft-dtypes auto,int8]
         [--gguf-dir /tmp/specbench-gguf] [--out FILE.json]
 """
@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 
 from common import machine_line
+
 from specbench.bench.prompts import load_prompts
 from specbench.models import defaults
 
@@ -44,7 +45,12 @@ def target_gguf(folder: Path) -> Path:
 
 def llama_tokens_per_second(binary: str, gguf: Path, tokens: int, threads: int) -> float:
     """llama-bench's tg<tokens> tokens/s (JSON output: avg_ts of its one test)."""
-    done = subprocess.run([binary, "-m", str(gguf), "-p", "0", "-n", str(tokens), "-t", str(threads), "-r", "3", "-o", "json"], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [binary, "-m", str(gguf), "-p", "0", "-n", str(tokens), "-t", str(threads), "-r", "3", "-o", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return float(json.loads(done.stdout)[0]["avg_ts"])
 
 
@@ -68,8 +74,14 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--dtypes", default="auto", help="target dtypes to run specbench with, comma-separated (each: default and plain)")
-    parser.add_argument("--draft-dtypes", default="auto", help="drafter dtypes for the speculative runs, comma-separated")
+    parser.add_argument(
+        "--dtypes",
+        default="auto",
+        help="target dtypes to run specbench with, comma-separated (each: default and plain)",
+    )
+    parser.add_argument(
+        "--draft-dtypes", default="auto", help="drafter dtypes for the speculative runs, comma-separated"
+    )
     parser.add_argument("--gguf-dir", type=Path, default=Path("/tmp/specbench-gguf"))
     parser.add_argument("--out", help="write every measurement as JSON here")
     args = parser.parse_args()
@@ -89,9 +101,24 @@ def main() -> None:
             for dtype in dtypes:
                 plain, _ = specbench_tokens_per_second(text, args.max_new_tokens, "--dtype", dtype, "--drafter", "none")
                 for draft_dtype in draft_dtypes:
-                    spec, stats = specbench_tokens_per_second(text, args.max_new_tokens, "--dtype", dtype, "--draft-dtype", draft_dtype)
-                    rows.append({"round": round_, "prompt_id": prompt.id, "dtype": dtype, "draft_dtype": draft_dtype, "speculative": spec, "plain": plain, "acceptance_rate": stats["acceptance_rate"]})
-                    print(f"round {round_} {prompt.id:20s} --dtype {dtype:8s} --draft-dtype {draft_dtype:8s} specbench default {spec:6.2f} tok/s   specbench plain {plain:6.2f} tok/s", flush=True)
+                    spec, stats = specbench_tokens_per_second(
+                        text, args.max_new_tokens, "--dtype", dtype, "--draft-dtype", draft_dtype
+                    )
+                    rows.append(
+                        {
+                            "round": round_,
+                            "prompt_id": prompt.id,
+                            "dtype": dtype,
+                            "draft_dtype": draft_dtype,
+                            "speculative": spec,
+                            "plain": plain,
+                            "acceptance_rate": stats["acceptance_rate"],
+                        }
+                    )
+                    print(
+                        f"round {round_} {prompt.id:20s} --dtype {dtype:8s} --draft-dtype {draft_dtype:8s} specbench default {spec:6.2f} tok/s   specbench plain {plain:6.2f} tok/s",
+                        flush=True,
+                    )
         if not llama_first:
             llama.append(llama_tokens_per_second(args.llama_bench, gguf, args.max_new_tokens, args.threads))
         print(f"round {round_} llama.cpp plain tg{args.max_new_tokens}: {llama[-1]:.2f} tok/s", flush=True)
@@ -102,8 +129,16 @@ def main() -> None:
             mine = [r for r in rows if r["dtype"] == dtype and r["draft_dtype"] == draft_dtype]
             spec, plain = geomean([r["speculative"] for r in mine]), geomean([r["plain"] for r in mine])
             wins = sum(r["speculative"] > r["plain"] for r in mine)
-            print(f"--dtype {dtype} --draft-dtype {draft_dtype}: specbench default {spec:.2f} tok/s, plain {plain:.2f} tok/s (geometric means over prompts and rounds); default / llama.cpp plain {spec / mean_llama:.2f}x, default / own plain {spec / plain:.2f}x, faster than own plain on {wins} of {len(mine)}")
-            print("  default / llama.cpp plain by round, each against the llama-bench run beside it: " + ", ".join(f"{geomean([r['speculative'] for r in mine if r['round'] == n]) / tg:.2f}x" for n, tg in enumerate(llama)))
+            print(
+                f"--dtype {dtype} --draft-dtype {draft_dtype}: specbench default {spec:.2f} tok/s, plain {plain:.2f} tok/s (geometric means over prompts and rounds); default / llama.cpp plain {spec / mean_llama:.2f}x, default / own plain {spec / plain:.2f}x, faster than own plain on {wins} of {len(mine)}"
+            )
+            print(
+                "  default / llama.cpp plain by round, each against the llama-bench run beside it: "
+                + ", ".join(
+                    f"{geomean([r['speculative'] for r in mine if r['round'] == n]) / tg:.2f}x"
+                    for n, tg in enumerate(llama)
+                )
+            )
     if args.out:
         with open(args.out, "w") as out:
             json.dump({"machine": machine_line(), "llama_cpp_tg": llama, "rows": rows}, out, indent=1)

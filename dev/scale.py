@@ -1,7 +1,7 @@
 """specbench with bigger targets: load time, peak memory and plain decoding speed for each
 GGUF given, beside llama.cpp's plain decoding of the same file.
 
-The GGUFs are meant to be bench/scale_models.py's random-weight Qwen2.5 1.5B, 3B, 7B and 14B
+The GGUFs are meant to be dev/scale_models.py's random-weight Qwen2.5 1.5B, 3B, 7B and 14B
 (any Qwen2 GGUF works). For each, on this machine:
   - first load: `specbench generate "hi" --max-new-tokens 1 --target FILE --drafter D` in a
     new SPECBENCH_CACHE (CACHES/STEM, emptied first; outside the repository: it holds
@@ -25,7 +25,7 @@ Writes OUT/STEM.json (every measurement, the machine) for each file and OUT/scal
 row per file, rewritten at each file), each with the CPU's model name and the instruction
 sets that pick fast paths (avx2, avx512f, avx512_vnni, avx512_bf16, amx_*).
 
-    python bench/scale.py GGUF [GGUF ...] --llama-bench PATH [--out results/scale]
+    python dev/scale.py GGUF [GGUF ...] --llama-bench PATH [--out results/scale]
         [--threads 2] [--rounds 2] [--max-new-tokens 64] [--drafter default]
         [--seed-cache DIR] [--caches /tmp/specbench-scale] [--skip-loads] [--specbench PATH]
 """
@@ -43,9 +43,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import machine_line
 from gguf import GGUFReader
 
-from common import machine_line
+from specbench import paths
 from specbench.models import defaults
 from specbench.speed import native
 
@@ -62,7 +63,13 @@ def cpu() -> dict:
     model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
     have = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
     flags = [f for f in FLAGS if f in have] + sorted(f for f in have if f.startswith("amx"))
-    return {"model": model, "flags": flags, "cores": os.cpu_count(), "specbench_kernels_march": native.march(), "line": machine_line()}
+    return {
+        "model": model,
+        "flags": flags,
+        "cores": os.cpu_count(),
+        "specbench_kernels_march": native.march(),
+        "line": machine_line(),
+    }
 
 
 # ---------------------------------------------------------------------------- runs
@@ -81,11 +88,17 @@ def run_measured(command: list[str], env: dict) -> dict:
         err.seek(0)
         stdout, stderr = out.read(), err.read()
     last = (stderr.strip().splitlines() or [""])[-1]
-    return {"rc": process.returncode, "seconds": round(seconds, 3), "peak_rss_gb": round(usage.ru_maxrss * 1024 / 1e9, 3), "stdout": stdout, "last_stderr": last}
+    return {
+        "rc": process.returncode,
+        "seconds": round(seconds, 3),
+        "peak_rss_gb": round(usage.ru_maxrss * 1024 / 1e9, 3),
+        "stdout": stdout,
+        "last_stderr": last,
+    }
 
 
 def specbench_env(cache: Path, threads: int) -> dict:
-    return {**os.environ, defaults.CACHE_ENV: str(cache), "OMP_NUM_THREADS": str(threads)}
+    return {**os.environ, paths.CACHE_ENV: str(cache), "OMP_NUM_THREADS": str(threads)}
 
 
 def fresh_cache(cache: Path, seed: Path | None) -> list[str]:
@@ -119,7 +132,18 @@ def _link_or_copy(source: str, dest: str) -> None:
 
 def load(specbench: str, gguf: Path, drafter: str, cache: Path, threads: int) -> dict:
     """One `generate "hi" --max-new-tokens 1` run: wall time and peak RSS of the process."""
-    command = [specbench, "generate", "hi", "--max-new-tokens", "1", "--json", "--target", str(gguf), "--drafter", drafter]
+    command = [
+        specbench,
+        "generate",
+        "hi",
+        "--max-new-tokens",
+        "1",
+        "--json",
+        "--target",
+        str(gguf),
+        "--drafter",
+        drafter,
+    ]
     done = run_measured(command, specbench_env(cache, threads))
     record = {key: done[key] for key in ("rc", "seconds", "peak_rss_gb")}
     if done["rc"] != 0:
@@ -132,13 +156,31 @@ def load(specbench: str, gguf: Path, drafter: str, cache: Path, threads: int) ->
 
 def specbench_plain(specbench: str, gguf: Path, cache: Path, threads: int, tokens: int) -> dict:
     """Plain decoding tokens/s of one `generate --drafter none --json` run (prefill apart)."""
-    command = [specbench, "generate", PROMPT, "--json", "--max-new-tokens", str(tokens), "--target", str(gguf), "--drafter", "none"]
+    command = [
+        specbench,
+        "generate",
+        PROMPT,
+        "--json",
+        "--max-new-tokens",
+        str(tokens),
+        "--target",
+        str(gguf),
+        "--drafter",
+        "none",
+    ]
     done = run_measured(command, specbench_env(cache, threads))
     if done["rc"] != 0:
         return {"rc": done["rc"], "error": done["last_stderr"], "tokens_per_second": None}
     result = json.loads(done["stdout"])
     stats = result["stats"]
-    return {"rc": 0, "tokens_per_second": stats["tokens_per_second"], "new_tokens": stats["new_tokens"], "distinct_tokens": len(set(result["token_ids"])), "seconds": done["seconds"], "peak_rss_gb": done["peak_rss_gb"]}
+    return {
+        "rc": 0,
+        "tokens_per_second": stats["tokens_per_second"],
+        "new_tokens": stats["new_tokens"],
+        "distinct_tokens": len(set(result["token_ids"])),
+        "seconds": done["seconds"],
+        "peak_rss_gb": done["peak_rss_gb"],
+    }
 
 
 def llama_plain(binary: str, gguf: Path, threads: int, tokens: int) -> dict:
@@ -148,7 +190,13 @@ def llama_plain(binary: str, gguf: Path, threads: int, tokens: int) -> dict:
     if done["rc"] != 0:
         return {"rc": done["rc"], "error": done["last_stderr"], "tokens_per_second": None}
     test = json.loads(done["stdout"])[0]
-    return {"rc": 0, "tokens_per_second": test["avg_ts"], "stddev": test["stddev_ts"], "build": test.get("build_commit"), "peak_rss_gb": done["peak_rss_gb"]}
+    return {
+        "rc": 0,
+        "tokens_per_second": test["avg_ts"],
+        "stddev": test["stddev_ts"],
+        "build": test.get("build_commit"),
+        "peak_rss_gb": done["peak_rss_gb"],
+    }
 
 
 def costs(specbench: str, gguf: Path, cache: Path, threads: int, out: Path) -> dict | None:
@@ -198,7 +246,9 @@ def measure(gguf: Path, args, machine: dict) -> dict:
         record["seeded"] = fresh_cache(cache, args.seed_cache)
         before = files(cache)
         record["first_load"] = load(args.specbench, gguf, args.drafter, cache, args.threads)
-        record["first_load"]["wrote"] = sorted(files(cache) - before)  # what it prepared or measured (costs/: the cost policy's)
+        record["first_load"]["wrote"] = sorted(
+            files(cache) - before
+        )  # what it prepared or measured (costs/: the cost policy's)
         record["warm_load"] = load(args.specbench, gguf, args.drafter, cache, args.threads)
         for key in ("first_load", "warm_load"):
             print(f"  {key}: {record[key]}", flush=True)
@@ -214,7 +264,10 @@ def measure(gguf: Path, args, machine: dict) -> dict:
             else:
                 row["specbench"] = specbench_plain(args.specbench, gguf, cache, args.threads, args.max_new_tokens)
         rounds.append(row)
-        print(f"  round {round_}: specbench plain {row['specbench']} | llama.cpp tg{args.max_new_tokens} {row['llama']}", flush=True)
+        print(
+            f"  round {round_}: specbench plain {row['specbench']} | llama.cpp tg{args.max_new_tokens} {row['llama']}",
+            flush=True,
+        )
     record["rounds"] = rounds
     record["specbench_plain_tps"] = mean([r["specbench"]["tokens_per_second"] for r in rounds])
     record["llama_tg_tps"] = mean([r["llama"]["tokens_per_second"] for r in rounds])
@@ -223,9 +276,23 @@ def measure(gguf: Path, args, machine: dict) -> dict:
 
 
 CSV_COLUMNS = [
-    "file", "gb", "size_label", "first_load_s", "first_peak_gb", "warm_load_s", "warm_peak_gb",
-    "specbench_plain_tps", "llama_tg_tps", "plain_vs_llama", "c", "v2", "v4", "threads", "cpu", "flags",
-]  # fmt: skip
+    "file",
+    "gb",
+    "size_label",
+    "first_load_s",
+    "first_peak_gb",
+    "warm_load_s",
+    "warm_peak_gb",
+    "specbench_plain_tps",
+    "llama_tg_tps",
+    "plain_vs_llama",
+    "c",
+    "v2",
+    "v4",
+    "threads",
+    "cpu",
+    "flags",
+]
 
 
 def csv_row(record: dict) -> dict:
@@ -252,17 +319,31 @@ def csv_row(record: dict) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("gguf", nargs="+", type=Path, help="GGUF targets (bench/scale_models.py's)")
+    parser.add_argument("gguf", nargs="+", type=Path, help="GGUF targets (dev/scale_models.py's)")
     parser.add_argument("--llama-bench", required=True, help="path of a llama-bench binary")
     parser.add_argument("--out", type=Path, default=Path("results/scale"))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--drafter", default="default", help="the drafter of the load runs (plain decoding has none)")
-    parser.add_argument("--seed-cache", type=Path, default=defaults.cache_root(), help="a specbench cache whose compiled kernels and prepared default drafter each new cache starts with (default: $SPECBENCH_CACHE)")
-    parser.add_argument("--caches", type=Path, default=Path("/tmp/specbench-scale"), help="where each file's SPECBENCH_CACHE goes (it holds prepared models: keep it out of the repository)")
+    parser.add_argument(
+        "--seed-cache",
+        type=Path,
+        default=paths.cache_root(),
+        help="a specbench cache whose compiled kernels and prepared default drafter each new cache starts with (default: $SPECBENCH_CACHE)",
+    )
+    parser.add_argument(
+        "--caches",
+        type=Path,
+        default=Path("/tmp/specbench-scale"),
+        help="where each file's SPECBENCH_CACHE goes (it holds prepared models: keep it out of the repository)",
+    )
     parser.add_argument("--skip-loads", action="store_true", help="measure plain decoding only")
-    parser.add_argument("--specbench", default=str(Path(sys.executable).with_name("specbench")), help="the specbench command (default: this environment's)")
+    parser.add_argument(
+        "--specbench",
+        default=str(Path(sys.executable).with_name("specbench")),
+        help="the specbench command (default: this environment's)",
+    )
     args = parser.parse_args()
     if missing := [str(p) for p in args.gguf if not p.is_file()]:
         parser.error(f"no such file: {', '.join(missing)}")
@@ -279,7 +360,10 @@ def main() -> None:
             writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS)
             writer.writeheader()
             writer.writerows(rows)
-        print(f"  specbench plain {record['specbench_plain_tps']} tok/s, llama.cpp tg {record['llama_tg_tps']} tok/s -> {args.out / 'scale.csv'}", flush=True)
+        print(
+            f"  specbench plain {record['specbench_plain_tps']} tok/s, llama.cpp tg {record['llama_tg_tps']} tok/s -> {args.out / 'scale.csv'}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

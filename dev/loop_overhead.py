@@ -9,7 +9,7 @@ cache crops, tensor bookkeeping, Python) is the loop's overhead:
 It also measures the target's verify cost curve v(k) = t(k tokens) / t(1 token) over a
 realistic cache, for the default MKL kernels and for `--kernels onednn`.
 
-    python bench/loop_overhead.py [--max-new-tokens 64] [--gamma 4] [--kernels default onednn]
+    python dev/loop_overhead.py [--max-new-tokens 64] [--gamma 4] [--kernels default onednn]
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import statistics
 import time
 
 import torch
+from common import load_default_pair, machine_line, prompt_ids
 
+from specbench.bench.costs import ForwardTimer
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
 from specbench.policies import FixedGamma
-from common import load_default_pair, machine_line, prompt_ids
-from specbench.speed.costs import ForwardTimer
 from specbench.speed.kernels import use_kernels
 
 PROMPT = "Write a Python function that merges two sorted lists into one sorted list, with a docstring."
@@ -100,8 +100,10 @@ def main() -> None:
         use_kernels(pair.target.model, kernels)  # default: no-op; onednn: swap in place
         curve = verify_cost_curve(pair.target.model)
         v = {k: t / curve[1] for k, t in curve.items()}
-        print(f"\n[{kernels}] target forward over a 200-token cache: "
-              + ", ".join(f"k={k} {t * 1000:.0f} ms (v={v[k]:.2f})" for k, t in curve.items()))
+        print(
+            f"\n[{kernels}] target forward over a 200-token cache: "
+            + ", ".join(f"k={k} {t * 1000:.0f} ms (v={v[k]:.2f})" for k, t in curve.items())
+        )
         result = measure(pair, ids, args)
         for key, value in result.items():
             print(f"  {key:>22}: {value:.4f}" if isinstance(value, float) else f"  {key:>22}: {value}")

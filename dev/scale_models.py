@@ -1,5 +1,5 @@
 """Random-weight GGUFs with the real shapes of Qwen2.5 1.5B, 3B, 7B and 14B, laid out as
-llama.cpp's Q4_K_M files are: targets for the scale benchmark (bench/scale.py).
+llama.cpp's Q4_K_M files are: targets for the scale benchmark (dev/scale.py).
 
 Why: a target step costs its weight bytes, so how specbench loads and decodes a 7B or 14B
 target, and how it compares with llama.cpp there, depends on the shapes and the block types,
@@ -27,7 +27,7 @@ vocabulary (151936 tokens); the real 7B and 14B pad theirs to 152064 rows, 0.1% 
 The source is --source, or the default target's GGUF assembled into --out from its installed
 packages once.
 
-    python bench/scale_models.py [--sizes 1.5b,3b,7b,14b] [--out /work/scale-models]
+    python dev/scale_models.py [--sizes 1.5b,3b,7b,14b] [--out /work/scale-models]
         [--source GGUF] [--untie] [--std 0.02] [--seed 0] [--safetensors]
 
 --safetensors writes bf16 checkpoint folders instead (config.json, 2 GB shards, their index
@@ -47,10 +47,20 @@ from pathlib import Path
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType
-
 from kernel_shapes import more_bits
+
 from specbench.models import defaults
-from specbench.speed.gguf_blocks import BLOCK_BYTES as Q4K_BYTES, Q6K_BLOCK_BYTES as Q6K_BYTES, QK, random_q4k, random_q6k
+from specbench.speed.gguf_blocks import (
+    BLOCK_BYTES as Q4K_BYTES,
+)
+from specbench.speed.gguf_blocks import (
+    Q6K_BLOCK_BYTES as Q6K_BYTES,
+)
+from specbench.speed.gguf_blocks import (
+    QK,
+    random_q4k,
+    random_q6k,
+)
 
 Q4K, Q6K, F32 = GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K, GGMLQuantizationType.F32
 
@@ -83,7 +93,7 @@ SHAPES = {
         Shape("3b", 2048, 11008, 36, 16, 2, tie_word_embeddings=True),
         Shape("7b", 3584, 18944, 28, 28, 4, tie_word_embeddings=False),
         Shape("14b", 5120, 13824, 48, 40, 8, tie_word_embeddings=False),
-        Shape("tiny", 256, 512, 2, 4, 2, tie_word_embeddings=False),  # for dry runs of bench/scale.py
+        Shape("tiny", 256, 512, 2, 4, 2, tie_word_embeddings=False),  # for dry runs of dev/scale.py
     )
 }
 
@@ -167,7 +177,9 @@ def vocab_size(fields) -> int:
     return next(len(value) for key, value, *_ in fields if key == "tokenizer.ggml.tokens")
 
 
-def write_model(path: Path, shape: Shape, tokenizer: list, *, untie: bool = False, std: float = 0.02, seed: int = 0) -> Path:
+def write_model(
+    path: Path, shape: Shape, tokenizer: list, *, untie: bool = False, std: float = 0.02, seed: int = 0
+) -> Path:
     """Write `shape` as a random-weight Q4_K_M-like GGUF at `path` with `tokenizer`'s keys
     (tokenizer_fields), one tensor in memory at a time; returns the path."""
     plan = tensor_plan(shape, vocab_size(tokenizer), untie)
@@ -193,7 +205,9 @@ def write_model(path: Path, shape: Shape, tokenizer: list, *, untie: bool = Fals
             writer.add_tensor_info(tensor.name, tensor.shape, np.dtype(np.float32), tensor.nbytes)
         else:  # the byte shape; the writer turns it into the value shape
             rows, cols = tensor.shape
-            writer.add_tensor_info(tensor.name, (rows, tensor.nbytes // rows), np.dtype(np.uint8), tensor.nbytes, raw_dtype=tensor.kind)
+            writer.add_tensor_info(
+                tensor.name, (rows, tensor.nbytes // rows), np.dtype(np.uint8), tensor.nbytes, raw_dtype=tensor.kind
+            )
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
@@ -204,7 +218,9 @@ def write_model(path: Path, shape: Shape, tokenizer: list, *, untie: bool = Fals
     return path
 
 
-def write_safetensors(folder: Path, shape: Shape, source: Path, *, std: float = 0.02, seed: int = 0, shard_gb: float = 2.0) -> Path:
+def write_safetensors(
+    folder: Path, shape: Shape, source: Path, *, std: float = 0.02, seed: int = 0, shard_gb: float = 2.0
+) -> Path:
     """Write `shape` as a random-weight bf16 checkpoint folder, as save_pretrained lays one out
     (config.json, shards of about shard_gb, model.safetensors.index.json) with the tokenizer
     of the GGUF `source`: the HF path's input at that size. One tensor in memory at a time."""
@@ -216,11 +232,20 @@ def write_safetensors(folder: Path, shape: Shape, source: Path, *, std: float = 
 
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=shape.hidden_size, intermediate_size=shape.intermediate_size,
-                         num_hidden_layers=shape.num_hidden_layers, num_attention_heads=shape.num_attention_heads,
-                         num_key_value_heads=shape.num_key_value_heads, tie_word_embeddings=shape.tie_word_embeddings,
-                         rope_theta=shape.rope_theta, rms_norm_eps=shape.rms_norm_eps, max_position_embeddings=shape.max_position_embeddings,
-                         eos_token_id=tokenizer.eos_token_id, dtype="bfloat16")  # fmt: skip
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.num_hidden_layers,
+        num_attention_heads=shape.num_attention_heads,
+        num_key_value_heads=shape.num_key_value_heads,
+        tie_word_embeddings=shape.tie_word_embeddings,
+        rope_theta=shape.rope_theta,
+        rms_norm_eps=shape.rms_norm_eps,
+        max_position_embeddings=shape.max_position_embeddings,
+        eos_token_id=tokenizer.eos_token_id,
+        dtype="bfloat16",
+    )
     config.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     generator = torch.Generator().manual_seed(seed)
@@ -254,7 +279,11 @@ def _hf_tensor_shapes(config) -> list[tuple[str, tuple[int, ...]]]:
 
     with torch.device("meta"):
         model = Qwen2ForCausalLM(config)
-    return [(name, tuple(tensor.shape)) for name, tensor in model.state_dict().items() if not (config.tie_word_embeddings and name == "lm_head.weight")]
+    return [
+        (name, tuple(tensor.shape))
+        for name, tensor in model.state_dict().items()
+        if not (config.tie_word_embeddings and name == "lm_head.weight")
+    ]
 
 
 def source_gguf(folder: Path) -> Path:
@@ -267,13 +296,27 @@ def source_gguf(folder: Path) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="1.5b,3b,7b,14b", help=f"comma-separated, of {', '.join(SHAPES)} (tiny: 2 layers, hidden 256, for dry runs)")
+    parser.add_argument(
+        "--sizes",
+        default="1.5b,3b,7b,14b",
+        help=f"comma-separated, of {', '.join(SHAPES)} (tiny: 2 layers, hidden 256, for dry runs)",
+    )
     parser.add_argument("--out", type=Path, default=Path("/work/scale-models"))
-    parser.add_argument("--source", type=Path, help="a GGUF whose tokenizer keys to copy (default: the default target's, assembled into --out)")
-    parser.add_argument("--untie", action="store_true", help="a Q6_K output head for the tied sizes too (as the Coder 1.5B file has)")
+    parser.add_argument(
+        "--source",
+        type=Path,
+        help="a GGUF whose tokenizer keys to copy (default: the default target's, assembled into --out)",
+    )
+    parser.add_argument(
+        "--untie", action="store_true", help="a Q6_K output head for the tied sizes too (as the Coder 1.5B file has)"
+    )
     parser.add_argument("--std", type=float, default=0.02, help="the weights' standard deviation")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--safetensors", action="store_true", help="write bf16 checkpoint folders (qwen2.5-SIZE-random-bf16/) instead of GGUFs: the HF path")
+    parser.add_argument(
+        "--safetensors",
+        action="store_true",
+        help="write bf16 checkpoint folders (qwen2.5-SIZE-random-bf16/) instead of GGUFs: the HF path",
+    )
     args = parser.parse_args()
     sizes = [s.strip().lower() for s in args.sizes.split(",") if s.strip()]
     if unknown := [s for s in sizes if s not in SHAPES]:
@@ -284,10 +327,21 @@ def main() -> None:
         shape = SHAPES[size]
         start = time.perf_counter()
         if args.safetensors:
-            folder = write_safetensors(args.out / f"qwen2.5-{shape.name}-random-bf16", shape, args.source or source_gguf(args.out), std=args.std, seed=args.seed)
-            print(f"{folder}: {sum(f.stat().st_size for f in folder.iterdir()) / 1e9:.2f} GB in {time.perf_counter() - start:.0f} s", flush=True)
+            folder = write_safetensors(
+                args.out / f"qwen2.5-{shape.name}-random-bf16",
+                shape,
+                args.source or source_gguf(args.out),
+                std=args.std,
+                seed=args.seed,
+            )
+            print(
+                f"{folder}: {sum(f.stat().st_size for f in folder.iterdir()) / 1e9:.2f} GB in {time.perf_counter() - start:.0f} s",
+                flush=True,
+            )
             continue
-        path = write_model(args.out / file_name(shape, args.untie), shape, tokenizer, untie=args.untie, std=args.std, seed=args.seed)
+        path = write_model(
+            args.out / file_name(shape, args.untie), shape, tokenizer, untie=args.untie, std=args.std, seed=args.seed
+        )
         print(f"{path}: {path.stat().st_size / 1e9:.2f} GB in {time.perf_counter() - start:.0f} s", flush=True)
 
 

@@ -1,8 +1,8 @@
-"""What the maintainer scripts in bench/ share: the default pair on the CPU fast paths, a
+"""What the maintainer scripts in dev/ share: the default pair on the CPU fast paths, a
 prompt's ids, one line saying which machine the numbers come from, and a forward with
 fused_step.py's native layers turned off.
 
-Each script runs from the repository root (`python bench/NAME.py --help`) and imports this
+Each script runs from the repository root (`python dev/NAME.py --help`) and imports this
 module by its plain name: Python puts the script's own folder first on the path.
 """
 
@@ -34,7 +34,10 @@ def machine_line() -> str:
     cpu = native.cpu_description()
     flags = ", ".join(cpu["flags"]) or "none of " + ", ".join(native.SPEED_FLAGS)
     built = "" if cpu["kernels_march"] == "native" else f", kernels built for -march={cpu['kernels_march']}"
-    return f"{cpu['model']} [{flags}]{built}, {torch.get_num_threads()} torch threads, torch {torch.__version__}; int8 draft kernel: {native.name()}"
+    return (
+        f"{cpu['model']} [{flags}]{built}, {torch.get_num_threads()} torch threads, torch {torch.__version__}; "
+        f"int8 draft kernel: {native.name()}"
+    )
 
 
 def unfused(decoder, forward):

@@ -91,7 +91,8 @@ def main() -> None:
     with torch.inference_mode():
         drafter(input_ids=torch.tensor([context]), **cache_arg(drafter, cache), use_cache=True, logits_to_keep=1)
         print(
-            f"{pair.drafter_model.name}, int8, {args.context} cached tokens, {torch.get_num_threads()} threads, median of {args.repeats}"
+            f"{pair.drafter_model.name}, int8, {args.context} cached tokens, {torch.get_num_threads()} threads, "
+            f"median of {args.repeats}"
         )
         print("| forward | 1 token | 2 tokens | argmax as the first way |")
         print("|---|---|---|---|")

@@ -120,10 +120,11 @@ def drafter(repeats: int) -> None:
     }
     for n in (1, 2, 4):
         x = {width: torch.randn(n, width).bfloat16() for width in (hidden, intermediate)}
-        cells = [
-            f"{name} {median_ms(lambda way=way, x=x: [way(x[q.shape[1]], q, s, None) for q, s in weights], repeats):6.2f}"
-            for name, way in ways.items()
-        ]
+
+        def run_all(way, x=x):
+            return [way(x[q.shape[1]], q, s, None) for q, s in weights]
+
+        cells = [f"{name} {median_ms(lambda way=way: run_all(way), repeats):6.2f}" for name, way in ways.items()]
         xf = {width: t.float() for width, t in x.items()}
         cells.append(
             f"Q4_K {median_ms(lambda xf=xf: [layer(xf[layer.in_features]) for layer in blocks], repeats):6.2f}"

@@ -330,7 +330,10 @@ def main() -> None:
         "--seed-cache",
         type=Path,
         default=paths.cache_root(),
-        help="a specbench cache whose compiled kernels and prepared default drafter each new cache starts with (default: $SPECBENCH_CACHE)",
+        help=(
+            "a specbench cache whose compiled kernels and prepared default drafter each new cache starts with "
+            "(default: $SPECBENCH_CACHE)"
+        ),
     )
     parser.add_argument(
         "--caches",
@@ -361,7 +364,8 @@ def main() -> None:
             writer.writeheader()
             writer.writerows(rows)
         print(
-            f"  specbench plain {record['specbench_plain_tps']} tok/s, llama.cpp tg {record['llama_tg_tps']} tok/s -> {args.out / 'scale.csv'}",
+            f"  specbench plain {record['specbench_plain_tps']} tok/s, "
+            f"llama.cpp tg {record['llama_tg_tps']} tok/s -> {args.out / 'scale.csv'}",
             flush=True,
         )
 

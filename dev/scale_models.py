@@ -335,7 +335,8 @@ def main() -> None:
                 seed=args.seed,
             )
             print(
-                f"{folder}: {sum(f.stat().st_size for f in folder.iterdir()) / 1e9:.2f} GB in {time.perf_counter() - start:.0f} s",
+                f"{folder}: {sum(f.stat().st_size for f in folder.iterdir()) / 1e9:.2f} GB "
+                f"in {time.perf_counter() - start:.0f} s",
                 flush=True,
             )
             continue

@@ -75,7 +75,8 @@ def main() -> None:
             ids_other = runs[dtype].token_ids
             row[f"{dtype}_identical"] = ids_other == base
             row[f"{dtype}_shared_prefix"] = shared_prefix(base, ids_other)
-            line += f" {speed[dtype] / speed[reference]:12.2f} {str(ids_other == base):>5s} {row[f'{dtype}_shared_prefix']:4d}/{len(base)}"
+            prefix = row[f"{dtype}_shared_prefix"]
+            line += f" {speed[dtype] / speed[reference]:12.2f} {str(ids_other == base):>5s} {prefix:4d}/{len(base)}"
         rows.append(row)
         print(line, flush=True)
     for dtype in others:
@@ -86,7 +87,8 @@ def main() -> None:
         identical = sum(r[f"{dtype}_identical"] for r in rows)
         shared = sum(r[f"{dtype}_shared_prefix"] for r in rows) / sum(r["reference_tokens"] for r in rows)
         print(
-            f"{dtype} / {reference} tokens per second: {ratio:.2f}x (geometric mean); identical texts {identical}/{len(rows)}; tokens before the first difference {shared:.0%}"
+            f"{dtype} / {reference} tokens per second: {ratio:.2f}x (geometric mean); "
+            f"identical texts {identical}/{len(rows)}; tokens before the first difference {shared:.0%}"
         )
     if args.out:
         with open(args.out, "w") as out:

@@ -116,7 +116,8 @@ def main() -> None:
                         }
                     )
                     print(
-                        f"round {round_} {prompt.id:20s} --dtype {dtype:8s} --draft-dtype {draft_dtype:8s} specbench default {spec:6.2f} tok/s   specbench plain {plain:6.2f} tok/s",
+                        f"round {round_} {prompt.id:20s} --dtype {dtype:8s} --draft-dtype {draft_dtype:8s} "
+                        f"specbench default {spec:6.2f} tok/s   specbench plain {plain:6.2f} tok/s",
                         flush=True,
                     )
         if not llama_first:
@@ -130,7 +131,10 @@ def main() -> None:
             spec, plain = geomean([r["speculative"] for r in mine]), geomean([r["plain"] for r in mine])
             wins = sum(r["speculative"] > r["plain"] for r in mine)
             print(
-                f"--dtype {dtype} --draft-dtype {draft_dtype}: specbench default {spec:.2f} tok/s, plain {plain:.2f} tok/s (geometric means over prompts and rounds); default / llama.cpp plain {spec / mean_llama:.2f}x, default / own plain {spec / plain:.2f}x, faster than own plain on {wins} of {len(mine)}"
+                f"--dtype {dtype} --draft-dtype {draft_dtype}: specbench default {spec:.2f} tok/s, "
+                f"plain {plain:.2f} tok/s (geometric means over prompts and rounds); "
+                f"default / llama.cpp plain {spec / mean_llama:.2f}x, default / own plain {spec / plain:.2f}x, "
+                f"faster than own plain on {wins} of {len(mine)}"
             )
             print(
                 "  default / llama.cpp plain by round, each against the llama-bench run beside it: "

@@ -11,13 +11,16 @@ verify forward's rows and one-token steps, not by construction. The tiny models 
 (PyTorch keeps float32 matmuls out of TF32 unless asked); a bf16 model on a GPU can flip a
 near tie, and a sweep's identical_to_baseline column reports it.
 
-On a GPU machine: python -m pytest tests/core/test_cuda.py
+On a GPU machine: python -m pytest tests/core/test_cuda.py. SPECBENCH_CUDA_DTYPE=bfloat16 runs the
+model tests in bf16: the sampling tests as they are, the greedy parity tests skipped, since
+dev/gpu_check.py counts bf16 greedy mismatches and prints each one's logit gap instead.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 from types import SimpleNamespace
 
 import pandas as pd
@@ -39,12 +42,14 @@ from specbench.policies import POLICIES, make_policy
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 CUDA = "cuda"
+DTYPE = getattr(torch, os.environ.get("SPECBENCH_CUDA_DTYPE", "float32"))
+greedy_parity = pytest.mark.skipif(DTYPE != torch.float32, reason="bf16 greedy mismatches: dev/gpu_check.py")
 # a cheap drafter and a GPU-like flat verify curve, so the cost policy drafts several tokens
 COSTS = SimpleNamespace(c=0.1, verify_cost={k: 1.0 + 0.02 * (k - 1) for k in range(1, 13)})
 
 
 def on_gpu(model):
-    return copy.deepcopy(model).to(CUDA)
+    return copy.deepcopy(model).to(CUDA, DTYPE)
 
 
 @pytest.fixture(scope="module")
@@ -59,11 +64,13 @@ def gpu_sharpened_drafter(close_pair):
     return on_gpu(sharpened(close_pair[1]))
 
 
+@greedy_parity
 @pytest.mark.parametrize("gamma", range(1, 9))
 def test_greedy_parity_for_every_gamma(gpu_close_pair, gamma):
     assert accepted_with_greedy_parity(*gpu_close_pair, gamma) > 0
 
 
+@greedy_parity
 @pytest.mark.parametrize("policy_name", POLICIES)
 @pytest.mark.parametrize("drafter_name", DRAFTERS)
 def test_greedy_parity_for_every_drafter_and_policy(gpu_close_pair, gpu_sharpened_drafter, drafter_name, policy_name):
@@ -134,6 +141,7 @@ def generate_ids(target: str, *args: str) -> dict:
     return json.loads(result.stdout)
 
 
+@greedy_parity
 @pytest.mark.parametrize("policy_name", ["fixed", "cost"])
 def test_generate_on_cuda_equals_plain(folders, policy_name):
     target, drafter = folders

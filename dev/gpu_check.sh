@@ -27,9 +27,13 @@ out=$(cd "$out" && pwd)
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-export SPECBENCH_CACHE=${SPECBENCH_CACHE:-$(mktemp -d)}
 configs=$(mktemp -d)
-trap 'rm -rf "$configs"' EXIT
+own_cache=
+if [ -z "${SPECBENCH_CACHE:-}" ]; then
+    own_cache=$(mktemp -d)
+    export SPECBENCH_CACHE=$own_cache
+fi
+trap 'rm -rf "$configs" ${own_cache:+"$own_cache"}' EXIT
 exec > >(tee "$out/log.txt") 2>&1
 
 python3 dev/gpu_check.py configs "$configs" $tiny

@@ -13,7 +13,7 @@ from pathlib import Path
 from specbench.bench import results as sweep_results
 from specbench.cli import options as o
 from specbench.cli import ui
-from specbench.cli.progress import load_pair_with_progress
+from specbench.cli.progress import checked_pair_config, load_pair_with_progress
 from specbench.cli.report import render_predicted
 from specbench.errors import OptionError, ResultsError
 
@@ -38,9 +38,9 @@ def costs_command(
     from specbench.bench.costs import measure_costs, shared_limit, timing_context
     from specbench.bench.meta import costs_meta, model_meta
     from specbench.bench.sweep import costs_summary
-    from specbench.models.loading import PairConfig, timing_ids, validate_pair_config
+    from specbench.models.loading import timing_ids
     from specbench.models.run import generation_config
-    from specbench.models.specs import NONE, check_kernels, drafter_kind
+    from specbench.models.specs import NONE, drafter_kind
 
     # 1. everything that can be checked before minutes of model loading
     sampling = generation_config(max_new_tokens=1, temperature=temperature, top_k=top_k, top_p=top_p).sampling
@@ -50,7 +50,8 @@ def costs_command(
         raise OptionError(
             f"--drafter-model {drafter_model}: give a model (default, a folder, a .gguf file or a hub id) or none"
         )
-    pair_config = PairConfig(
+    pair_config = checked_pair_config(
+        kernels,
         target=target,
         drafter=drafter_model,
         dtype=dtype,
@@ -59,8 +60,6 @@ def costs_command(
         draft_vocab=draft_vocab,
         random_weights=random_weights,
     )
-    validate_pair_config(pair_config)
-    check_kernels(kernels)
     if out.is_dir():
         raise ResultsError(f"--out {out} is a folder; give the costs file's name (e.g. costs.json)")
     sweep_results.make_dir(out.parent)

@@ -17,7 +17,7 @@ from rich.markup import escape
 from specbench.cli import options as o
 from specbench.cli import trace as tracing
 from specbench.cli import tracefile, ui
-from specbench.cli.progress import load_pair_with_progress
+from specbench.cli.progress import checked_pair_config, load_pair_with_progress
 from specbench.errors import OptionError, PromptError
 
 
@@ -48,9 +48,7 @@ def generate_command(
     trace_out: o.TraceOut = None,
 ) -> None:
     """Generate text with speculative decoding, streaming it as the target accepts tokens."""
-    from specbench.models.loading import PairConfig, validate_pair_config
     from specbench.models.run import check_policy, generation_config
-    from specbench.models.specs import check_kernels
     from specbench.models.text import TextStream, check_prompt_fits, encode_prompt
     from specbench.policies import default_gamma
 
@@ -65,7 +63,8 @@ def generate_command(
         max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed
     )
     check_policy(gamma_policy, gamma, **knobs)
-    pair_config = PairConfig(
+    pair_config = checked_pair_config(
+        kernels,
         target=target,
         drafter=drafter,
         dtype=dtype,
@@ -74,8 +73,6 @@ def generate_command(
         draft_vocab=draft_vocab,
         lookup=lookup,
     )
-    validate_pair_config(pair_config)
-    check_kernels(kernels)
 
     # 2. the models (with the chosen kernels), the prompt, then the policy (the cost policy's costs)
     pair = load_pair_with_progress(

@@ -1,4 +1,5 @@
-"""Loading models under progress bars: the one rendering of assembling, dequantizing and loading.
+"""Loading models under progress bars: the one rendering of assembling, dequantizing and loading,
+and the pair's settings checked before it.
 
 The models package reports progress as (task, done, total) calls; here they become rich bars
 on stderr that clear when done. A pair whose tokenizers share no text (VocabMismatch) gets the
@@ -59,6 +60,18 @@ def loading_bars(mismatch_hint: str) -> Iterator[Report]:
             yield report
         except VocabMismatch as exc:
             raise VocabMismatch(f"{exc}; {mismatch_hint}") from None
+
+
+def checked_pair_config(kernels: str, **fields):
+    """The PairConfig of these fields, validated, and the kernels name checked: what
+    `generate` and `costs` find wrong before the minutes of loading."""
+    from specbench.models.loading import PairConfig, validate_pair_config
+    from specbench.models.specs import check_kernels
+
+    pair_config = PairConfig(**fields)
+    validate_pair_config(pair_config)
+    check_kernels(kernels)
+    return pair_config
 
 
 def load_pair_with_progress(config, *, mismatch_hint: str):

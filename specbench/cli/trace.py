@@ -8,7 +8,7 @@ the file), so the same Tracer draws both views and a replay reads exactly like t
 
 Names as in verify.py: q = draft_probs (the drafter), p = target_probs (the target).
 
-The trace file (write and read) is tracefile.py's.
+The trace file (write and read) is tracefile.py's; what the rounds add up to, tracestats.py's.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import unicodedata
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console, Group, RenderableType
@@ -25,6 +24,12 @@ from rich.table import Table
 from rich.text import Text
 
 from specbench.cli.tracefile import TraceFile, read_trace
+from specbench.cli.tracestats import (
+    PositionAcceptance,
+    acceptance_by_position,
+    accepted_length_histogram,
+    stats_from_records,
+)
 from specbench.core.stats import BONUS, CORRECTION, FIRST, RunStats, StepRecord
 
 TokenText = Callable[[int], str]
@@ -255,22 +260,30 @@ def _emitted_source(record: StepRecord) -> str:
     return f"p={prob}"
 
 
+SAMPLING_NOTE = (
+    "sampling: a draft is accepted if r < p/q; the first rejected one is replaced by a draw from norm(max(0, p - q));"
+    " if all pass, a bonus token comes from p"
+)
+GREEDY_NOTE = (
+    "greedy: a draft is accepted while it equals the target's argmax; the argmax replaces the first mismatch (p and q"
+    " shown for information)"
+)
+ONE_HOT_NOTE = (
+    'q "-": the draft has no probabilities (n-gram, a copy, a drafter of another tokenizer); it is verified as a'
+    " one-hot q (q=1 on the drafted token), so sampling accepts it if r < p"
+)
+
+
 def round_notes(record: StepRecord) -> list[str]:
     """Explanations a round may need (the tracer shows each kind once)."""
     notes = []
     if record.draft_tokens:
         if record.draws:
-            notes.append(
-                "sampling: a draft is accepted if r < p/q; the first rejected one is replaced by a draw from norm(max(0, p - q)); if all pass, a bonus token comes from p"
-            )
+            notes.append(SAMPLING_NOTE)
         else:
-            notes.append(
-                "greedy: a draft is accepted while it equals the target's argmax; the argmax replaces the first mismatch (p and q shown for information)"
-            )
+            notes.append(GREEDY_NOTE)
     if any(q is None for q in record.draft_probs):
-        notes.append(
-            'q "-": the draft has no probabilities (n-gram, a copy, a drafter of another tokenizer); it is verified as a one-hot q (q=1 on the drafted token), so sampling accepts it if r < p'
-        )
+        notes.append(ONE_HOT_NOTE)
     return notes
 
 
@@ -291,68 +304,6 @@ def render_header(header: dict, plain: bool) -> RenderableType:
     parts.append(render_legend(plain))
     parts.append(Text(""))
     return Group(*parts)
-
-
-def accepted_length_histogram(records: list[StepRecord]) -> list[int]:
-    """counts[n] = speculative rounds that accepted exactly n drafts, for n = 0 .. largest gamma."""
-    rounds = [r for r in records if r.emitted_kind != FIRST]
-    top = max([r.gamma for r in rounds] + [r.accepted for r in rounds], default=0)
-    counts = [0] * (top + 1)
-    for r in rounds:
-        counts[r.accepted] += 1
-    return counts
-
-
-@dataclass(frozen=True)
-class PositionAcceptance:
-    position: int  # 1-based draft position within a round
-    drafted: int  # rounds that proposed a draft at this position
-    reached: int  # ... and accepted every draft before it (so this one was checked)
-    accepted: int  # rounds that accepted the draft at this position
-
-    @property
-    def rate(self) -> float:
-        """accepted / drafted."""
-        return self.accepted / self.drafted if self.drafted else 0.0
-
-    @property
-    def rate_if_reached(self) -> float:
-        """accepted / reached: how often a draft passes once it is checked."""
-        return self.accepted / self.reached if self.reached else 0.0
-
-
-def acceptance_by_position(records: list[StepRecord]) -> list[PositionAcceptance]:
-    rounds = [r for r in records if r.emitted_kind != FIRST]
-    longest = max((len(r.draft_tokens) for r in rounds), default=0)
-    table = []
-    for i in range(longest):
-        drafted = [r for r in rounds if len(r.draft_tokens) > i]
-        reached = sum(1 for r in drafted if r.accepted >= i)
-        accepted = sum(1 for r in drafted if r.accepted > i)
-        table.append(PositionAcceptance(i + 1, len(drafted), reached, accepted))
-    return table
-
-
-def stats_from_records(records: list[StepRecord]) -> RunStats:
-    """RunStats rebuilt from the records alone, for a trace saved without its stats line.
-
-    decode_seconds is then draft + verify time, which leaves out the loop's own overhead.
-    """
-    stats = RunStats()
-    for r in records:
-        stats.new_tokens += len(r.tokens)
-        stats.target_forwards += 1
-        if r.emitted_kind == FIRST:
-            stats.first_pass_tokens += len(r.tokens)
-            stats.prefill_seconds += r.verify_seconds
-            continue
-        stats.rounds += 1
-        stats.drafted += len(r.draft_tokens)
-        stats.accepted += r.accepted
-        stats.draft_seconds += r.draft_seconds
-        stats.verify_seconds += r.verify_seconds
-    stats.decode_seconds = stats.draft_seconds + stats.verify_seconds
-    return stats
 
 
 def render_summary(records: list[StepRecord], stats: RunStats, estimated: bool = False) -> RenderableType:

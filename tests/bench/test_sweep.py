@@ -844,7 +844,7 @@ def patched_models(monkeypatch, close_pair, tokenizer):
         drafter = LoadedModel(copy.deepcopy(close_pair[1]), tokenizer, ModelSpec("dir", "tiny-drafter"), "tiny-drafter")
         return LoadedPair(target, drafter, "model", config.draft_vocab)
 
-    monkeypatch.setattr(cli, "load_pair_with_progress", load)
+    monkeypatch.setattr("specbench.cli.sweep.load_pair_with_progress", load)
     return calls
 
 
@@ -1018,7 +1018,7 @@ def test_sweep_command_model_error_is_one_line(monkeypatch, tmp_path):
         raise ModelError("cannot load target /nowhere: no such folder")
 
     monkeypatch.chdir(tmp_path)  # the default --out is results/ under the working directory
-    monkeypatch.setattr(cli, "load_pair_with_progress", broken)
+    monkeypatch.setattr("specbench.cli.sweep.load_pair_with_progress", broken)
     result = CliRunner().invoke(cli.app, ["sweep", "--prompts", "quick", "--gamma", "2"])
     assert result.exit_code == 2 and result.output.strip() == "error: cannot load target /nowhere: no such folder"
     assert not (tmp_path / "results").exists()  # no empty results/sweep-* folder left

@@ -17,7 +17,7 @@ from tiny_hf import char_tokenizer, char_vocab, one_thread, save_tiny
 from typer.testing import CliRunner
 
 from specbench import paths
-from specbench.cli import commands as cli
+from specbench.cli import app, report
 from specbench.models import defaults
 
 runner = CliRunner()
@@ -76,7 +76,7 @@ def tiny(tmp_path_factory):
 
 
 def run(*args: str):
-    return runner.invoke(cli.app, [str(a) for a in args])
+    return runner.invoke(app, [str(a) for a in args])
 
 
 def generate_json(tiny, *args: str) -> dict:
@@ -289,15 +289,15 @@ def test_summary_says_no_drafts_rather_than_a_zero_acceptance():
     """A cost policy that never finds a draft worth it drafts nothing: 0/0 is no rate."""
     from types import SimpleNamespace
 
-    from specbench.cli.commands import _summary_line
+    from specbench.cli.generate import summary_line
     from specbench.core.stats import RunStats
 
     pair = SimpleNamespace(drafter_name="default")
-    idle = _summary_line(
+    idle = summary_line(
         SimpleNamespace(stats=RunStats(new_tokens=5, target_forwards=5), stop_reason="max_new_tokens"), pair
     )
     assert "no drafts" in idle and "acceptance" not in idle
-    busy = _summary_line(
+    busy = summary_line(
         SimpleNamespace(
             stats=RunStats(new_tokens=5, drafted=4, accepted=3, rounds=2, target_forwards=3),
             stop_reason="max_new_tokens",
@@ -309,17 +309,17 @@ def test_summary_says_no_drafts_rather_than_a_zero_acceptance():
 
 def test_streaming_happens_during_generation(tiny, monkeypatch):
     """Text must reach stdout round by round, not all at the end."""
-    from specbench import models
+    from specbench.models.text import TextStream
 
     seen: list[str] = []
-    original = models.TextStream.push
+    original = TextStream.push
 
     def spy(self, ids):
         text = original(self, ids)
         seen.append(text)
         return text
 
-    monkeypatch.setattr(models.TextStream, "push", spy)
+    monkeypatch.setattr(TextStream, "push", spy)
     result = run(
         "generate",
         "hello",
@@ -474,7 +474,8 @@ def test_a_hub_id_that_is_not_cached(tiny, tmp_path, monkeypatch):
     result = run("generate", "hi", "--target", "nobody/no-such-model", "--drafter", "none")
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines() == [
-        "error: cannot load target nobody/no-such-model: not in the local Hugging Face cache (specbench never downloads; set HF_HOME or give a local folder)"
+        "error: cannot load target nobody/no-such-model: not in the local Hugging Face cache (specbench never"
+        " downloads; set HF_HOME or give a local folder)"
     ]
 
 
@@ -520,7 +521,7 @@ def test_sweep_end_reports_what_each_drafter_model_was_priced_with():
             context_tokens=9,
         )
 
-    one = cli._costs_lines({"sweep": costs(0.25, 300)}, {"": (costs(0.25, 300), 1)})
+    one = report._costs_lines({"sweep": costs(0.25, 300)}, {"": (costs(0.25, 300), 1)})
     assert one == ["pricing with its one measurement: c = 0.250, target step 300.0 ms, v(2..2) 1.10"]
     measured = {
         "a/0@small": costs(0.25, 300),
@@ -530,17 +531,17 @@ def test_sweep_end_reports_what_each_drafter_model_was_priced_with():
         "b/0@big": costs(0.8, 510),
     }
     pooled = {"small": (costs(0.25, 300, verify=1.2), 3), "big": (costs(0.85, 505), 2)}
-    many = cli._costs_lines(measured, pooled)
+    many = report._costs_lines(measured, pooled)
     assert many == [
         "pricing with the median of 3 measurements of small: c = 0.250, target step 300.0 ms, v(2..2) 1.20",
         "  its 3 measurements, one per prompt: c 0.200 to 0.300, target step 280 to 320 ms",
         "pricing with the median of 2 measurements of big: c = 0.850, target step 505.0 ms, v(2..2) 1.10",
         "  its 2 measurements, one per prompt: c 0.800 to 0.900, target step 500 to 510 ms",
     ]
-    assert cli._costs_lines({}, {}) == []
-    tiny = cli._costs_lines({"a/0": costs(0.5, 0.31), "b/0": costs(0.6, 0.46)}, {"": (costs(0.55, 0.4), 2)})
+    assert report._costs_lines({}, {}) == []
+    tiny = report._costs_lines({"a/0": costs(0.5, 0.31), "b/0": costs(0.6, 0.46)}, {"": (costs(0.55, 0.4), 2)})
     assert tiny[1] == "  its 2 measurements, one per prompt: c 0.500 to 0.600, target step 0.31 to 0.46 ms"
-    repeated = cli._costs_lines(
+    repeated = report._costs_lines(
         {"a/0": costs(0.5, 30), "a/1": costs(0.6, 40), "b/0": costs(0.5, 30), "b/1": costs(0.6, 40)},
         {"": (costs(0.55, 35), 4)},
     )
@@ -551,15 +552,15 @@ def test_sweep_end_reports_what_each_drafter_model_was_priced_with():
 
 def test_sweep_end_judges_points_on_their_repeats_only_when_they_have_several():
     one = {"repeats_per_point": 1, "points": 8, "points_within_10pct_share": 0.5}
-    assert cli._repeats_clause(one) == ""
+    assert report._repeats_clause(one) == ""
     three = {"repeats_per_point": 3, "points": 64, "points_within_10pct_share": 0.9}
-    assert cli._repeats_clause(three) == "means over up to 3 repeats within 10% for 90% of 64 point(s); "
+    assert report._repeats_clause(three) == "means over up to 3 repeats within 10% for 90% of 64 point(s); "
 
 
 def test_sweep_end_says_which_way_the_predictions_lean():
-    assert cli._bias_clause({"median_error": 0.031}) == " (median error +3.1%, predicted / measured - 1)"
-    assert cli._bias_clause({"median_error": -0.004}) == " (median error -0.4%, predicted / measured - 1)"
-    assert cli._bias_clause({"median_error": None}) == ""
+    assert report._bias_clause({"median_error": 0.031}) == " (median error +3.1%, predicted / measured - 1)"
+    assert report._bias_clause({"median_error": -0.004}) == " (median error -0.4%, predicted / measured - 1)"
+    assert report._bias_clause({"median_error": None}) == ""
 
 
 def test_paths_and_names_print_as_they_are(tiny, tmp_path, monkeypatch):

@@ -14,8 +14,7 @@ from rich.console import Console
 from rich.text import Text
 from typer.testing import CliRunner
 
-from specbench.cli import commands as cli
-from specbench.cli import trace, tracefile
+from specbench.cli import app, trace, tracefile, tracestats, ui
 from specbench.core.stats import FIRST, RunStats, StepRecord
 
 VOCAB_TEXT = {1: "Hello", 2: ",", 3: " world", 4: "\n", 5: " the", 6: "\t", 7: "<eos>", 8: "cat", 9: " dog", 10: "\\n"}
@@ -217,8 +216,8 @@ def test_summary_counts():
         spec_round(3, 7, [2, 3, 4], [0.9] * 3, [0.9] * 3, [], 0, 9, "correction", 0.9),
         spec_round(4, 8, [2, 3], [0.9] * 2, [0.9] * 2, [], 2, 5, "bonus", 0.9),
     ]
-    assert trace.accepted_length_histogram(records) == [1, 1, 1, 1]
-    by_position = trace.acceptance_by_position(records)
+    assert tracestats.accepted_length_histogram(records) == [1, 1, 1, 1]
+    by_position = tracestats.acceptance_by_position(records)
     assert [(r.drafted, r.reached, r.accepted) for r in by_position] == [(4, 4, 3), (4, 3, 2), (3, 1, 1)]
     stats = RunStats(
         new_tokens=11, first_pass_tokens=1, drafted=11, accepted=6, rounds=4, target_forwards=5, decode_seconds=2.0
@@ -347,20 +346,20 @@ def test_wrong_field_types_are_reported(tmp_path):
 
 def trace_args(path) -> list[str]:
     """Until a second command exists, Typer runs the only one without its name."""
-    several = len(cli.app.registered_commands) > 1 or cli.app.registered_callback is not None
+    several = len(app.registered_commands) > 1 or app.registered_callback is not None
     return (["trace"] if several else []) + [str(path)]
 
 
 @pytest.fixture
 def plain_cli(monkeypatch):
-    monkeypatch.setattr(cli, "console", Console(width=80, color_system=None))
-    monkeypatch.setattr(cli, "err_console", Console(width=200, color_system=None, stderr=True))
+    monkeypatch.setattr(ui, "console", Console(width=80, color_system=None))
+    monkeypatch.setattr(ui, "err_console", Console(width=200, color_system=None, stderr=True))
 
 
 def test_cli_replays_a_trace(tmp_path, plain_cli):
     path = tmp_path / "run.jsonl"
     tracefile.write_trace(path, SAMPLING_FIRST_REJECTED, token_text, HEADER, STATS)
-    result = CliRunner().invoke(cli.app, trace_args(path))
+    result = CliRunner().invoke(app, trace_args(path))
     assert result.exit_code == 0, result.output
     assert result.stdout == render(SAMPLING_FIRST_REJECTED, STATS, HEADER)
     assert "✗ rejected" in result.stdout
@@ -371,7 +370,7 @@ def test_cli_bad_file_is_one_error_line(tmp_path, plain_cli, name, content):
     path = tmp_path / name
     if content is not None:
         path.write_text(content)
-    result = CliRunner().invoke(cli.app, trace_args(path))
+    result = CliRunner().invoke(app, trace_args(path))
     assert result.exit_code != 0
     assert result.stdout == ""
     assert len(result.stderr.strip().splitlines()) == 1

@@ -18,32 +18,24 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from specbench.bench.results import (
+from specbench.bench.labels import (
     BASELINE_METHOD,
     FIXED_POLICY,
     MEASURED,
     MODEL_DRAFTER,
     ORACLE_POLICY,
     PREDICTED,
-    RUNS_CSV,
-    ResultsError,
-    best_gammas,
     config_label,
-    estimate_alpha,
-    geometric_mean,
     label_parts,
     labels,
-    load_positions,
-    load_runs,
-    make_dir,
-    plain_and_loop,
-    position_acceptance,
-    read_meta,
-    speedup_by_category,
-    summary_frame,
-    verify_costs,
 )
+from specbench.bench.meta_file import plain_and_loop, read_meta, verify_costs
+from specbench.bench.positions import load_positions, position_acceptance
+from specbench.bench.runs_file import RUNS_CSV, load_runs, make_dir
+from specbench.bench.summary import best_gammas, geometric_mean, speedup_by_category, summary_frame
+from specbench.bench.theory import estimate_alpha
 from specbench.core.stats import expected_tokens_per_round, predicted_speedup, verify_cost_at
+from specbench.errors import ResultsError
 
 CHARTS = (
     "acceptance_rate.png",

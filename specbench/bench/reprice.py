@@ -35,23 +35,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from specbench.bench.costs import Costs
+from specbench.bench.labels import ORACLE_POLICY, PREDICTED, PROFILE
 from specbench.bench.meta import read_costs_meta, set_sweep_costs, summary_records
+from specbench.bench.meta_file import META_JSON, read_meta, write_meta
 from specbench.bench.plan import label_uses_model
-from specbench.bench.results import (
-    META_JSON,
-    ORACLE_POLICY,
-    POSITIONS_CSV,
-    PREDICTED,
-    PROFILE,
-    RUNS_CSV,
-    append_positions,
-    append_row,
-    make_dir,
-    read_meta,
-    read_rows,
-    row_key,
-    write_meta,
-)
+from specbench.bench.positions import POSITIONS_CSV, append_positions
+from specbench.bench.runs_file import RUNS_CSV, append_row, make_dir, read_rows, row_key
 from specbench.bench.sweep import (
     PATHS_JSONL,
     ROUNDS_JSONL,

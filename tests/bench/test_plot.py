@@ -11,17 +11,12 @@ import pytest
 from typer.testing import CliRunner
 
 from specbench.bench.plot import CHARTS, plot_results
-from specbench.bench.results import (
-    REQUIRED_COLUMNS,
-    ResultsError,
-    as_runs,
-    estimate_alpha,
-    load_runs,
-    read_rows,
-    summarize,
-)
+from specbench.bench.runs_file import REQUIRED_COLUMNS, as_runs, load_runs, read_rows
+from specbench.bench.summary import summarize
+from specbench.bench.theory import estimate_alpha
 from specbench.cli import commands as cli
 from specbench.core.stats import expected_tokens_per_round
+from specbench.errors import ResultsError
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -159,7 +154,7 @@ def test_plot_command(results_dir, tmp_path):
 
 def test_plot_command_says_why_there_is_nothing_to_chart(tmp_path):
     """A sweep interrupted during its first plain runs has no chart to draw: one line says so."""
-    from specbench.bench.results import append_row
+    from specbench.bench.runs_file import append_row
 
     append_row(
         tmp_path / "runs.csv",
@@ -192,7 +187,7 @@ def test_sweep_summary_table_fits_80_columns_and_flags_differences():
 
     from rich.console import Console
 
-    from specbench.bench.results import Summary
+    from specbench.bench.summary import Summary
     from specbench.cli import commands as cli
 
     summaries = [
@@ -317,7 +312,8 @@ def _predicted_sweep(directory, positions=True):
     """A sweep with predictions as the sweep writes it: per prompt (3, two categories) a
     profile plain run, predicted rows of two drafters x gamma 1..3 and their oracles, and the
     measured runs at gamma 2 beside a measured plain run and HF's defaults."""
-    from specbench.bench.results import append_positions, append_row
+    from specbench.bench.positions import append_positions
+    from specbench.bench.runs_file import append_row
 
     path = directory / "runs.csv"
     for prompt, category in (("a", "code"), ("b", "code"), ("c", "math")):
@@ -399,7 +395,8 @@ def test_prediction_charts_from_predicted_and_measured_rows(tmp_path):
     per-position charts and the category chart, and the measured charts that no prediction
     chart replaces: every one a drawn PNG."""
     from specbench.bench.plot import PREDICTION_CHARTS, SUPERSEDED
-    from specbench.bench.results import best_gammas, load_runs, summary_frame
+    from specbench.bench.runs_file import load_runs
+    from specbench.bench.summary import best_gammas, summary_frame
 
     _predicted_sweep(tmp_path)
     assert best_gammas(summary_frame(load_runs(tmp_path))) == {("model", "fixed"): 2, ("ngram", "fixed"): 2}
@@ -414,7 +411,8 @@ def test_category_chart_keeps_the_fastest_configurations_and_says_so(tmp_path, m
     """Past MAX_CATEGORY_SERIES configurations the category chart draws the fastest ones,
     and its title says how many it left out; at or under the cap it says nothing."""
     from specbench.bench import plot
-    from specbench.bench.results import load_runs, summary_frame
+    from specbench.bench.runs_file import load_runs
+    from specbench.bench.summary import summary_frame
 
     _predicted_sweep(tmp_path)
     table = summary_frame(load_runs(tmp_path))
@@ -515,7 +513,7 @@ def test_dollar_signs_in_names_are_text_and_one_gamma_draws_its_point(tmp_path, 
     predicted value as a point (a line through one point draws nothing)."""
     import matplotlib.axes
 
-    from specbench.bench.results import append_row
+    from specbench.bench.runs_file import append_row
 
     path = tmp_path / "runs.csv"
     for prompt, category in (("a", "bad $\\frac{$ x"), ("b", "cost $5 to $10")):

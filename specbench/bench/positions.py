@@ -12,26 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specbench.bench.labels import MEASURED
-from specbench.bench.runs_file import append_csv, file_columns, read_cells
+from specbench.bench.runs_file import RUN_COLUMNS, append_csv, file_columns, read_cells
 
 if TYPE_CHECKING:
     import pandas as pd
 
 POSITIONS_CSV = "positions.csv"
-POSITION_COLUMNS = (
-    "source",
-    "method",
-    "drafter",
-    "policy",
-    "gamma",
-    "temperature",
-    "prompt_id",
-    "category",
-    "repeat",
-    "position",
-    "reached",
-    "accepted",
-)
+POSITION_COLUMNS = ("source", *RUN_COLUMNS, "position", "reached", "accepted")
 POSITION_NUMBERS = ("gamma", "temperature", "repeat", "position", "reached", "accepted")  # the rest is text
 
 

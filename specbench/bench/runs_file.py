@@ -38,16 +38,11 @@ if TYPE_CHECKING:
 RUNS_CSV = "runs.csv"
 STEPS_JSONL = "steps.jsonl"
 
+# the cells that say which run a row is (with its source), in runs.csv and positions.csv
+RUN_COLUMNS = ("method", "drafter", "policy", "gamma", "temperature", "prompt_id", "category", "repeat")
 # the columns DESIGN.md promises, then extra detail
 REQUIRED_COLUMNS = (
-    "method",
-    "drafter",
-    "policy",
-    "gamma",
-    "temperature",
-    "prompt_id",
-    "category",
-    "repeat",
+    *RUN_COLUMNS,
     "new_tokens",
     "drafted",
     "accepted",

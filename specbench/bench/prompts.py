@@ -87,7 +87,8 @@ def parse_prompt(data: object, where: str, line: int = 1) -> Prompt:
         data = {**data, "turns": [text]}
     if not data.get("turns"):
         raise PromptError(
-            f"{where}: needs 'turns' (a non-empty list of strings), 'messages', or a prompt string ({', '.join(TEXT_KEYS)})"
+            f"{where}: needs 'turns' (a non-empty list of strings), 'messages', or a prompt string"
+            f" ({', '.join(TEXT_KEYS)})"
         )
     turns = _strings([data["turns"]] if isinstance(data["turns"], str) else data["turns"], "turns", where)
     replies = _strings(data.get("replies", []), "replies", where)
@@ -115,7 +116,8 @@ def _from_messages(messages: object, where: str) -> dict:
     expected = ["user", "assistant"] * len(chat)
     if not chat or [m.get("role") for m in chat] != expected[: len(chat)] or len(chat) % 2 == 0:
         raise PromptError(
-            f"{where}: 'messages' must alternate user and assistant, from a user message to a user message (after an optional system message)"
+            f"{where}: 'messages' must alternate user and assistant, from a user message to a user message"
+            " (after an optional system message)"
         )
     return {"turns": [m["content"] for m in chat[::2]], "replies": [m["content"] for m in chat[1::2]], "system": system}
 
@@ -207,7 +209,8 @@ def load_prompts(spec: str = DEFAULT_SET, categories: list[str] | tuple[str, ...
     suffix = path.suffix.lower()
     if suffix not in (".txt", ".json", *LINES_SUFFIXES):
         raise PromptError(
-            f"{path}: a {suffix} file is not a prompt file specbench reads: give a .jsonl, .json or .txt file (formats: specbench/bench/prompt_sets/README.md)"
+            f"{path}: a {suffix} file is not a prompt file specbench reads: give a .jsonl, .json or .txt file"
+            " (formats: specbench/bench/prompt_sets/README.md)"
         )
     try:
         text = path.read_text(encoding="utf-8-sig")  # -sig: a byte-order mark is not text

@@ -35,23 +35,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from specbench.bench.costs import Costs
+from specbench.bench.labels import ORACLE_POLICY, PREDICTED, PROFILE
 from specbench.bench.meta import read_costs_meta, set_sweep_costs, summary_records
+from specbench.bench.meta_file import META_JSON, read_meta, write_meta
 from specbench.bench.plan import label_uses_model
-from specbench.bench.results import (
-    META_JSON,
-    ORACLE_POLICY,
-    POSITIONS_CSV,
-    PREDICTED,
-    PROFILE,
-    RUNS_CSV,
-    append_positions,
-    append_row,
-    make_dir,
-    read_meta,
-    read_rows,
-    row_key,
-    write_meta,
-)
+from specbench.bench.positions import POSITIONS_CSV, append_positions
+from specbench.bench.runs_file import RUNS_CSV, append_row, make_dir, read_rows, row_key
 from specbench.bench.sweep import (
     PATHS_JSONL,
     ROUNDS_JSONL,
@@ -97,7 +86,8 @@ def reprice(results: Path, out_dir: Path, costs_file: Path | None = None, *, com
     unrecorded = [row for row in predicted if row_key(row) not in rounds]
     if unrecorded:
         raise ResultsError(
-            f"{len(unrecorded)} predicted row(s) of {results} have no rounds in {ROUNDS_JSONL} (rows written by a version before it): run the sweep again to price it"
+            f"{len(unrecorded)} predicted row(s) of {results} have no rounds in {ROUNDS_JSONL}"
+            " (rows written by a version before it): run the sweep again to price it"
         )
     # 2. the costs of each row
     file_costs, file_meta = read_costs_meta(costs_file) if costs_file is not None else (None, None)
@@ -163,12 +153,14 @@ def _file_prices(costs: Costs, meta: dict, predicted: list[dict], path: Path) ->
     models = list((meta.get("sweep") or {}).get("drafter_models") or [""])
     if len(models) > 1:
         raise ResultsError(
-            f"that sweep compares {len(models)} drafter models, and {path} holds one pair's costs: price it with its own"
+            f"that sweep compares {len(models)} drafter models, and {path} holds one pair's costs:"
+            " price it with its own"
         )
     drafted = next((row["drafter"] for row in predicted if label_uses_model(row["drafter"])), None)
     if costs.c is None and drafted is not None:
         raise ResultsError(
-            f"{path} measured no drafter model (no c), and that sweep's {drafted} rows draft with one: measure them with --drafter-model"
+            f"{path} measured no drafter model (no c), and that sweep's {drafted} rows draft with one:"
+            " measure them with --drafter-model"
         )
     return (lambda _row: costs), costs
 

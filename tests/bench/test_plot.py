@@ -11,17 +11,12 @@ import pytest
 from typer.testing import CliRunner
 
 from specbench.bench.plot import CHARTS, plot_results
-from specbench.bench.results import (
-    REQUIRED_COLUMNS,
-    ResultsError,
-    as_runs,
-    estimate_alpha,
-    load_runs,
-    read_rows,
-    summarize,
-)
+from specbench.bench.runs_file import REQUIRED_COLUMNS, as_runs, load_runs, read_rows
+from specbench.bench.summary import summarize
+from specbench.bench.theory import estimate_alpha
 from specbench.cli import commands as cli
 from specbench.core.stats import expected_tokens_per_round
+from specbench.errors import ResultsError
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -70,7 +65,7 @@ def test_plot_writes_every_chart_as_png(results_dir):
 def test_model_chart_pairs_each_run_with_its_walltime_model(results_dir):
     """Runs with a predicted_speedup (specbench rows of newer sweeps) become points, labelled by
     configuration and gamma; the others are left out. The chart draws them."""
-    from specbench.bench.plot import model_points
+    from specbench.bench.chart_data import model_points
 
     lines = RUNS.splitlines()
     rows = [lines[0] + ",predicted_speedup"]
@@ -159,7 +154,7 @@ def test_plot_command(results_dir, tmp_path):
 
 def test_plot_command_says_why_there_is_nothing_to_chart(tmp_path):
     """A sweep interrupted during its first plain runs has no chart to draw: one line says so."""
-    from specbench.bench.results import append_row
+    from specbench.bench.runs_file import append_row
 
     append_row(
         tmp_path / "runs.csv",
@@ -182,7 +177,10 @@ def test_plot_command_says_why_there_is_nothing_to_chart(tmp_path):
 
 def test_plot_imports_no_torch():
     """Charts must work where torch is absent or slow to import."""
-    code = "import specbench.bench.plot, specbench.bench.results, specbench.bench.prompts, sys; assert 'torch' not in sys.modules"
+    code = (
+        "import specbench.bench.plot, specbench.bench.results, specbench.bench.prompts, sys;"
+        " assert 'torch' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -192,7 +190,7 @@ def test_sweep_summary_table_fits_80_columns_and_flags_differences():
 
     from rich.console import Console
 
-    from specbench.bench.results import Summary
+    from specbench.bench.summary import Summary
     from specbench.cli import commands as cli
 
     summaries = [
@@ -317,7 +315,8 @@ def _predicted_sweep(directory, positions=True):
     """A sweep with predictions as the sweep writes it: per prompt (3, two categories) a
     profile plain run, predicted rows of two drafters x gamma 1..3 and their oracles, and the
     measured runs at gamma 2 beside a measured plain run and HF's defaults."""
-    from specbench.bench.results import append_positions, append_row
+    from specbench.bench.positions import append_positions
+    from specbench.bench.runs_file import append_row
 
     path = directory / "runs.csv"
     for prompt, category in (("a", "code"), ("b", "code"), ("c", "math")):
@@ -398,8 +397,10 @@ def test_prediction_charts_from_predicted_and_measured_rows(tmp_path):
     """A sweep with predictions gets the gamma curves (predicted lines, measured points), the
     per-position charts and the category chart, and the measured charts that no prediction
     chart replaces: every one a drawn PNG."""
-    from specbench.bench.plot import PREDICTION_CHARTS, SUPERSEDED
-    from specbench.bench.results import best_gammas, load_runs, summary_frame
+    from specbench.bench.charts_predicted import PREDICTION_CHARTS
+    from specbench.bench.plot import SUPERSEDED
+    from specbench.bench.runs_file import load_runs
+    from specbench.bench.summary import best_gammas, summary_frame
 
     _predicted_sweep(tmp_path)
     assert best_gammas(summary_frame(load_runs(tmp_path))) == {("model", "fixed"): 2, ("ngram", "fixed"): 2}
@@ -413,24 +414,26 @@ def test_prediction_charts_from_predicted_and_measured_rows(tmp_path):
 def test_category_chart_keeps_the_fastest_configurations_and_says_so(tmp_path, monkeypatch):
     """Past MAX_CATEGORY_SERIES configurations the category chart draws the fastest ones,
     and its title says how many it left out; at or under the cap it says nothing."""
-    from specbench.bench import plot
-    from specbench.bench.results import load_runs, summary_frame
+    from specbench.bench import chart_data
+    from specbench.bench.runs_file import load_runs
+    from specbench.bench.summary import summary_frame
 
     _predicted_sweep(tmp_path)
     table = summary_frame(load_runs(tmp_path))
-    assert plot.category_series(table) == ([(("model", "fixed"), 2), (("ngram", "fixed"), 2)], "")
-    monkeypatch.setattr(plot, "MAX_CATEGORY_SERIES", 1)
-    assert plot.category_series(table) == ([(("model", "fixed"), 2)], "\n(the 1 fastest of 2 configurations)")
+    assert chart_data.category_series(table) == ([(("model", "fixed"), 2), (("ngram", "fixed"), 2)], "")
+    monkeypatch.setattr(chart_data, "MAX_CATEGORY_SERIES", 1)
+    assert chart_data.category_series(table) == ([(("model", "fixed"), 2)], "\n(the 1 fastest of 2 configurations)")
     measured = summary_frame(
         load_runs(tmp_path).query("source == 'measured'")
     )  # the measured chart's bars: the same cap, the same words
-    bars, note = plot.category_bars(load_runs(tmp_path).query("source == 'measured'"), measured)
+    bars, note = chart_data.category_bars(load_runs(tmp_path).query("source == 'measured'"), measured)
     assert len(bars) == 1 and note == "\n(the 1 fastest of 3 configurations)"  # model, ngram and HF's defaults
 
 
 def test_prediction_charts_without_positions(tmp_path):
     """No positions.csv: no position charts, the others still drawn."""
-    from specbench.bench.plot import POSITION_CHARTS, PREDICTION_CHARTS
+    from specbench.bench.charts_predicted import PREDICTION_CHARTS
+    from specbench.bench.plot import POSITION_CHARTS
 
     _predicted_sweep(tmp_path, positions=False)
     written = {p.name for p in plot_results(tmp_path)}
@@ -459,7 +462,7 @@ def test_position_rows_pick_each_drafters_fixed_policy_at_its_largest_gamma():
     """Fixed policy first, then another policy, the oracle last; one gamma per drafter."""
     import pandas as pd
 
-    from specbench.bench.plot import position_rows
+    from specbench.bench.chart_data import position_rows
 
     positions = pd.DataFrame(
         [
@@ -484,7 +487,7 @@ def test_position_rows_pick_each_drafters_fixed_policy_at_its_largest_gamma():
 
 
 def test_hf_lines_say_what_ran_once_and_in_words():
-    from specbench.bench.plot import hf_line_label
+    from specbench.bench.charts_predicted import hf_line_label
 
     assert hf_line_label("hf-assisted", "model", "hf-defaults") == "hf-assisted, its defaults"
     assert hf_line_label("hf-prompt-lookup", "prompt-lookup", "hf-defaults") == "hf-prompt-lookup, its defaults"
@@ -495,7 +498,7 @@ def test_hf_lines_say_what_ran_once_and_in_words():
 
 
 def test_a_long_subtitle_breaks_between_its_parts():
-    from specbench.bench.plot import footer_lines
+    from specbench.bench.chart_figure import footer_lines
 
     parts = [
         "target Qwen2.5-Coder-1.5B-Instruct",
@@ -515,7 +518,7 @@ def test_dollar_signs_in_names_are_text_and_one_gamma_draws_its_point(tmp_path, 
     predicted value as a point (a line through one point draws nothing)."""
     import matplotlib.axes
 
-    from specbench.bench.results import append_row
+    from specbench.bench.runs_file import append_row
 
     path = tmp_path / "runs.csv"
     for prompt, category in (("a", "bad $\\frac{$ x"), ("b", "cost $5 to $10")):

@@ -18,7 +18,7 @@ from specbench.bench.meta import costs_meta, read_costs_meta
 from specbench.bench.plan import SweepConfig
 from specbench.bench.prompts import Prompt
 from specbench.bench.reprice import reprice
-from specbench.bench.results import read_rows
+from specbench.bench.runs_file import read_rows
 from specbench.bench.sweep import sweep
 from specbench.cli import commands as cli
 from specbench.errors import ResultsError

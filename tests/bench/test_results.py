@@ -12,18 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specbench.bench.results import (
-    COLUMNS,
-    REQUIRED_COLUMNS,
-    ResultsError,
-    append_row,
-    geometric_mean,
-    load_runs,
-    read_rows,
-    speedup_by_category,
-    summarize,
-    summary_frame,
-)
+from specbench.bench.runs_file import COLUMNS, REQUIRED_COLUMNS, append_row, load_runs, read_rows
+from specbench.bench.summary import geometric_mean, speedup_by_category, summarize, summary_frame
+from specbench.errors import ResultsError
 
 
 def run(method="specbench", drafter="model", policy="fixed", gamma=2, prompt_id="a", category="code", **cells) -> dict:
@@ -181,7 +172,7 @@ def _row(source, prompt, speedup, gamma=2, policy="fixed", forwards=10, category
 
 
 def test_rows_without_a_source_read_as_measured(tmp_path):
-    from specbench.bench.results import REQUIRED_COLUMNS, append_row, load_runs, read_rows, row_key, run_key
+    from specbench.bench.runs_file import REQUIRED_COLUMNS, append_row, load_runs, read_rows, row_key, run_key
 
     path = tmp_path / "runs.csv"
     path.write_text(",".join(REQUIRED_COLUMNS) + "\n", encoding="utf-8")  # a file from before predictions
@@ -197,7 +188,7 @@ def test_rows_without_a_source_read_as_measured(tmp_path):
 def test_a_resumed_sweep_finds_its_rows_by_source(tmp_path):
     """row_key of a row read back equals run_key of its plan, source first; a blank source
     cell is measured; predicted and measured runs of one configuration are different runs."""
-    from specbench.bench.results import append_row, read_rows, row_key, run_key
+    from specbench.bench.runs_file import append_row, read_rows, row_key, run_key
 
     path = tmp_path / "runs.csv"
     append_row(
@@ -215,7 +206,7 @@ def test_a_resumed_sweep_finds_its_rows_by_source(tmp_path):
 
 def test_predicted_rows_may_not_go_into_a_file_without_a_source_column(tmp_path):
     """They would read back as measured; measured rows still resume an old file."""
-    from specbench.bench.results import REQUIRED_COLUMNS, append_row, load_runs
+    from specbench.bench.runs_file import REQUIRED_COLUMNS, append_row, load_runs
 
     path = tmp_path / "runs.csv"
     path.write_text(",".join(REQUIRED_COLUMNS) + "\n", encoding="utf-8")
@@ -226,7 +217,8 @@ def test_predicted_rows_may_not_go_into_a_file_without_a_source_column(tmp_path)
 
 
 def test_bootstrap_interval_contains_the_estimate_and_narrows_with_prompts():
-    from specbench.bench.results import as_runs, summary_frame
+    from specbench.bench.runs_file import as_runs
+    from specbench.bench.summary import summary_frame
 
     few = [_row("predicted", f"p{i}", s) for i, s in enumerate((1.2, 1.6, 1.4, 1.9))]
     many = [_row("predicted", f"p{i}", s) for i, s in enumerate((1.2, 1.6, 1.4, 1.9) * 8)]
@@ -242,7 +234,8 @@ def test_bootstrap_interval_contains_the_estimate_and_narrows_with_prompts():
 
 def test_bootstrap_interval_of_pooled_acceptance():
     """The acceptance interval brackets the pooled (token-weighted) rate, not the mean of rates."""
-    from specbench.bench.results import as_runs, summary_frame
+    from specbench.bench.runs_file import as_runs
+    from specbench.bench.summary import summary_frame
 
     rows = [
         _row("predicted", f"p{i}", 1.5, drafted=d, accepted=a)
@@ -256,7 +249,7 @@ def test_bootstrap_interval_of_pooled_acceptance():
 def test_bootstrap_resamples_prompts_and_their_repeats_together():
     """Each prompt's repeats give 1x and 4x: any resample of whole prompts has geometric mean 2,
     so the interval is a point; resampling rows one by one would spread it."""
-    from specbench.bench.results import bootstrap_interval
+    from specbench.bench.bootstrap import bootstrap_interval
 
     frame = pd.DataFrame({"prompt_id": ["a", "a", "b", "b"], "log": [0.0, math.log(4)] * 2, "n": [1.0] * 4})
     lo, hi = bootstrap_interval(frame, lambda sums: np.exp(sums["log"] / sums["n"]))
@@ -270,7 +263,9 @@ def test_bootstrap_resamples_prompts_and_their_repeats_together():
 
 def test_a_groups_interval_does_not_depend_on_the_other_groups():
     """The sweep's table (every group) and a chart's (measured groups only) agree."""
-    from specbench.bench.results import INTERVAL_COLUMNS, as_runs, summary_frame
+    from specbench.bench.bootstrap import INTERVAL_COLUMNS
+    from specbench.bench.runs_file import as_runs
+    from specbench.bench.summary import summary_frame
 
     measured = [_row("measured", f"p{i}", s) for i, s in enumerate((1.1, 1.3, 1.7))]
     predicted = [_row("predicted", f"p{i}", s, gamma=4) for i, s in enumerate((1.2, 1.6, 1.4, 1.9))]
@@ -280,7 +275,8 @@ def test_a_groups_interval_does_not_depend_on_the_other_groups():
 
 
 def test_prediction_check_pairs_each_measured_run_with_its_prediction():
-    from specbench.bench.results import CHECK_COLUMNS, as_runs, prediction_accuracy, prediction_check
+    from specbench.bench.accuracy import CHECK_COLUMNS, prediction_accuracy, prediction_check
+    from specbench.bench.runs_file import as_runs
 
     rows = [
         _row("predicted", "a", 1.5, forwards=10),
@@ -319,7 +315,8 @@ def test_a_point_with_repeats_is_judged_on_their_means():
     """Two repeats of prompt a, 25% over and 12% under: each run misses by more than 10%,
     their geometric means (1.5 against sqrt(1.2 * 1.7) = 1.428) are 5% apart; prompt b's one
     run, 20% over, stays a miss."""
-    from specbench.bench.results import as_runs, prediction_accuracy, prediction_check
+    from specbench.bench.accuracy import prediction_accuracy, prediction_check
+    from specbench.bench.runs_file import as_runs
 
     rows = [{**_row("predicted", "a", 1.5), "repeat": r} for r in (0, 1)]
     rows += [{**_row("measured", "a", s), "repeat": r} for r, s in ((0, 1.2), (1, 1.7))]
@@ -331,7 +328,8 @@ def test_a_point_with_repeats_is_judged_on_their_means():
 
 def test_prediction_check_under_sampling_compares_expectations():
     """Sampled predictions are expectations: 12.4 forwards predicted, 12 measured is equal."""
-    from specbench.bench.results import as_runs, prediction_check
+    from specbench.bench.accuracy import prediction_check
+    from specbench.bench.runs_file import as_runs
 
     rows = [
         {**_row("predicted", "a", 1.5, forwards=12.4), "temperature": 0.7},
@@ -344,7 +342,8 @@ def test_prediction_check_under_sampling_compares_expectations():
 
 def test_plain_repeatability_compares_each_prompts_two_plain_timings():
     """Phase 1's plain run against the one beside the measured runs: a 5% and a 25% gap."""
-    from specbench.bench.results import as_runs, plain_repeatability
+    from specbench.bench.accuracy import plain_repeatability
+    from specbench.bench.runs_file import as_runs
 
     plain = lambda source, prompt, tps: {
         **_row(source, prompt, 1.0),
@@ -369,7 +368,8 @@ def test_plain_repeatability_compares_each_prompts_two_plain_timings():
 
 
 def test_oracle_share_and_best_gammas():
-    from specbench.bench.results import as_runs, best_gammas, oracle_share, summary_frame
+    from specbench.bench.runs_file import as_runs
+    from specbench.bench.summary import best_gammas, oracle_share, summary_frame
 
     rows = [
         _row("predicted", "a", 1.5, gamma=2),
@@ -387,7 +387,8 @@ def test_oracle_share_and_best_gammas():
 
 
 def test_oracle_share_is_nan_when_the_oracle_gains_nothing():
-    from specbench.bench.results import as_runs, oracle_share, summary_frame
+    from specbench.bench.runs_file import as_runs
+    from specbench.bench.summary import oracle_share, summary_frame
 
     rows = [_row("predicted", "a", 0.8, gamma=2), _row("predicted", "a", 0.9, gamma=4, policy="oracle")]
     share = oracle_share(summary_frame(as_runs(rows)))["share"]
@@ -399,7 +400,8 @@ def test_a_resume_that_raised_the_largest_gamma_keeps_only_the_new_oracle():
     """The oracle of a sweep resumed with a larger gamma drafts further: its rows up to the
     old gamma stay in runs.csv, but the summary, the shares and the charts read one oracle
     per drafter, the one that bounds every policy now swept."""
-    from specbench.bench.results import as_runs, oracle_share, summary_frame
+    from specbench.bench.runs_file import as_runs
+    from specbench.bench.summary import oracle_share, summary_frame
 
     rows = [
         _row("predicted", "a", 1.5, gamma=2),
@@ -414,7 +416,7 @@ def test_a_resume_that_raised_the_largest_gamma_keeps_only_the_new_oracle():
 
 
 def test_speedup_by_category_reads_one_source():
-    from specbench.bench.results import as_runs
+    from specbench.bench.runs_file import as_runs
 
     rows = [_row("predicted", "a", 1.5), _row("measured", "a", 1.2), _row("predicted", "b", 2.0, category="prose")]
     assert speedup_by_category(as_runs(rows)).to_dict("list") == {"code": [1.2]}
@@ -425,7 +427,7 @@ def test_speedup_by_category_reads_one_source():
 
 
 def test_position_acceptance_is_conditional_on_the_earlier_drafts(tmp_path):
-    from specbench.bench.results import POSITION_COLUMNS, append_positions, load_positions, position_acceptance
+    from specbench.bench.positions import POSITION_COLUMNS, append_positions, load_positions, position_acceptance
 
     assert (
         list(load_positions(tmp_path).columns) == list(POSITION_COLUMNS) and load_positions(tmp_path).empty
@@ -479,7 +481,7 @@ def test_position_acceptance_is_conditional_on_the_earlier_drafts(tmp_path):
 
 def test_position_acceptance_takes_expected_counts(tmp_path):
     """Under sampling, reached and accepted are expectations (fractions)."""
-    from specbench.bench.results import append_positions, load_positions, position_acceptance
+    from specbench.bench.positions import append_positions, load_positions, position_acceptance
 
     base = {
         "source": "predicted",
@@ -504,7 +506,8 @@ def test_position_acceptance_takes_expected_counts(tmp_path):
 
 
 def test_best_gammas_breaks_a_tie_for_the_smallest_gamma_whatever_the_row_order():
-    from specbench.bench.results import as_runs, best_gammas, summary_frame
+    from specbench.bench.runs_file import as_runs
+    from specbench.bench.summary import best_gammas, summary_frame
 
     # a cost policy that never drafts past 3 predicts one run at every cap from 3 up; the
     # geometric means can differ in the last bits with the order they were summed in

@@ -1,0 +1,163 @@
+"""How well a sweep's predictions came out: each measured specbench run beside its
+prediction (prediction_check), the shares within 10% per run, per point and per
+configuration (prediction_accuracy), and the machine's own noise floor, the agreement of
+two timings of the same plain run (plain_repeatability).
+
+Kept apart from the summary because it pairs rows across sources (measured with predicted,
+measured plain with profile) rather than aggregating within one. pandas is imported on
+first use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from specbench.bench.labels import BASELINE_METHOD, MEASURED, PREDICTED, PROFILE
+from specbench.bench.runs_file import as_runs
+from specbench.bench.summary import geometric_mean
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+CHECK_COLUMNS = [
+    "drafter",
+    "policy",
+    "gamma",
+    "temperature",
+    "prompt_id",
+    "repeat",
+    "category",
+    "predicted_forwards",
+    "measured_forwards",
+    "forwards_equal",
+    "predicted_speedup",
+    "measured_speedup",
+    "speedup_error",
+]
+CHECK_GROUP = ["drafter", "policy", "gamma", "temperature"]  # one measured configuration of a prediction_check
+
+
+def prediction_check(runs: pd.DataFrame | Iterable[dict]) -> pd.DataFrame:
+    """Every measured specbench run beside its prediction (the predicted row of the same
+    drafter, policy, gamma, temperature, prompt and repeat), one row each (CHECK_COLUMNS):
+    target forwards predicted and measured, forwards_equal (they differ by less than 0.5: a
+    greedy prediction is exact or wrong, a sampled one is an expectation), and the speedups,
+    speedup_error = predicted / measured - 1. Measured runs without a prediction (plain,
+    hf-assisted, a policy not replayed) are left out."""
+    import pandas as pd
+
+    runs = as_runs(runs)
+    keys = ["drafter", "policy", "gamma", "temperature", "prompt_id", "repeat"]
+    spec = runs[runs["method"] == "specbench"]
+    wanted = [*keys, "category", "target_forwards", "speedup"]
+    predicted = spec[spec["source"] == PREDICTED][wanted].drop_duplicates(keys, keep="last")
+    pairs = pd.merge(spec[spec["source"] == MEASURED][wanted], predicted, on=keys, suffixes=("_m", "_p"))
+    check = pd.DataFrame(
+        {
+            **{k: pairs[k] for k in keys},
+            "category": pairs["category_m"],
+            "predicted_forwards": pairs["target_forwards_p"],
+            "measured_forwards": pairs["target_forwards_m"],
+            "predicted_speedup": pairs["speedup_p"],
+            "measured_speedup": pairs["speedup_m"],
+        }
+    )
+    check["forwards_equal"] = (check["predicted_forwards"] - check["measured_forwards"]).abs() < 0.5
+    check["speedup_error"] = check["predicted_speedup"] / check["measured_speedup"] - 1
+    return check[CHECK_COLUMNS].reset_index(drop=True)
+
+
+def prediction_accuracy(check: pd.DataFrame) -> dict:
+    """How well a prediction_check came out: n (measured runs with a prediction), the share
+    whose target forwards were predicted exactly (meaningful under greedy decoding; under
+    sampling predictions are expectations) and the share whose speedup was within 10%
+    (|speedup_error| <= 0.10; runs without both speedups count as outside), and the median
+    error (predicted / measured - 1: above 0, the predictions ran high); then the same
+    for geometric means over repeats, per point (drafter x policy x gamma x temperature x
+    prompt): points, the most repeats a point has, and the share within 10%; and over
+    prompts, per configuration (drafter x policy x gamma x temperature: what the summary
+    tables show): configurations, and the share within 10%.
+
+    Why points: under sampling a prediction is an expectation and a run one sample, whose
+    accepted lengths (and text) vary from seed to seed; a sweep with --repeats compares the
+    mean of each point's runs, where that variance shrinks. Shares are None when n is 0."""
+    n = len(check)
+    if not n:
+        return {
+            "n": 0,
+            "forwards_equal_share": None,
+            "within_10pct_share": None,
+            "median_error": None,
+            "points": 0,
+            "repeats_per_point": 0,
+            "points_within_10pct_share": None,
+            "configurations": 0,
+            "configurations_within_10pct_share": None,
+        }
+    by_point = check.groupby([*CHECK_GROUP, "prompt_id"], sort=False)
+    points = _mean_errors(by_point)
+    configurations = _mean_errors(check.groupby(CHECK_GROUP, sort=False))
+    return {
+        "n": n,
+        "forwards_equal_share": float(check["forwards_equal"].mean()),
+        "within_10pct_share": _share_within(check["speedup_error"].tolist()),
+        "median_error": _median(check["speedup_error"]),
+        "points": len(points),
+        "repeats_per_point": int(by_point.size().max()),
+        "points_within_10pct_share": _share_within(points),
+        "configurations": len(configurations),
+        "configurations_within_10pct_share": _share_within(configurations),
+    }
+
+
+def _mean_errors(groups) -> list[float | None]:
+    """Per group of a prediction_check's rows (a pandas GroupBy): geometric-mean predicted /
+    geometric-mean measured - 1."""
+    return [_ratio(geometric_mean(g["predicted_speedup"]), geometric_mean(g["measured_speedup"])) for _, g in groups]
+
+
+def _median(values: pd.Series) -> float | None:
+    """The median of the known values, or None when there are none."""
+    known = values.dropna()
+    return float(known.median()) if len(known) else None
+
+
+def _share_within(errors: list[float | None], bound: float = 0.10) -> float:
+    """The share of errors within bound (None and NaN count as outside)."""
+    return sum(e is not None and abs(e) <= bound for e in errors) / len(errors)
+
+
+def _ratio(predicted: float | None, measured: float | None) -> float | None:
+    """predicted / measured - 1, or None when either is missing."""
+    return predicted / measured - 1 if predicted and measured else None
+
+
+def plain_repeatability(runs: pd.DataFrame | Iterable[dict]) -> dict:
+    """The sweep's noise floor. Each measured prompt's plain decoding is timed twice: in
+    phase 1 (PROFILE, the path of its predictions) and beside its measured runs (MEASURED,
+    their baseline). n: the (prompt, repeat) pairs with both; within_10pct_share: the share
+    whose two tokens/s agree within 10% (measured / profile - 1); median_difference: the
+    median of |measured / profile - 1|. A measured speedup is a ratio of two timings like
+    these, so the share of predictions within 10% of it is bounded by the machine as well
+    as by the model. Shares are None when n is 0."""
+    import pandas as pd
+
+    runs = as_runs(runs)
+    plain = runs[runs["method"] == BASELINE_METHOD]
+    keys = ["temperature", "prompt_id", "repeat"]
+    both = pd.merge(
+        plain[plain["source"] == PROFILE][[*keys, "tokens_per_second"]],
+        plain[plain["source"] == MEASURED][[*keys, "tokens_per_second"]],
+        on=keys,
+        suffixes=("_p", "_m"),
+    )
+    difference = (both["tokens_per_second_m"] / both["tokens_per_second_p"] - 1).abs().dropna()
+    if not len(difference):
+        return {"n": 0, "within_10pct_share": None, "median_difference": None}
+    return {
+        "n": len(difference),
+        "within_10pct_share": float((difference <= 0.10).mean()),
+        "median_difference": float(difference.median()),
+    }

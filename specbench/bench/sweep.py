@@ -43,7 +43,7 @@ one label per model, "model@NAME" (results.drafter_label), with its own c and v(
 (costs_key "PROMPT/REPEAT@NAME"), its own recorded path for predictions, and its own HF
 counterpart (hf-assisted or hf-universal, labelled "model@NAME"); plain runs, model-free
 drafters and early exit are shared, so every model is timed beside the same baseline. With
-one drafter model its name is "" and labels stay bare, as in every sweep before.
+one drafter model its name is "" and labels stay bare.
 
 Measured only: a drafter with another tokenizer (config.translated) and early-exit:N get
 no predicted rows. Predicting them needs the drafter's rows along the target's path in the

@@ -290,7 +290,10 @@ def test_make_row_speedup_and_parity():
 def test_walltime_model_prices_each_round():
     """c = 0.25, v(k) = 1 + 0.1 (k - 1): two rounds of 4 drafts (4 drafter steps each) cost
     1 + 1.4 each and a round with none costs 1, for 5 + 2 + 1 tokens."""
-    v = lambda k: 1 + 0.1 * (k - 1)  # noqa: E731
+
+    def v(k):
+        return 1 + 0.1 * (k - 1)
+
     rounds = RoundCounts(emitted=8, verified={4: 2, 0: 1}, feeds={1: 8})
     assert walltime_speedup(rounds, 0.25, v) == pytest.approx(8 / 5.8)
     assert walltime_speedup(RoundCounts(5, {0: 5}), 0.25, v) == pytest.approx(1.0)  # plain steps predict 1x
@@ -1426,7 +1429,10 @@ def test_sweep_of_two_drafter_models_times_each_with_its_own_costs(tokenizer, tm
         for r in rows
         if r["source"] == "measured" and r["method"] != "plain"
     )
-    c_of = lambda label: {float(r["c"]) for r in specbench_rows if r["drafter"] == label}  # noqa: E731
+
+    def c_of(label):
+        return {float(r["c"]) for r in specbench_rows if r["drafter"] == label}
+
     assert c_of("model@small") == {0.25} and c_of("model@other") == {0.5}
     assert c_of("ngram") == {0.25}  # rows without a model carry the first model's block, as in a sweep of one
     assert set(result.costs) == {f"{p.id}/0@{name}" for p in PROMPTS for name in ("small", "other")}

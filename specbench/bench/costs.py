@@ -17,16 +17,15 @@ a drafter forward is its draft step (drafters/step.py), the one the model drafte
 Each timed forward includes the work the decoding loop does on its logits, with the run's
 sampling settings: a draft step or a plain step picks its token (sampling.choose), a verify
 pass processes its k rows (logits_to_probs, and the argmax under greedy). Over a large
-vocabulary that is a few percent of a step, more at a temperature or with top-p, and
-predictions priced by the forwards alone left it out (docs/log.md, "The work on a row of
-logits").
+vocabulary that is a few percent of a step, more at a temperature or with top-p, which
+predictions priced by the forwards alone would leave out.
 The forwards are interleaved (each round times k = 1..max_k and a drafter step once), so a
 machine that slows down mid-measurement slows every point alike. v(k) for k >= 2 is the
 non-decreasing curve closest to the medians (isotonic regression): a longer forward never
 costs less, so a median below its left neighbour is noise and is pooled with it, while
 steps stay. The curve is not a line on every kernel: the int8 kernel runs rows in tiles of
 four, so on one AVX2 CPU v(2..4) was about 1.2, v(5) 1.5 and v(6..9) 1.9 to 2.1, where a
-fitted line put v(4) at 1.4 and v(6) at 1.7 (docs/log.md, "The verify curve has steps").
+fitted line put v(4) at 1.4 and v(6) at 1.7.
 t(1) keeps its own point: one row often runs a different kernel than several; so does the
 drafter's t(2) (a half-precision drafter runs two rows on its half weight,
 kernels.HybridLinear). The plain step is timed apart from t(1), after the interleaved rounds,
@@ -35,12 +34,12 @@ single-token steps that follow forwards over 2..9 tokens ran about 7% slower tha
 long run of single-token steps, and took some 8 steps to settle (SmolLM2-135M; the default
 pair's kernels showed no such difference). A speculative round lives in the first state and
 plain decoding in the second, so a plain run priced at the interleaved t(1) made every
-speedup look that much better than it measured (docs/log.md, "The plain step is not t(1)").
+speedup look that much better than it measured.
 The loop's work is timed on the real loop (core/generate.py) over a short run with the
 prompt-lookup drafter, which runs no forward: each round's time less its verify pass
 (StepRecord.pass_seconds). It is mostly Python, about 0.1-0.3 ms a round whatever the
 model: 0.2% of a round of the default pair, a tenth of one of a model whose step takes
-1 ms (docs/log.md, "The loop's own work per round").
+1 ms.
 A sweep measures them on each prompt's context (or once), records every measurement in
 meta.json and prices with their median over similar contexts (pooled); `generate` with the
 cost policy measures them once per model pair and settings and keeps them in the cache
@@ -69,7 +68,10 @@ from specbench.policies import FixedGamma
 MAX_VERIFY_K = 9  # v(k) is measured for k = 1..MAX_VERIFY_K
 LOOP_TOKENS = 16  # tokens of the short run the loop's work per round is timed on
 PLAIN_STEPS = 16  # plain decoding steps timed in a row once the rounds are done; the median of the second half counts
-METHOD = 6  # how costs are measured; part of the on-disk cache key (1: one k at a time, no fit; 2: no u(n); 3: draft steps through HF's decoder and bf16 head rows; 4: PyTorch's int8 kernel in the draft step; 5: forwards without the work on their logits); the cache holds `generate`'s, which measures no plain step or loop
+# How costs are measured: interleaved forwards with the work on their logits, draft steps as
+# the model drafter runs them, v(k) and u(n) fitted. meta.json records it, a resume refuses
+# another, and it is part of the on-disk cache key (the cache holds `generate`'s costs).
+METHOD = 6
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,7 @@ class ForwardTimer:
         else:
             logits = self.model(
                 input_ids=new, **cache_arg(self.model, self.cache), use_cache=True, logits_to_keep=k
-            ).logits[0, -k:]
+            ).logits[0, -k:]  # [k, vocab]
             if k == 1:
                 choose(logits[0], self.sampling, self.generator)
             else:
@@ -179,10 +181,10 @@ class ForwardTimer:
         token, times = self.context[-1], []
         for _ in range(n):
             start = time.perf_counter()
-            new = torch.tensor([[token]], device=self.device)
+            new = torch.tensor([[token]], device=self.device)  # [1, 1]
             logits = self.model(
                 input_ids=new, **cache_arg(self.model, self.cache), use_cache=True, logits_to_keep=1
-            ).logits[0, -1]
+            ).logits[0, -1]  # [vocab]
             token, _ = choose(logits, self.sampling, self.generator)
             sync(self.device)
             times.append(time.perf_counter() - start)
@@ -312,11 +314,11 @@ def pooled(blocks: list[Costs], context_tokens: int) -> Costs:
     POOL_SPAN of `context_tokens` (at least the nearest one): what a sweep prices with.
 
     One block's measurement is a few dozen timed forwards on a shared CPU, and over a sweep
-    the blocks scattered far more than the prompts' contexts could explain (docs/log.md,
-    "Pooled costs"); one measured while something else ran is off by multiples. Priced
-    with its own block, each prompt's predictions carried that block's error. A median over
-    blocks drops such an outlier; the span keeps prompts of very different lengths apart,
-    where attention makes the costs differ for real. c is the median of the blocks' c (each
+    the blocks scatter far more than the prompts' contexts could explain; one measured while
+    something else ran is off by multiples. Priced with its own block, each prompt's
+    predictions would carry that block's error. A median over blocks drops such an outlier;
+    the span keeps prompts of very different lengths apart, where attention makes the costs
+    differ for real. c is the median of the blocks' c (each
     a ratio of interleaved timings, so drift cancels within a block), and the drafter step
     is c times the median target step, so that c = drafter step / target step still holds;
     the plain step and the loop's work likewise, from the blocks' ratios to t(1).
@@ -364,7 +366,7 @@ def for_drafter(costs: Costs, drafter: str) -> Costs:
 # ---------------------------------------------------------------------------- the on-disk cache
 
 
-CACHE_FORMAT = 3  # 2: v(k) and u(n) fitted isotonic; 3: never below 1; files of another format are measured anew
+CACHE_FORMAT = 3  # v(k) and u(n) fitted isotonic, never below 1; a file of another format is measured anew
 
 
 def load_cached(folder: Path, key: str) -> Costs | None:

@@ -23,7 +23,6 @@ import platform
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -36,9 +35,6 @@ from specbench.bench.results import summary_frame
 from specbench.errors import ResultsError, SweepError
 from specbench.speed import native
 from specbench.speed.gguf_blocks import Q4KLinear
-
-if TYPE_CHECKING:
-    from specbench.bench.sweep import DrafterModel
 
 
 def summary_records(rows: list[dict]) -> list[dict]:
@@ -79,7 +75,8 @@ def check_resume_meta(meta: dict, fresh: dict) -> None:
         method = old.get("costs_method", COSTS_METHOD_BEFORE_RECORDED)
         if meta.get("costs_by_block") and method != fresh["sweep"].get("costs_method"):
             raise SweepError(
-                f"cannot resume: that sweep measured its costs by method {method}, this version by {fresh['sweep'].get('costs_method')} (bench/costs.py METHOD); start it again with another --out"
+                f"cannot resume: that sweep measured its costs by method {method}, this version by"
+                f" {fresh['sweep'].get('costs_method')} (bench/costs.py METHOD); start it again with another --out"
             )
     for key in (
         "target",
@@ -191,7 +188,7 @@ def model_meta(model, name: str | None) -> dict | None:
 
 def build_meta(
     target,
-    drafters: dict[str, DrafterModel],
+    drafter_models: dict[str, object],
     config: SweepConfig,
     prompts: list[Prompt],
     *,
@@ -200,17 +197,17 @@ def build_meta(
     prompts_source: str,
     command: str,
 ) -> dict:
-    """drafters: the sweep's drafter models by name (drafters_of), drafter_names their names
-    for meta.json. models.drafter is the first; with named drafter models (several),
+    """drafter_models: the sweep's drafter models by name, drafter_names their names for
+    meta.json. models.drafter is the first; with named drafter models (several),
     models.drafters has each."""
-    first = next(iter(drafters), None)
+    first = next(iter(drafter_models), None)
     models = {
         "target": model_meta(target, target_name),
-        "drafter": model_meta(drafters[first].model if first is not None else None, drafter_names.get(first)),
+        "drafter": model_meta(drafter_models.get(first), drafter_names.get(first)),
     }
     several = config.drafter_models != ("",)
     if several:
-        models["drafters"] = {name: model_meta(d.model, drafter_names.get(name)) for name, d in drafters.items()}
+        models["drafters"] = {name: model_meta(m, drafter_names.get(name)) for name, m in drafter_models.items()}
     return {
         **where_and_when(command),
         "seed": config.seed,

@@ -70,9 +70,8 @@ class SweepConfig:
     measure: str = "best"  # timed runs: "best" predicted gamma per drafter x policy, "all", or gammas "2,5"
     measure_per_category: int = 0  # time runs on the first N prompts of each category; 0: all prompts
     drafter_models: tuple[str, ...] = ("",)  # names of the drafter models compared; ("",): one, and labels stay bare
-    translated: tuple[
-        str, ...
-    ] = ()  # the drafter models with another tokenizer than the target's (set from the loaded models)
+    # the drafter models with another tokenizer than the target's (set from the loaded models)
+    translated: tuple[str, ...] = ()
     hf_refuses: tuple[str, ...] = ()  # of those, the ones without an hf-universal baseline (why_no_hf_universal)
 
     def __post_init__(self) -> None:
@@ -352,9 +351,7 @@ def chosen_gammas(config: SweepConfig, predicted_rows) -> dict[tuple[str, str], 
         return {pair: listed for pair in pairs}
     best = best_gammas(summary_frame(predicted_rows)) if len(predicted_rows) else {}
     chosen = {pair: (best[pair],) for pair in pairs if pair in best}
-    chosen.update(
-        {(d, p): tuple(config.gammas) for d, p in pairs if not predicted(config, d)}
-    )  # measured only: every gamma
+    chosen.update({(d, p): tuple(config.gammas) for d, p in pairs if not predicted(config, d)})  # measured only
     return chosen
 
 
@@ -365,7 +362,10 @@ def plan_runs(
     before phase 1 has run, stand in as the first gamma for "best" (the same number of runs)."""
     if gammas is None:
         listed = measured_gammas(config)
-        stand_in = lambda d: listed or ((config.gammas[0],) if predicted(config, d) else tuple(config.gammas))  # noqa: E731
+
+        def stand_in(drafter: str) -> tuple[int, ...]:
+            return listed or ((config.gammas[0],) if predicted(config, drafter) else tuple(config.gammas))
+
         gammas = {(d, p): stand_in(d) for d in config.drafters for p in config.policies}
     return profile_plan(config, prompts, has_drafter_model=has_drafter_model) + measure_plan(
         config, prompts, gammas, has_drafter_model=has_drafter_model

@@ -53,7 +53,7 @@ def record_path(
     """The path of one prompt: the plain run's output, the drafter's logits along it (when
     a drafter model is given; draft_vocab > 0 computes them as its restricted draft step
     does) and, under sampling, the target's processed rows."""
-    draft_logits, draft_limit = None, None
+    draft_logits, draft_limit = None, None  # draft_logits: [len(seen), drafter vocab]
     if drafter_model is not None:
         draft_limit = context_limit(drafter_model)
         seen = output[: max(0, drafts_within(draft_limit, len(prompt_ids)))]  # the rows ModelDrafter can draft from
@@ -65,7 +65,7 @@ def record_path(
                 if draft_vocab > 0
                 else teacher_forced_logits(drafter_model, prompt_ids, seen)
             )
-    target_probs = None
+    target_probs = None  # [len(output), target vocab], on the CPU
     if not gen.sampling.greedy:
         target_probs = logits_to_probs(target_path_logits(target, prompt_ids, output).float().cpu(), gen.sampling)
     return RecordedPath(
@@ -87,12 +87,14 @@ def target_path_logits(target, prompt_ids: list[int], output: list[int]) -> torc
     forward over the whole path at once could round otherwise: fused_step.py)."""
     device = next(target.parameters()).device
     cache = new_cache(target)
-    forward = lambda ids, keep: target(
-        input_ids=torch.tensor([ids], device=device), **cache_arg(target, cache), use_cache=True, logits_to_keep=keep
-    ).logits[0]
-    rows = [forward(list(prompt_ids), 1)]
+
+    def forward(ids: list[int], keep: int) -> torch.Tensor:  # [keep, vocab]
+        inputs = torch.tensor([ids], device=device)  # [1, len(ids)]
+        return target(input_ids=inputs, **cache_arg(target, cache), use_cache=True, logits_to_keep=keep).logits[0]
+
+    rows = [forward(list(prompt_ids), 1)]  # [1, vocab] for output[0]
     if len(output) > 1:
-        rows.append(forward(list(output[:-1]), len(output) - 1))
+        rows.append(forward(list(output[:-1]), len(output) - 1))  # [n - 1, vocab] for output[1:]
     return torch.cat(rows)
 
 
@@ -108,9 +110,11 @@ def teacher_forced_logits(model, prompt_ids: list[int], output: list[int]) -> to
     restricted draft step (draft_vocab.path_logits) computes every row as a one-row step."""
     device = next(model.parameters()).device
     cache = new_cache(model)
-    step = lambda ids: model(
-        input_ids=torch.tensor([ids], device=device), **cache_arg(model, cache), use_cache=True, logits_to_keep=1
-    ).logits[0, -1]
+
+    def step(ids: list[int]) -> torch.Tensor:  # [vocab], the last row's
+        inputs = torch.tensor([ids], device=device)  # [1, len(ids)]
+        return model(input_ids=inputs, **cache_arg(model, cache), use_cache=True, logits_to_keep=1).logits[0, -1]
+
     rows = [step(list(prompt_ids))]
     rows += [step([token]) for token in output[:-1]]
     return torch.stack(rows).float().cpu()
@@ -175,7 +179,7 @@ def _drafter(path: RecordedPath, name: str, gen: GenerationConfig, draft_vocab: 
         return make_drafter(name)
     vocab = None
     if draft_vocab > 0:
-        vocab = VocabTracker(draft_vocab, path.draft_logits.shape[-1], gen.eos_token_ids)
+        vocab = VocabTracker(draft_vocab, path.draft_logits.shape[-1], gen.eos_token_ids)  # draft_logits: [n, vocab]
     model = PathDrafter(path, vocab)
     return model if name == "model" else LookupFirstDrafter(model)
 

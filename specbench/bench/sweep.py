@@ -10,14 +10,18 @@ Phase 2 times real runs only where `measure` says: "best" (each drafter x policy
 best predicted gamma), a list of gammas, or "all"; on every prompt, or on the first
 measure_per_category prompts of each category. Rows say which they are in `source`.
 
-This module runs the benchmark protocol: how each method is timed, the cost measurements
-(c and the verify cost curve v(k)) and how they price runs, and writing the results directory
-(runs.csv appended row by row, positions.csv, paths.jsonl, rounds.jsonl, optional steps.jsonl). What runs
-in which order is plan.py's (pure: SweepConfig and the PlannedRun lists of both phases);
-what meta.json records, and what a resume must match, is meta.py's. It receives models that are
-already loaded (the CLI loads them with models.load_pair, as `generate` does) and a tokenizer;
-it knows nothing about where models come from, and it renders nothing: progress and tables go
-through callbacks to the caller. Prompts become ids by models.encode_prompt, the one rule.
+sweep() reads as its steps, each a function with inputs and outputs: plan (the results
+directory, meta.json and the PlannedRun lists of both phases), profile (phase 1's plain
+runs, each block's costs measured just before it), price (the blocks' costs pooled),
+predict (phase 1's predicted rows), pick (the gammas phase 2 times), measure (phase 2's
+timed runs) and report (meta.json's summary and checks). Who does the work: plan.py says
+what runs in which order (pure); runner.py times and counts one run and writes it
+(records.py, rows.py); pricing.py keeps the costs (CostBook, given to the runner when it is
+made); meta.py says what meta.json records and what a resume must match. It receives
+models that are already loaded (the CLI loads them with models.load_pair, as `generate`
+does) and a tokenizer; it knows nothing about where models come from, and it renders
+nothing: progress and tables go through callbacks to the caller. Prompts become ids by
+models.encode_prompt, the one rule.
 
 Methods:
   plain        specbench's plain_generate, the baseline of every speedup;
@@ -39,7 +43,7 @@ one label per model, "model@NAME" (results.drafter_label), with its own c and v(
 (costs_key "PROMPT/REPEAT@NAME"), its own recorded path for predictions, and its own HF
 counterpart (hf-assisted or hf-universal, labelled "model@NAME"); plain runs, model-free
 drafters and early exit are shared, so every model is timed beside the same baseline. With
-one drafter model its name is "" and labels stay bare, as in every sweep before.
+one drafter model its name is "" and labels stay bare.
 
 Measured only: a drafter with another tokenizer (config.translated) and early-exit:N get
 no predicted rows. Predicting them needs the drafter's rows along the target's path in the
@@ -64,16 +68,12 @@ costs, with the same functions (predicted_price, price_blocks).
 
 from __future__ import annotations
 
-import json
-import statistics
 import sys
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from specbench.bench.costs import Costs, for_drafter, measure_costs, pooled, shared_limit, timing_context
-from specbench.bench.hf_assisted import HFDrafter, hf_sampling_defect, measure_hf_assisted
+from specbench.bench.costs import Costs
 from specbench.bench.meta import (
     add_costs_meta,
     build_meta,
@@ -83,607 +83,67 @@ from specbench.bench.meta import (
     summary_records,
 )
 from specbench.bench.plan import (
-    HF_EARLY_EXIT,
-    HF_METHODS,
-    HF_PROMPT_LOOKUP,
-    HF_STOCK_POLICY,
-    HF_UNIVERSAL,
-    METHODS,
-    SPECBENCH,
     PlannedRun,
     SweepConfig,
     chosen_gammas,
     drafts_with_model,
-    generation_config,
-    label_uses_model,
     measure_plan,
     needs_drafter_model,
     pending_runs,
     plan_runs,
-    predicted,
 )
-from specbench.bench.profile import Prediction, predict, record_path
+from specbench.bench.pricing import (
+    CostBook,
+    cost_models,
+    costs_key,
+    costs_model,
+    costs_summary,
+    price_blocks,
+    pricing_line,
+)
 from specbench.bench.prompts import Prompt
-from specbench.bench.replay import position_counts
+from specbench.bench.records import PATHS_JSONL, ROUNDS_JSONL, prepare_out_dir, read_paths, read_rounds
 from specbench.bench.results import (
-    BASELINE_METHOD,
-    KEY_COLUMNS,
-    MEASURED,
-    MODEL_SEPARATOR,
-    POSITIONS_CSV,
     PREDICTED,
     PROFILE,
     RUNS_CSV,
-    STEPS_JSONL,
-    append_positions,
-    append_row,
-    label_parts,
-    make_dir,
-    output_hash,
     plain_repeatability,
     prediction_accuracy,
     prediction_check,
     read_meta,
     read_rows,
-    row_key,
     write_meta,
 )
-from specbench.core.generate import GenerationConfig, context_limit, plain_generate, speculative_generate
-from specbench.core.stats import RoundCounts, RunStats, StepRecord, verify_cost_at, walltime_speedup
-from specbench.drafters import make_drafter, parse_early_exit, uses_model
+from specbench.bench.rows import baseline_key, baselines_from_rows, late_runs, predicted_price
+from specbench.bench.runner import (
+    DrafterModel,
+    SweepRunner,
+    block_measurer,
+    encode_prompts,
+    run_plan,
+    target_layers,
+    why_no_hf_universal,
+)
+from specbench.drafters import parse_early_exit
 from specbench.drafters.early_exit import check_early_exit
-from specbench.errors import PromptError, ResultsError, SweepError, reraise_as
-from specbench.models.loading import output_vocab_size, timing_ids
-from specbench.models.text import check_prompt_fits, encode_prompt
-from specbench.policies import make_policy
-from specbench.speed.kernels import stock_kernels
-
-PATHS_JSONL = "paths.jsonl"  # each plain run's output ids, what predictions replay
-ROUNDS_JSONL = "rounds.jsonl"  # each predicted run's rounds (RoundCounts), what `specbench predict` prices again
-
-
-def hf_tells_apart(target, drafter_model) -> bool:
-    """Whether HF's generate() takes the pair for two tokenizers (it compares the configs'
-    vocab_size; with equal sizes it refuses assistant_tokenizer)."""
-    size = lambda model: model.config.get_text_config().vocab_size  # noqa: E731
-    return size(target) != size(drafter_model)
-
-
-def why_no_hf_universal(target, drafter_model, target_tokenizer, drafter_tokenizer, temperature: float) -> str | None:
-    """Why HF's Universal Assisted Generation is no baseline for a drafter model with another
-    tokenizer (None: it is): HF cannot tell the tokenizers apart, or, when sampling, its
-    sampling mode would score the drafts under other tokens' probabilities (not lossless)."""
-    if not hf_tells_apart(target, drafter_model):
-        return "HF takes two tokenizers only where the models' vocab_size differ"
-    vocab = target.config.get_text_config().vocab_size
-    defect = hf_sampling_defect(target_tokenizer, drafter_tokenizer, vocab) if temperature > 0 else None
-    return f"HF's sampling mode {defect}, so it is no lossless baseline" if defect else None
-
-
-# ---------------------------------------------------------------------------- one measurement
-
-
-@dataclass
-class Measurement:
-    token_ids: list[int]  # the new tokens
-    stats: RunStats
-    acceptance_known: bool = True
-    steps: list[StepRecord] = field(default_factory=list)
-    stop_reason: str | None = None
-    positions: dict[int, tuple[float, float]] | None = None  # replay.position_counts (specbench runs)
-
-
-def measure_plain(target, prompt_ids: list[int], gen: GenerationConfig) -> Measurement:
-    result = plain_generate(target, prompt_ids, gen)
-    return Measurement(result.token_ids, result.stats, acceptance_known=False, stop_reason=result.stop_reason)
-
-
-def drafter_costs(costs: Costs | None, drafter: str, target) -> Costs | None:
-    """The costs a drafter pays: for_drafter's (a model-free drafter's c is 0), and for
-    early-exit:N a c of N / the target's layers, the share of the target it runs (an
-    estimate, not a timing: costs.py times the drafter model, not each N)."""
-    layers = parse_early_exit(drafter)
-    if costs is None or layers is None:
-        return for_drafter(costs, drafter) if costs is not None else None
-    share = layers / target.config.num_hidden_layers
-    return replace(costs, c=share, drafter_step_seconds=costs.target_step_seconds * share, drafter_cost=None)
-
-
-def measure_specbench(
-    target,
-    drafter_model,
-    prompt_ids: list[int],
-    gen: GenerationConfig,
-    drafter: str,
-    policy: str,
-    gamma: int,
-    costs: Costs | None = None,
-    draft_vocab: int = 0,
-    translate: tuple | None = None,
-) -> Measurement:
-    """costs feed the "cost" policy (drafter_costs gives the drafter's own c).
-    draft_vocab > 0 restricts the model drafter's head (draft_vocab.py; gen's EOS ids stay in);
-    translate: make_drafter's, for a drafter model with another tokenizer."""
-    costs = drafter_costs(costs, drafter, target)
-    made = make_drafter(
-        drafter, drafter_model, draft_vocab, gen.eos_token_ids, target_model=target, translate=translate
-    )
-    result = speculative_generate(target, made, prompt_ids, gen, make_policy(policy, gamma, costs=costs))
-    return Measurement(
-        result.token_ids,
-        result.stats,
-        steps=result.steps,
-        stop_reason=result.stop_reason,
-        positions=position_counts(result.steps),
-    )
-
-
-def predicted_measurement(
-    path, run: PlannedRun, gen: GenerationConfig, costs: Costs | None, draft_vocab: int
-) -> Measurement:
-    """A predicted run: the replay's counts and rounds on the prompt's path (profile.predict)."""
-    kind = label_parts(run.drafter)[0]
-    if costs is not None:
-        costs = for_drafter(costs, kind)
-    predicted: Prediction = predict(path, kind, run.policy, run.gamma, gen, costs=costs, draft_vocab=draft_vocab)
-    return Measurement(
-        path.output, predicted.stats, steps=predicted.steps, stop_reason=None, positions=predicted.positions
-    )
-
-
-# ---------------------------------------------------------------------------- rows (pure)
-
-
-@dataclass(frozen=True)
-class Baseline:
-    tokens_per_second: float | None
-    output_hash: str
-
-
-def baseline_key(source: str, prompt_id: str, repeat) -> tuple[str, str, str]:
-    """Which plain run a row is compared with: predictions with their phase's (PROFILE),
-    measured runs with the one timed beside them (MEASURED)."""
-    kind = PROFILE if source in (PROFILE, PREDICTED) else MEASURED
-    return (kind, str(prompt_id), str(int(float(repeat))))
-
-
-def baselines_from_rows(rows: list[dict]) -> dict[tuple[str, str, str], Baseline]:
-    """The plain runs of an earlier, interrupted sweep, by baseline_key."""
-    found = {}
-    for row in rows:
-        if row["method"] == BASELINE_METHOD:
-            tps = float(row["tokens_per_second"]) if row["tokens_per_second"] else None
-            found[baseline_key(row.get("source") or MEASURED, row["prompt_id"], row["repeat"])] = Baseline(
-                tps, row.get("output_hash", "")
-            )
-    return found
-
-
-def predicted_speedup(run: PlannedRun, counts: RoundCounts, costs: Costs | None) -> float | None:
-    """The walltime model's speedup of a specbench run's rounds (modelled_speedup); None
-    for other methods."""
-    return modelled_speedup(counts, costs) if run.method == SPECBENCH else None
-
-
-def modelled_speedup(counts: RoundCounts, costs: Costs | None) -> float | None:
-    """stats.walltime_speedup of a run's rounds, priced by its block's measured costs in
-    units of the target's single step t(1): c = drafter step / t(1), paid by each drafter
-    forward the round ran, a forward over n tokens as u(n) steps (a copy or a table's guess
-    runs none), v(k) as measured, v(1) = 1 (a round without drafts is a single step among
-    the round's others), and the loop's own work per round (Costs.loop; 0 for costs from
-    before it was measured). Plain decoding is priced by the measured plain step
-    (Costs.plain_step), not by the plain run: every number here is a median of interleaved
-    timings (costs.py), where the plain run is one run whose speed wanders from run to run
-    on a shared CPU as much as the speedups being predicted (the sweep reports that noise
-    floor); pricing in the plain run's own step carried its noise into every prediction
-    (docs/log.md, "Pricing predictions in t(1)"). None without costs or rounds."""
-    if costs is None or not costs.verify_cost or not costs.target_step_seconds:
-        return None
-    c = (costs.drafter_step_seconds or 0.0) / costs.target_step_seconds
-    verify = lambda k: 1.0 if k == 1 else verify_cost_at(costs.verify_cost, k)  # noqa: E731
-    step_cost = lambda n: verify_cost_at(costs.drafter_cost, n) if costs.drafter_cost else 1.0  # noqa: E731
-    return walltime_speedup(counts, c, verify, step_cost, costs.plain_step(), costs.loop())
-
-
-def predicted_price(counts: RoundCounts, baseline: Baseline | None, costs: Costs | None) -> dict:
-    """The columns of a predicted row that its costs set, and all that re-pricing it with
-    other costs changes (`specbench predict`, reprice.py): the walltime model's speedup as
-    speedup and predicted_speedup, tokens_per_second as that speedup times its plain run's
-    (the profile run's, as runs.csv reads back), and c."""
-    model = modelled_speedup(counts, costs)
-    tps = (
-        model * baseline.tokens_per_second
-        if model is not None and baseline is not None and baseline.tokens_per_second
-        else None
-    )
-    return {
-        "tokens_per_second": tps,
-        "speedup": model,
-        "c": costs.c if costs is not None else None,
-        "predicted_speedup": model,
-    }
-
-
-def make_row(
-    run: PlannedRun,
-    m: Measurement,
-    baseline: Baseline | None,
-    *,
-    c: float | None,
-    prompt_tokens: int,
-    seed: int,
-    costs: Costs | None = None,
-) -> dict:
-    """One runs.csv row; metrics come from RunStats, speedup and parity from the baseline,
-    predicted_speedup from the run's rounds and the measured costs."""
-    stats, greedy = m.stats, run.temperature == 0
-    is_baseline = run.method == BASELINE_METHOD
-    predicted = run.source == PREDICTED
-    counts = RoundCounts.of(m.steps)
-    model = predicted_speedup(run, counts, costs)
-    tps = stats.tokens_per_second
-    speedup = None
-    if is_baseline:
-        speedup = 1.0
-    elif baseline is not None and baseline.tokens_per_second:
-        speedup = tps / baseline.tokens_per_second
-    identical = None
-    if greedy and not is_baseline and not predicted and baseline is not None and baseline.output_hash:
-        identical = output_hash(m.token_ids) == baseline.output_hash
-    known = m.acceptance_known
-    timed = lambda value: None if predicted else value
-    row = {
-        "source": run.source,
-        "method": run.method,
-        "drafter": run.drafter,
-        "policy": run.policy,
-        "gamma": run.gamma,
-        "temperature": run.temperature,
-        "prompt_id": run.prompt.id,
-        "category": run.prompt.category,
-        "repeat": run.repeat,
-        "new_tokens": stats.new_tokens,
-        "drafted": stats.drafted if known else None,
-        "accepted": stats.accepted if known else None,
-        "acceptance_rate": stats.acceptance_rate if known else None,
-        "mean_accepted_length": stats.mean_accepted_length
-        if (known or is_baseline) and stats.rounds
-        else None,  # no round: nothing to average
-        "target_forwards": stats.target_forwards,
-        "tokens_per_second": tps,
-        "speedup": speedup,
-        "c": c,
-        "identical_to_baseline": identical,
-        "predicted_speedup": model,
-        "rounds": stats.rounds,
-        "first_pass_tokens": stats.first_pass_tokens,
-        "prompt_tokens": prompt_tokens,
-        "prefill_seconds": timed(stats.prefill_seconds),
-        "decode_seconds": timed(stats.decode_seconds),
-        "draft_seconds": timed(stats.draft_seconds) if run.method == SPECBENCH else None,
-        "verify_seconds": timed(stats.verify_seconds) if run.method == SPECBENCH else None,
-        "stop_reason": m.stop_reason,
-        "seed": seed,
-        "output_hash": output_hash(m.token_ids),
-    }
-    if predicted:  # the walltime model's speedup, in the plain run's tokens per second
-        row.update(predicted_price(counts, baseline, costs))
-    return row
-
-
-def position_rows(run: PlannedRun, positions: dict[int, tuple[float, float]]) -> list[dict]:
-    """positions.csv rows of one run: reached and accepted drafts at each draft position."""
-    head = {**dict(zip(KEY_COLUMNS, run.key)), "gamma": run.gamma, "category": run.prompt.category}
-    return [
-        {**head, "position": i, "reached": reached, "accepted": accepted}
-        for i, (reached, accepted) in sorted(positions.items())
-    ]
-
-
-def step_lines(run: PlannedRun, steps: list[StepRecord]) -> list[str]:
-    """steps.jsonl lines: each StepRecord's fields, plus "run" naming the run it belongs to."""
-    head = {"run": dict(zip(KEY_COLUMNS, run.key))}
-    return [json.dumps({**head, **json.loads(step.to_json())}) for step in steps]
-
-
-# ---------------------------------------------------------------------------- which costs price a run (pure)
-
-
-def costs_model(drafter: str, first_model: str) -> str:
-    """Whose c a run's row carries: its drafter model's (drafter is a label, model@NAME),
-    or the sweep's first model's for plain and drafters without a model (their c is 0;
-    v(k) is the target's alike)."""
-    kind, name = label_parts(drafter)
-    return name if uses_model(kind) else first_model
-
-
-def costs_key(prompt_id: str, repeat: int, model: str, per_prompt: bool) -> str:
-    """Which measurement of c and v(k) a run uses: its prompt's block (prompt id/repeat),
-    or the sweep's one measurement ("sweep"); "@NAME" after it for a named drafter model.
-
-    costs_key("cw-01", 0, "", True) == "cw-01/0"; costs_key("cw-01", 0, "small", False) == "sweep@small"
-    """
-    block = f"{prompt_id}/{repeat}" if per_prompt else "sweep"
-    return f"{block}{MODEL_SEPARATOR}{model}" if model else block
-
-
-def price_blocks(
-    block_costs: dict[str, Costs], keys: dict[str, list[str]]
-) -> tuple[dict[str, Costs], dict[str, tuple[Costs, int]]]:
-    """What each measured block is priced with: costs.pooled over the blocks of its drafter
-    model (keys: by model name, the costs_keys of its blocks, in the sweep's order; those
-    not in block_costs were not measured). Returns (the pooled costs by costs_key, and by
-    model name the pool over all its blocks, what meta.json and the tables report, with
-    their count). The sweep prices its predictions with it, and `specbench predict` prices
-    them again with it from meta.json's costs_by_block."""
-    priced, sweep_wide = {}, {}
-    for name, model_keys in keys.items():
-        measured = [key for key in dict.fromkeys(model_keys) if key in block_costs]
-        blocks = [block_costs[key] for key in measured]
-        if not blocks:
-            continue
-        for key in measured:
-            priced[key] = pooled(blocks, block_costs[key].context_tokens)
-        sweep_wide[name] = (pooled(blocks, int(statistics.median(b.context_tokens for b in blocks))), len(blocks))
-    return priced, sweep_wide
-
-
-# ---------------------------------------------------------------------------- the sweep
-
-
-@dataclass(frozen=True)
-class DrafterModel:
-    """One drafter model of a sweep, and its own tokenizer when that is not the target's
-    (config.translated names it: its drafts are translated through text)."""
-
-    model: object
-    tokenizer: object = None
-
-
-class SweepRunner:
-    """Holds the loaded models and runs one PlannedRun at a time. drafters: the drafter
-    models by name (config.drafter_models; {} when the sweep drafts with none)."""
-
-    def __init__(
-        self, target, drafters: dict[str, DrafterModel], tokenizer, config: SweepConfig, eos_ids: tuple[int, ...]
-    ):
-        self.target, self.drafters, self.tokenizer, self.config = target, dict(drafters), tokenizer, config
-        self.eos_ids = tuple(eos_ids)
-        self.on_costs: Callable[[str, Costs], None] | None = None  # told of each new measurement
-        self.block_costs: dict[str, Costs] = {}  # c and v(k) by costs_key, measured as blocks start
-        self.cost_models: tuple[str, ...] = (config.drafter_models[0],)  # whose costs each block measures (costs_model)
-        self.priced: dict[
-            str, Costs
-        ] = {}  # by costs_key: what predictions and measured runs are priced with (price_blocks)
-        self.sweep_costs: dict[str, tuple[Costs, int]] = {}  # by model: the pool over all blocks, and their count
-        self.outputs: dict[tuple[str, int], list[int]] = {}  # plain outputs by (prompt id, repeat)
-        self._ids: dict[str, list[int]] = {}
-        self._paths: tuple[tuple[str, int], dict] | None = None  # the last prompt's recorded paths, by drafter model
-        predicted_models = [label_parts(d)[1] for d in config.drafters if label_uses_model(d) and predicted(config, d)]
-        self._first_predicted_model = next((n for n in predicted_models if n in self.drafters), None)
-
-    def prompt_ids(self, prompt: Prompt) -> list[int]:
-        """The prompt's ids (models.encode_prompt); one too long for the target raises
-        PromptError, naming the prompt."""
-        if prompt.id not in self._ids:
-            ids = encode_prompt(self.tokenizer, prompt.messages())
-            try:
-                check_prompt_fits(ids, context_limit(self.target))
-            except PromptError as exc:
-                raise PromptError(f"prompt {prompt.id}: {exc}") from None
-            self._ids[prompt.id] = ids
-        return self._ids[prompt.id]
-
-    def model_name(self, run: PlannedRun) -> str | None:
-        """The name of the drafter model run's label drafts with (an hf-assisted run's too);
-        None for a drafter without one."""
-        kind, name = label_parts(run.drafter)
-        return name if uses_model(kind) else None
-
-    def drafter_model(self, name: str | None):
-        return self.drafters[name].model if name is not None and name in self.drafters else None
-
-    def translation(self, name: str | None) -> tuple | None:
-        """make_drafter's translate argument for drafter model `name`: (its tokenizer, the
-        target's, the target's logits width) when it has another tokenizer, else None."""
-        if name is None or name not in self.config.translated:
-            return None
-        return (self.drafters[name].tokenizer, self.tokenizer, output_vocab_size(self.target))
-
-    def measure(self, run: PlannedRun, max_new_tokens: int | None = None) -> Measurement:
-        ids = self.prompt_ids(run.prompt)
-        gen = generation_config(self.config, self.eos_ids, run.repeat, max_new_tokens)
-        if run.source == PREDICTED:
-            return predicted_measurement(self.path(run, gen), run, gen, self.costs_for(run), self.config.draft_vocab)
-        if run.method == BASELINE_METHOD:
-            m = measure_plain(self.target, ids, gen)
-            if max_new_tokens is None and run.source == PROFILE:
-                self.outputs[(run.prompt.id, run.repeat)] = m.token_ids
-            return m
-        name = self.model_name(run)
-        if run.method == SPECBENCH:
-            kind = label_parts(run.drafter)[0]
-            return measure_specbench(
-                self.target,
-                self.drafter_model(name),
-                ids,
-                gen,
-                kind,
-                run.policy,
-                run.gamma,
-                self.priced_costs_for(run),
-                self.config.draft_vocab,
-                self.translation(name),
-            )
-        if run.method in HF_METHODS:  # the stock-kernels run is HF's defaults (gamma None)
-            with stock_kernels() if run.policy == HF_STOCK_POLICY else nullcontext():
-                hf = measure_hf_assisted(
-                    self.target, self.drafter_model(name), ids, gen, run.gamma, self.hf_drafter(run)
-                )
-            return Measurement(hf.token_ids, hf.stats, acceptance_known=hf.acceptance_known, stop_reason=hf.stop_reason)
-        raise SweepError(f"unknown method {run.method!r}; choose from {', '.join(METHODS)}")
-
-    def hf_drafter(self, run: PlannedRun) -> HFDrafter:
-        """Which of HF's candidate generators an hf-* run drafts with."""
-        if run.method == HF_UNIVERSAL:
-            return HFDrafter("universal", (self.tokenizer, self.drafters[self.model_name(run)].tokenizer))
-        if run.method == HF_EARLY_EXIT:
-            return HFDrafter("early-exit", layers=parse_early_exit(run.drafter))
-        return HFDrafter("prompt-lookup") if run.method == HF_PROMPT_LOOKUP else HFDrafter()
-
-    def path_model(self, run: PlannedRun) -> str | None:
-        """Which drafter model a predicted run's path records rows of: its own, or for a
-        drafter without one the first model the sweep predicts (its path has the output
-        every drafter replays on, recorded once per prompt); None when no model is predicted."""
-        name = self.model_name(run)
-        return name if name is not None else self._first_predicted_model
-
-    def path(self, run: PlannedRun, gen: GenerationConfig):
-        """The recorded path of run's prompt and repeat with run's drafter model
-        (profile.record_path), kept while that prompt's predictions run."""
-        key = (run.prompt.id, run.repeat)
-        if self._paths is None or self._paths[0] != key:
-            if key not in self.outputs:
-                raise SweepError(
-                    f"no plain output recorded for prompt {run.prompt.id} (repeat {run.repeat}) to predict from"
-                )
-            self._paths = (key, {})
-        name, paths = self.path_model(run), self._paths[1]
-        if name not in paths:
-            paths[name] = record_path(
-                self.target,
-                self.drafter_model(name),
-                self.prompt_ids(run.prompt),
-                self.outputs[key],
-                gen,
-                self.config.draft_vocab,
-            )
-        return paths[name]
-
-    def warm_up(self, plan: list[PlannedRun]) -> None:
-        """One short untimed generation per method and drafter, so first-call costs (allocator,
-        kernels, lazy imports) land on no measured run."""
-        seen = set()
-        for run in plan:
-            if run.source != PREDICTED and (run.method, run.drafter) not in seen:
-                seen.add((run.method, run.drafter))
-                self.measure(run, max_new_tokens=min(self.config.warmup_tokens, self.config.max_new_tokens))
-
-    def costs_model(self, run: PlannedRun) -> str:
-        return costs_model(run.drafter, self.config.drafter_models[0])
-
-    def costs_key(self, run: PlannedRun, name: str | None = None) -> str:
-        """costs_key of run's block, for its costs_model or drafter model `name`."""
-        name = self.costs_model(run) if name is None else name
-        return costs_key(run.prompt.id, run.repeat, name, self.config.costs_per_prompt)
-
-    def costs_for(self, run: PlannedRun) -> Costs:
-        """The costs a run's row carries (its c) and is priced with: a plain run of phase 1
-        its own block's measurement (measuring the block first), any other run the pooled
-        costs (priced_costs_for); an early-exit drafter's c is drafter_costs' estimate."""
-        costs = self.block_costs_for(run) if run.source == PROFILE else self.priced_costs_for(run)
-        return drafter_costs(costs, run.drafter, self.target) if parse_early_exit(run.drafter) is not None else costs
-
-    def priced_costs_for(self, run: PlannedRun) -> Costs:
-        """What run's predictions and its cost policy are priced with: the median of every
-        block's measurement near its context (costs.pooled, set by price_blocks once phase 1's
-        plain runs have measured them all), or its block's own before that."""
-        return self.priced.get(self.costs_key(run)) or self.block_costs_for(run)
-
-    def block_costs_for(self, run: PlannedRun) -> Costs:
-        """The costs of run's block, measured when the block first asks (just before its plain
-        run of phase 1, on its prompt's context) for each of cost_models, so that the blocks'
-        measurements spread over the sweep like its runs; run's own model's."""
-        for name in dict.fromkeys((*self.cost_models, self.costs_model(run))):
-            key = self.costs_key(run, name)
-            if key not in self.block_costs:
-                self.block_costs[key] = self.costs(run.prompt, name)
-                if self.on_costs is not None:
-                    self.on_costs(key, self.block_costs[key])
-        return self.block_costs[self.costs_key(run)]
-
-    def price_blocks(self, runs: list[PlannedRun]) -> dict[str, tuple[Costs, int]]:
-        """Price every measured block of `runs` (price_blocks); returns, by model name, the
-        pool over all its blocks (what meta.json and the tables report) and their count."""
-        keys = {name: [self.costs_key(run, name) for run in runs] for name in self.cost_models}
-        priced, sweep_wide = price_blocks(self.block_costs, keys)
-        self.priced.update(priced)
-        return sweep_wide
-
-    def costs(self, prompt: Prompt, name: str) -> Costs:
-        """c of drafter model `name` (none when the sweep drafts with no model) and the
-        target's v(k), timed on the prompt's context."""
-        drafter = self.drafter_model(name) if needs_drafter_model(self.config) else None
-        context = timing_context(
-            self.prompt_ids(prompt), self.config.max_new_tokens, shared_limit(self.target, drafter)
-        )
-        vocab = self.config.draft_vocab if drafts_with_model(self.config) and name not in self.config.translated else 0
-        context = timing_ids(context, self.target, drafter)  # a drafter with another tokenizer reads fewer ids
-        sampling = generation_config(self.config, self.eos_ids).sampling  # the runs' own
-        return measure_costs(
-            self.target,
-            drafter,
-            context,
-            self.config.timing_repeats,
-            draft_vocab=vocab,
-            sampling=sampling,
-            predicting=True,
-        )
-
-
-def run_plan(
-    plan: list[PlannedRun],
-    measure: Callable[[PlannedRun], Measurement],
-    out_dir: Path,
-    *,
-    costs_of: Callable[[PlannedRun], Costs | None],
-    prompt_tokens: Callable[[Prompt], int],
-    seed: int,
-    baselines: dict | None = None,
-    write_steps: bool = False,
-    on_row: Callable[[PlannedRun, dict], None] | None = None,
-) -> int:
-    """Measure each run in order and append its row to runs.csv as soon as it finishes.
-    costs_of(run) gives the costs of run's block (measured there when first asked, before
-    the run). An interruption (Ctrl-C) loses only the run in progress. Returns rows written."""
-    baselines = dict(baselines or {})
-    written = 0
-    for run in plan:
-        costs = costs_of(run)
-        m = measure(run)
-        where = baseline_key(run.source, run.prompt.id, run.repeat)
-        row = make_row(
-            run,
-            m,
-            baselines.get(where),
-            c=costs.c if costs else None,
-            prompt_tokens=prompt_tokens(run.prompt),
-            seed=seed + run.repeat,
-            costs=costs,
-        )
-        if run.method == BASELINE_METHOD:
-            baselines[where] = Baseline(row["tokens_per_second"], row["output_hash"])
-        if run.method == BASELINE_METHOD and run.source == PROFILE:
-            with open(out_dir / PATHS_JSONL, "a", encoding="utf-8") as handle:
-                handle.write(
-                    json.dumps({"prompt_id": run.prompt.id, "repeat": run.repeat, "output": m.token_ids}) + "\n"
-                )
-        if run.source == PREDICTED:  # before its row: every predicted row has its rounds
-            with open(out_dir / ROUNDS_JSONL, "a", encoding="utf-8") as handle:
-                handle.write(
-                    json.dumps({"run": dict(zip(KEY_COLUMNS, run.key)), "rounds": RoundCounts.of(m.steps).as_json()})
-                    + "\n"
-                )
-        append_row(out_dir / RUNS_CSV, row)
-        if m.positions:
-            append_positions(out_dir / POSITIONS_CSV, position_rows(run, m.positions))
-        if write_steps and m.steps and run.source == MEASURED:
-            with open(out_dir / STEPS_JSONL, "a", encoding="utf-8") as handle:
-                handle.write("\n".join(step_lines(run, m.steps)) + "\n")
-        written += 1
-        if on_row is not None:
-            on_row(run, row)
-    return written
+from specbench.errors import SweepError, reraise_as
+
+__all__ = [  # what callers elsewhere (cli/commands.py, reprice.py) import from here, moved to the step modules
+    "PATHS_JSONL",
+    "ROUNDS_JSONL",
+    "DrafterModel",
+    "baseline_key",
+    "baselines_from_rows",
+    "costs_key",
+    "costs_model",
+    "costs_summary",
+    "predicted_price",
+    "price_blocks",
+    "pricing_line",
+    "read_rounds",
+    "sweep",
+    "why_no_hf_universal",
+]
 
 
 @dataclass
@@ -691,80 +151,62 @@ class SweepResult:
     out_dir: Path
     written: int
     skipped: int
-    costs: dict[str, Costs]  # every measurement of c and v(k), by SweepRunner.costs_key
-    pooled: dict[str, tuple[Costs, int]] = field(default_factory=dict)  # SweepRunner.sweep_costs
+    costs: dict[str, Costs]  # every measurement of c and v(k), by pricing.costs_key
+    pooled: dict[str, tuple[Costs, int]] = field(default_factory=dict)  # CostBook.pools
     late: int = 0  # measured runs a resume added to blocks whose plain run was timed before it
 
 
-def costs_summary(costs: Costs) -> str:
-    """One line: c, t(1), v(2..), the plain step and the loop's work of a measurement or a pool."""
-    c = f"c = {costs.c:.3f}, " if costs.c is not None else ""
-    curve = " ".join(f"{v:.2f}" for k, v in sorted(costs.verify_cost.items()) if k > 1)
-    extra = f", plain step {costs.plain_step():.2f}" if costs.plain_step_seconds else ""
-    extra += f", loop {costs.loop():.3f} a round" if costs.loop_seconds is not None else ""
-    return f"{c}target step {costs.target_step_seconds * 1000:.1f} ms, v(2..{max(costs.verify_cost, default=1)}) {curve}{extra}"
+@dataclass
+class Tally:
+    """Rows a step wrote, runs it found already in runs.csv, and late runs (measure)."""
+
+    written: int = 0
+    skipped: int = 0
+    late: int = 0  # measured runs added to a block whose plain run was timed before a resume
+
+    def __add__(self, other: Tally) -> Tally:
+        return Tally(self.written + other.written, self.skipped + other.skipped, self.late + other.late)
 
 
-def pricing_line(name: str | None, costs: Costs, count: int) -> str:
-    """What a sweep prices with, for drafter model `name` ("" or None: the sweep's one):
-    the line the sweep prints when it starts pricing and again when it ends."""
-    pool = f"the median of {count} measurements" if count > 1 else "its one measurement"
-    return f"pricing with {pool}{f' of {name}' if name else ''}: {costs_summary(costs)}"
+@dataclass
+class Session:
+    """What the steps of one sweep share: where it writes, its meta.json as it grows, the
+    rows an interrupted sweep left, the runner and the callbacks."""
 
+    config: SweepConfig
+    out_dir: Path
+    meta: dict
+    done_rows: list[dict]
+    runner: SweepRunner
+    status: Callable[[str], None]
+    on_row: Callable[[PlannedRun, dict], None] | None
 
-def late_runs(todo: list[PlannedRun], done_rows: list[dict]) -> int:
-    """How many of phase 2's pending runs join a block whose plain run is already in runs.csv
-    (a resume that measures more in a finished block, as when the best gamma moved): their
-    speedups compare with a plain run timed before the resume, not beside them."""
-    timed = baselines_from_rows(done_rows)
-    return sum(
-        run.method != BASELINE_METHOD and baseline_key(MEASURED, run.prompt.id, run.repeat) in timed for run in todo
-    )
+    def save_meta(self) -> None:
+        write_meta(self.out_dir, self.meta)
 
+    def rows(self) -> list[dict]:
+        return read_rows(self.out_dir / RUNS_CSV)
 
-def prepare_out_dir(out_dir: Path, resume: bool) -> list[dict]:
-    """Make the directory; the rows already there when resuming. Refuses to mix sweeps."""
-    make_dir(out_dir, SweepError)
-    csv_path = out_dir / RUNS_CSV
-    if not csv_path.exists() or csv_path.stat().st_size == 0:
-        return []
-    if not resume:
-        raise SweepError(f"{csv_path} already exists: pass --resume to continue that sweep, or choose another --out")
-    return read_rows(csv_path)
-
-
-def read_paths(out_dir: Path) -> dict[tuple[str, int], list[int]]:
-    """The plain outputs an interrupted sweep recorded (paths.jsonl), by (prompt id, repeat);
-    a half-written last line is skipped."""
-    outputs = {}
-    path = Path(out_dir) / PATHS_JSONL
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            outputs[(item["prompt_id"], int(item["repeat"]))] = [int(t) for t in item["output"]]
-    return outputs
-
-
-def read_rounds(out_dir: Path) -> dict[tuple[str, ...], RoundCounts]:
-    """Each predicted run's rounds (rounds.jsonl), by results.row_key; a half-written last
-    line is skipped. A directory without the file (a sweep from before it was written) is
-    a ResultsError."""
-    path = Path(out_dir) / ROUNDS_JSONL
-    if not path.is_file():
-        raise ResultsError(
-            f"no {ROUNDS_JSONL} in {out_dir}: its sweep was written before sweeps recorded their predicted rounds; run it again with this version to price it"
+    def run(self, runs: list[PlannedRun], rows_so_far: list[dict]) -> Tally:
+        """The runs of `runs` not already in runs.csv, after a warm-up where any is timed;
+        rows_so_far holds the plain runs they compare with."""
+        todo = pending_runs(runs, self.done_rows)
+        if any(run.source != PREDICTED for run in todo):
+            self.status("warming up")
+            self.runner.warm_up(todo)
+        self.status("running")
+        written = run_plan(
+            todo,
+            self.runner.measure,
+            self.out_dir,
+            costs_of=self.runner.costs.for_run,
+            prompt_tokens=lambda prompt: len(self.runner.prompt_ids(prompt)),
+            seed=self.config.seed,
+            baselines=baselines_from_rows(rows_so_far),
+            write_steps=self.config.steps,
+            on_row=self.on_row,
         )
-    rounds = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            item = json.loads(line)
-            rounds[row_key(item["run"])] = RoundCounts.from_json(item["rounds"])
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
-            continue
-    return rounds
+        return Tally(written, len(runs) - len(todo))
 
 
 def drafters_of(config: SweepConfig, drafter_model, drafter_tokenizer=None) -> dict[str, DrafterModel]:
@@ -780,7 +222,7 @@ def drafters_of(config: SweepConfig, drafter_model, drafter_tokenizer=None) -> d
 def check_drafters(config: SweepConfig, drafters: dict[str, DrafterModel], target) -> None:
     """Each early-exit:N fits the target, and the drafter models a sweep's own drafters need
     are there, with a tokenizer where translated. hf-assisted alone may go without one: it
-    is then not run (hf_counterparts)."""
+    is then not run (plan.hf_counterparts)."""
     for drafter in config.drafters:
         layers = parse_early_exit(drafter)
         if layers is not None:
@@ -794,6 +236,122 @@ def check_drafters(config: SweepConfig, drafters: dict[str, DrafterModel], targe
         raise SweepError(f"this sweep drafts with {which} (the model drafter or hf-assisted) but none was given")
     if any(drafters[name].tokenizer is None for name in config.translated if name in drafters):
         raise SweepError("the drafter model has another tokenizer, but none was given to translate its drafts")
+
+
+def open_results(out_dir: Path, resume: bool, meta: dict) -> tuple[dict, list[dict]]:
+    """The results directory, made or resumed: (the interrupted sweep's meta.json, its
+    rows), checked against this sweep's meta; both empty for a new sweep."""
+    done_rows = prepare_out_dir(out_dir, resume)
+    old_meta = read_meta(out_dir) if done_rows else {}
+    if done_rows and not old_meta:
+        raise SweepError(
+            f"cannot resume: {out_dir} has finished rows but no meta.json, so what they measured cannot be"
+            " checked; start again with another --out"
+        )
+    check_resume_meta(old_meta, meta)
+    return old_meta, done_rows
+
+
+def cost_recorder(session_meta: dict, out_dir: Path, status: Callable[[str], None]) -> Callable[[str, Costs], None]:
+    """What the CostBook tells of each new measurement: a status line, and the measurement
+    in meta.json's costs_by_block, written at once."""
+
+    def record(key: str, costs: Costs) -> None:
+        status(
+            f"measured c and v(k) for {key}: c = {costs.c:.3f}" if costs.c is not None else f"measured v(k) for {key}"
+        )
+        add_costs_meta(session_meta, key, costs)
+        write_meta(out_dir, session_meta)
+
+    return record
+
+
+def price(session: Session, paths: list[PlannedRun]) -> None:
+    """Step price: every block of phase 1 priced with the pool of its drafter model's
+    blocks; each pool reported, and the first model's recorded as the sweep's costs."""
+    book = session.runner.costs
+    for name, (costs, count) in book.price(paths).items():
+        session.status(pricing_line(name, costs, count))
+        if name == book.models[0]:
+            set_sweep_costs(session.meta, costs, count)
+    session.save_meta()
+
+
+def pick(session: Session, prompts: list[Prompt], has_model: bool) -> list[PlannedRun]:
+    """Step pick: the gammas phase 2 times (plan.chosen_gammas, from the predicted rows for
+    "best"), recorded in meta.json, and phase 2's plan."""
+    predicted_rows = [row for row in session.rows() if row.get("source") == PREDICTED]
+    gammas = chosen_gammas(session.config, predicted_rows)
+    session.meta["measured_gammas"] = {f"{d}/{p}": list(g) for (d, p), g in gammas.items()}
+    session.save_meta()
+    return measure_plan(session.config, prompts, gammas, has_drafter_model=has_model)
+
+
+def report(session: Session) -> None:
+    """Step report: meta.json marked finished, with the summary table and the checks of
+    every row (how close the predictions came, how repeatable the plain runs were)."""
+    final = session.rows()
+    session.meta["finished"] = True
+    session.meta["summary"] = summary_records(final)
+    session.meta["checks"] = {
+        "prediction": prediction_accuracy(prediction_check(final)),
+        "plain_twice": plain_repeatability(final),
+    }
+    session.save_meta()
+
+
+def plan(
+    target,
+    drafters: dict[str, DrafterModel],
+    tokenizer,
+    prompts: list[Prompt],
+    config: SweepConfig,
+    out_dir: Path,
+    *,
+    resume: bool,
+    meta: dict,
+    eos_ids: tuple[int, ...],
+    status: Callable[[str], None],
+    on_row: Callable[[PlannedRun, dict], None] | None,
+) -> tuple[Session, list[PlannedRun]]:
+    """Step plan: the prompts' ids (a prompt too long for the context fails now, not an hour
+    in), the results directory and meta.json (a resume checked against the interrupted
+    sweep and carrying over what it measured), both phases' runs, the CostBook (the blocks
+    a resume already measured) and the runner given it."""
+    ids = encode_prompts(tokenizer, target, prompts)
+    old_meta, done_rows = open_results(out_dir, resume, meta)
+    everything = plan_runs(config, prompts, has_drafter_model=bool(drafters))
+    carry_over_meta(meta, old_meta)
+    write_meta(out_dir, meta)
+    book = CostBook(
+        block_measurer(target, drafters, ids, config, eos_ids),
+        models=cost_models(everything, config.drafter_models[0]),
+        per_prompt=config.costs_per_prompt,
+        target_layers=target_layers(target),
+        recorded={key: Costs.from_meta(raw) for key, raw in old_meta.get("costs_by_block", {}).items()},
+        on_measured=cost_recorder(meta, out_dir, status),
+    )
+    runner = SweepRunner(target, drafters, tokenizer, config, eos_ids, ids=ids, costs=book, outputs=read_paths(out_dir))
+    return Session(config, out_dir, meta, done_rows, runner, status, on_row), everything
+
+
+def profile(session: Session, paths: list[PlannedRun]) -> Tally:
+    """Step profile: phase 1's plain runs (PROFILE), the paths predictions replay; each
+    block's costs are measured just before its plain run."""
+    return session.run(paths, session.done_rows)
+
+
+def predict(session: Session, predictions: list[PlannedRun]) -> Tally:
+    """Step predict: phase 1's predicted rows, replayed on the paths and priced with the
+    pooled costs."""
+    return session.run(predictions, session.rows())
+
+
+def measure(session: Session, measured: list[PlannedRun]) -> Tally:
+    """Step measure: phase 2's timed runs, each block beside a plain run of its own; late
+    counts those a resume adds to a block timed before it (rows.late_runs)."""
+    late = late_runs(pending_runs(measured, session.done_rows), session.done_rows)
+    return replace(session.run(measured, session.rows()), late=late)
 
 
 def sweep(
@@ -826,21 +384,14 @@ def sweep(
     every generation (models.eos_token_ids gives a loaded pair's); names and command only go
     into meta.json.
     """
-    status = on_status or (lambda _text: None)
     if not prompts:
         raise SweepError("no prompts to run")
     drafters = drafters_of(config, drafter_model, drafter_tokenizer)
     check_drafters(config, drafters, target)
-    runner = SweepRunner(target, drafters, tokenizer, config, eos_ids)
-    for prompt in prompts:  # a prompt too long for the context fails now, not an hour in
-        runner.prompt_ids(prompt)
-    # 1. the directory, and what an interrupted sweep there already measured
-    out_dir = Path(out_dir)
-    done_rows = prepare_out_dir(out_dir, resume)
     names = drafter_name if isinstance(drafter_name, dict) else {config.drafter_models[0]: drafter_name}
     meta = build_meta(
         target,
-        drafters,
+        {name: d.model for name, d in drafters.items()},
         config,
         prompts,
         target_name=target_name,
@@ -848,83 +399,27 @@ def sweep(
         prompts_source=prompts_source,
         command=command or " ".join(sys.argv),
     )
-    old_meta = read_meta(out_dir) if done_rows else {}
-    if done_rows and not old_meta:
-        raise SweepError(
-            f"cannot resume: {out_dir} has finished rows but no meta.json, so what they measured cannot be checked; start again with another --out"
-        )
-    check_resume_meta(old_meta, meta)
-
-    # 2. the plan; the costs c and v(k) of each prompt's block are measured as it starts
-    # (a resume reuses the blocks' recorded costs), and meta.json records every measurement
-    has_model = bool(drafters)
-    everything = plan_runs(config, prompts, has_drafter_model=has_model)
-    total = len(everything)
-    runner.cost_models = tuple(dict.fromkeys(runner.costs_model(run) for run in everything))
-    runner.block_costs = {key: Costs.from_meta(raw) for key, raw in old_meta.get("costs_by_block", {}).items()}
-    runner.outputs = read_paths(out_dir)
-    carry_over_meta(meta, old_meta)
-    write_meta(out_dir, meta)
-
-    def record_costs(key: str, costs: Costs) -> None:
-        status(
-            f"measured c and v(k) for {key}: c = {costs.c:.3f}" if costs.c is not None else f"measured v(k) for {key}"
-        )
-        add_costs_meta(meta, key, costs)
-        write_meta(out_dir, meta)
-
-    runner.on_costs = record_costs
+    status = on_status or (lambda _text: None)
+    session, everything = plan(
+        target,
+        drafters,
+        tokenizer,
+        prompts,
+        config,
+        Path(out_dir),
+        resume=resume,
+        meta=meta,
+        eos_ids=eos_ids,
+        status=status,
+        on_row=on_row,
+    )
     if on_start is not None:
-        on_start(total, len(done_rows))
-
-    def run_phase(todo: list[PlannedRun], rows_so_far: list[dict]) -> int:
-        if any(run.source != PREDICTED for run in todo):
-            status("warming up")
-            runner.warm_up(todo)
-        status("running")
-        return run_plan(
-            todo,
-            runner.measure,
-            out_dir,
-            costs_of=runner.costs_for,
-            prompt_tokens=lambda p: len(runner.prompt_ids(p)),
-            seed=config.seed,
-            baselines=baselines_from_rows(rows_so_far),
-            write_steps=config.steps,
-            on_row=on_row,
-        )
-
-    # 3. phase 1: plain runs (each block's costs measured before it), then predictions
-    # priced with the pooled costs; phase 2: the timed runs they point to
+        on_start(len(everything), len(session.done_rows))
     paths = [run for run in everything if run.source == PROFILE]
-    todo = pending_runs(paths, done_rows)
-    skipped = len(paths) - len(todo)
-    written = run_phase(todo, done_rows)
-    runner.sweep_costs = runner.price_blocks(paths)
-    for name, (costs, count) in runner.sweep_costs.items():
-        status(pricing_line(name, costs, count))
-        if name == runner.cost_models[0]:
-            set_sweep_costs(meta, costs, count)
-    write_meta(out_dir, meta)
-    predictions = [run for run in everything if run.source == PREDICTED]
-    todo = pending_runs(predictions, done_rows)
-    skipped += len(predictions) - len(todo)
-    written += run_phase(todo, read_rows(out_dir / RUNS_CSV))
-    rows = read_rows(out_dir / RUNS_CSV)
-    gammas = chosen_gammas(config, [r for r in rows if r.get("source") == PREDICTED])
-    meta["measured_gammas"] = {f"{d}/{p}": list(g) for (d, p), g in gammas.items()}
-    write_meta(out_dir, meta)
-    measured = measure_plan(config, prompts, gammas, has_drafter_model=has_model)
-    todo = pending_runs(measured, done_rows)
-    late = late_runs(todo, done_rows)
-    skipped += len(measured) - len(todo)
-    written += run_phase(todo, rows)
-    meta["finished"] = True
-    final = read_rows(out_dir / RUNS_CSV)
-    meta["summary"] = summary_records(final)
-    meta["checks"] = {
-        "prediction": prediction_accuracy(prediction_check(final)),
-        "plain_twice": plain_repeatability(final),
-    }
-    write_meta(out_dir, meta)
-    return SweepResult(out_dir, written, skipped, runner.block_costs, runner.sweep_costs, late)
+    tally = profile(session, paths)
+    price(session, paths)
+    tally += predict(session, [run for run in everything if run.source == PREDICTED])
+    tally += measure(session, pick(session, prompts, has_model=bool(drafters)))
+    report(session)
+    book = session.runner.costs
+    return SweepResult(session.out_dir, tally.written, tally.skipped, book.block, book.pools, tally.late)

@@ -109,9 +109,10 @@ def test_the_oracle_drafts_nothing_where_accepted_drafts_cannot_pay(pair):
     output = plain_generate(target, PROMPTS[0], gen).token_ids
     path = record_path(target, drafter_model, PROMPTS[0], output, gen)
     curve = {k: 1.0 + 0.1 * (k - 1) for k in range(1, 10)}
-    priced = lambda c: Costs(
-        c=c, target_step_seconds=0.01, drafter_step_seconds=0.01 * c, verify_cost=curve, context_tokens=9
-    )  # noqa: E731
+
+    def priced(c):
+        return Costs(c=c, target_step_seconds=0.01, drafter_step_seconds=0.01 * c, verify_cost=curve, context_tokens=9)
+
     unpriced = predict(path, "model", ORACLE_POLICY, 8, gen)
     assert unpriced.stats.accepted > 0
     slow = predict(path, "model", ORACLE_POLICY, 8, gen, costs=priced(3.0))

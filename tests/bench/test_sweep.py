@@ -14,7 +14,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 from typer.testing import CliRunner
 
-from specbench.bench import sweep as bench
+from specbench.bench import runner as bench_runner
 from specbench.bench.plan import PlannedRun, SweepConfig, chosen_gammas, needs_drafter_model, plan_runs
 from specbench.bench.prompts import Prompt
 from specbench.bench.results import (
@@ -23,11 +23,14 @@ from specbench.bench.results import (
     REQUIRED_COLUMNS,
     GammaRangeError,
     append_row,
+    output_hash,
     parse_gammas,
     read_rows,
     row_key,
 )
-from specbench.bench.sweep import make_row, sweep
+from specbench.bench.rows import Baseline, Measurement, make_row, predicted_speedup
+from specbench.bench.runner import DrafterModel, HFDrafter, hf_sampling_defect, hf_tells_apart
+from specbench.bench.sweep import sweep
 from specbench.cli import commands as cli
 from specbench.core.generate import GenerationConfig, plain_generate
 from specbench.core.stats import RoundCounts, RunStats, walltime_speedup
@@ -214,8 +217,10 @@ def test_hf_stock_runs_hf_defaults_on_stock_kernels(close_pair, tokenizer, tmp_p
     from specbench.speed import kernels
 
     seen = []
-    real = bench.measure_hf_assisted
-    monkeypatch.setattr(bench, "measure_hf_assisted", lambda *a, **k: seen.append(kernels._stock[0]) or real(*a, **k))
+    real = bench_runner.measure_hf_assisted
+    monkeypatch.setattr(
+        bench_runner, "measure_hf_assisted", lambda *a, **k: seen.append(kernels._stock[0]) or real(*a, **k)
+    )
     config = SweepConfig(gammas=(2,), hf_fixed=False, hf_stock=True, **{k: v for k, v in FAST.items() if k != "gammas"})
     rows = read_rows(run_sweep(close_pair, tokenizer, tmp_path / "hf", config).out_dir / "runs.csv")
     stock = [r for r in rows if r["policy"] == "hf-defaults-stock-kernels"]
@@ -256,25 +261,23 @@ def test_make_row_speedup_and_parity():
     stats = RunStats(
         new_tokens=5, first_pass_tokens=1, drafted=4, accepted=2, rounds=2, target_forwards=3, decode_seconds=0.5
     )
-    same = bench.Measurement([1, 2, 3, 4, 5], stats)
-    base = bench.Baseline(4.0, bench.output_hash([1, 2, 3, 4, 5]))
+    same = Measurement([1, 2, 3, 4, 5], stats)
+    base = Baseline(4.0, output_hash([1, 2, 3, 4, 5]))
     row = make_row(run, same, base, c=0.25, prompt_tokens=7, seed=0)
     assert row["tokens_per_second"] == pytest.approx(8.0) and row["speedup"] == pytest.approx(2.0)
     assert row["identical_to_baseline"] is True and row["acceptance_rate"] == 0.5
-    other = make_row(run, bench.Measurement([1, 2, 3, 4, 6], stats), base, c=0.25, prompt_tokens=7, seed=0)
+    other = make_row(run, Measurement([1, 2, 3, 4, 6], stats), base, c=0.25, prompt_tokens=7, seed=0)
     assert other["identical_to_baseline"] is False
     idle = RunStats(
         new_tokens=5, first_pass_tokens=1, rounds=4, target_forwards=5, decode_seconds=0.5
     )  # a policy that never drafted
-    row = make_row(run, bench.Measurement([1, 2, 3, 4, 5], idle), base, c=0.25, prompt_tokens=7, seed=0)
+    row = make_row(run, Measurement([1, 2, 3, 4, 5], idle), base, c=0.25, prompt_tokens=7, seed=0)
     assert (row["drafted"], row["accepted"], row["acceptance_rate"]) == (0, 0, None)  # no drafts: no rate, not 0%
     assert idle.as_dict()["acceptance_rate"] is None and stats.as_dict()["acceptance_rate"] == 0.5
     assert make_row(run, same, None, c=None, prompt_tokens=7, seed=0)["speedup"] is None
     sampled = PlannedRun("specbench", "model", "fixed", 2, 0.7, PROMPTS[0], 0)
     assert make_row(sampled, same, base, c=0.25, prompt_tokens=7, seed=0)["identical_to_baseline"] is None
-    only_first = bench.Measurement(
-        [1], RunStats(new_tokens=1, first_pass_tokens=1, target_forwards=1)
-    )  # e.g. EOS at once
+    only_first = Measurement([1], RunStats(new_tokens=1, first_pass_tokens=1, target_forwards=1))  # e.g. EOS at once
     plain = PlannedRun("plain", "", "", None, 0.0, PROMPTS[0], 0)
     assert (
         make_row(plain, only_first, base, c=None, prompt_tokens=7, seed=0)["mean_accepted_length"] is None
@@ -287,7 +290,10 @@ def test_make_row_speedup_and_parity():
 def test_walltime_model_prices_each_round():
     """c = 0.25, v(k) = 1 + 0.1 (k - 1): two rounds of 4 drafts (4 drafter steps each) cost
     1 + 1.4 each and a round with none costs 1, for 5 + 2 + 1 tokens."""
-    v = lambda k: 1 + 0.1 * (k - 1)  # noqa: E731
+
+    def v(k):
+        return 1 + 0.1 * (k - 1)
+
     rounds = RoundCounts(emitted=8, verified={4: 2, 0: 1}, feeds={1: 8})
     assert walltime_speedup(rounds, 0.25, v) == pytest.approx(8 / 5.8)
     assert walltime_speedup(RoundCounts(5, {0: 5}), 0.25, v) == pytest.approx(1.0)  # plain steps predict 1x
@@ -345,32 +351,30 @@ def test_predicted_speedup_prices_rounds_in_the_targets_step():
             )
             for r, k, n, f in rounds
         ]
-        return bench.Measurement(list(range(9)), RunStats(), steps=steps)
+        return Measurement(list(range(9)), RunStats(), steps=steps)
 
     m = measured(0.5)
     run = PlannedRun("specbench", "model", "cost", 4, 0.0, Prompt("a", "code", ("x",)), 0)
-    assert bench.predicted_speedup(run, RoundCounts.of(m.steps), costs) == pytest.approx(8 / 6.375)
+    assert predicted_speedup(run, RoundCounts.of(m.steps), costs) == pytest.approx(8 / 6.375)
     # costs measured before u(n) was: every forward is one step
     from dataclasses import replace
 
-    assert bench.predicted_speedup(run, RoundCounts.of(m.steps), replace(costs, drafter_cost=None)) == pytest.approx(
-        8 / 6.25
-    )
+    assert predicted_speedup(run, RoundCounts.of(m.steps), replace(costs, drafter_cost=None)) == pytest.approx(8 / 6.25)
     ngram = PlannedRun("specbench", "ngram", "cost", 4, 0.0, Prompt("a", "code", ("x",)), 0)
-    assert bench.predicted_speedup(ngram, RoundCounts.of(measured(None, feeds=False).steps), costs) == pytest.approx(
+    assert predicted_speedup(ngram, RoundCounts.of(measured(None, feeds=False).steps), costs) == pytest.approx(
         8 / 4.0
     )  # no forwards
-    assert bench.predicted_speedup(run, RoundCounts.of(m.steps), None) is None
+    assert predicted_speedup(run, RoundCounts.of(m.steps), None) is None
     # a plain step measured at 0.36 s (0.9 t(1)): plain decoding is priced at it
-    assert bench.predicted_speedup(
-        run, RoundCounts.of(m.steps), replace(costs, plain_step_seconds=0.36)
-    ) == pytest.approx(8 * 0.9 / 6.375)
+    assert predicted_speedup(run, RoundCounts.of(m.steps), replace(costs, plain_step_seconds=0.36)) == pytest.approx(
+        8 * 0.9 / 6.375
+    )
     # and the loop's work measured at 0.02 s a round (0.05 t(1)), in each of the 3 rounds
-    assert bench.predicted_speedup(run, RoundCounts.of(m.steps), replace(costs, loop_seconds=0.02)) == pytest.approx(
+    assert predicted_speedup(run, RoundCounts.of(m.steps), replace(costs, loop_seconds=0.02)) == pytest.approx(
         8 / 6.525
     )
     assert (
-        bench.predicted_speedup(
+        predicted_speedup(
             PlannedRun("plain", "", "", None, 0.0, Prompt("a", "code", ("x",)), 0), RoundCounts.of(m.steps), costs
         )
         is None
@@ -380,7 +384,7 @@ def test_predicted_speedup_prices_rounds_in_the_targets_step():
     m.steps[1].draft_probs, m.steps[1].drafter_feeds = [None] * 4, []
     m.steps[2].drafter_feeds = [5, 1, 1, 1]
     hybrid = PlannedRun("specbench", "model+lookup", "cost", 4, 0.0, Prompt("a", "code", ("x",)), 0)
-    assert bench.predicted_speedup(hybrid, RoundCounts.of(m.steps), costs) == pytest.approx(8 / 5.6)
+    assert predicted_speedup(hybrid, RoundCounts.of(m.steps), costs) == pytest.approx(8 / 5.6)
 
 
 def test_resumed_csv_keeps_its_own_columns(tmp_path):
@@ -400,7 +404,7 @@ def test_hf_assisted_counts_and_matches_greedy(close_pair):
     gen = GenerationConfig(max_new_tokens=10)
     ids = [1, 5, 9, 12, 3]
     settings = drafter.generation_config
-    hf = bench.measure_hf_assisted(target, drafter, ids, gen, gamma=3)
+    hf = bench_runner.measure_hf_assisted(target, drafter, ids, gen, gamma=3)
     assert drafter.generation_config is settings  # the drafter's own settings are restored
     assert hf.token_ids == plain_generate(target, ids, gen).token_ids
     s = hf.stats
@@ -504,7 +508,7 @@ def test_costs_are_measured_per_prompt_block(close_pair, tokenizer, tmp_path, mo
     a plain run of phase 1 carries its block's c, every other row the median of the blocks'
     (what it was priced with); meta.json records every measurement and the median;
     --costs-once measures once for the whole sweep."""
-    import specbench.bench.sweep as bench_module
+    import specbench.bench.runner as bench_module
 
     calls, order = [], []
     real = bench_module.measure_costs
@@ -556,7 +560,7 @@ def test_costs_are_measured_per_prompt_block(close_pair, tokenizer, tmp_path, mo
 
 def test_resumed_sweep_reuses_the_blocks_costs(close_pair, tokenizer, tmp_path, monkeypatch):
     """A resume measures costs only for blocks that never measured them."""
-    import specbench.bench.sweep as bench_module
+    import specbench.bench.runner as bench_module
 
     out, config = tmp_path / "sweep", SweepConfig(policies=("cost",), hf_assisted=False, **FAST)
     seen = []
@@ -1072,7 +1076,7 @@ def test_sweep_command_loads_local_folders(close_pair, tokenizer, tmp_path):
     assert meta["models"]["target"]["name"] == "target" and meta["models"]["drafter"]["name"] == "drafter"
 
 
-# ---------------------------------------------------------------------------- other tokenizers, early exit, HF's counterparts
+# ------------------------------------------------------------ other tokenizers, early exit, HF's counterparts
 
 
 def test_plan_measures_new_drafters_only_and_puts_hf_beside_each():
@@ -1107,8 +1111,8 @@ def test_plan_measures_new_drafters_only_and_puts_hf_beside_each():
     # HF takes a pair for two tokenizers by the configs' vocab_size alone
     from conftest import tiny_model
 
-    assert bench.hf_tells_apart(tiny_model(0, vocab=96), tiny_model(1, vocab=64))
-    assert not bench.hf_tells_apart(tiny_model(0), tiny_model(1))
+    assert hf_tells_apart(tiny_model(0, vocab=96), tiny_model(1, vocab=64))
+    assert not hf_tells_apart(tiny_model(0), tiny_model(1))
     with pytest.raises(SpecbenchError, match="N >= 1"):
         SweepConfig(drafters=("early-exit:0",))
 
@@ -1123,15 +1127,15 @@ def test_hf_counterparts_match_greedy_and_count(kind):
     target, drafter = tiny_model(0, layers=4, vocab=96), tiny_model(1, layers=1, hidden=16, vocab=64)
     merges, chars = merge_tokenizer(), char_tokenizer()
     chosen = {
-        "early-exit": bench.HFDrafter("early-exit", layers=2),
-        "prompt-lookup": bench.HFDrafter("prompt-lookup"),
-        "universal": bench.HFDrafter("universal", (merges, chars)),
+        "early-exit": HFDrafter("early-exit", layers=2),
+        "prompt-lookup": HFDrafter("prompt-lookup"),
+        "universal": HFDrafter("universal", (merges, chars)),
     }[kind]
     ids = merges.encode("the cat and the dog and the cat")
     gen = GenerationConfig(max_new_tokens=12)
     settings = target.generation_config
     for gamma in (None, 3):
-        hf = bench.measure_hf_assisted(target, drafter, ids, gen, gamma, chosen)
+        hf = bench_runner.measure_hf_assisted(target, drafter, ids, gen, gamma, chosen)
         assert hf.token_ids == plain_generate(target, ids, gen).token_ids
         assert target.generation_config is settings and target.config.num_hidden_layers == 4
         s = hf.stats
@@ -1161,7 +1165,7 @@ def test_hf_universal_sampling_leaves_the_drafter_as_it_came(head):
         drafter = drafter.to(torch.bfloat16)
         quantize_linears(drafter)
     chars, merges = char_tokenizer(), merge_tokenizer()  # the drafter's merged pieces are not the target's
-    universal = bench.HFDrafter("universal", (chars, merges))
+    universal = HFDrafter("universal", (chars, merges))
     ids, probe = chars.encode("the cat and the dog"), torch.tensor([merges.encode("the cat and")])
     own = drafter.get_output_embeddings(), drafter.get_input_embeddings()
     with torch.inference_mode():
@@ -1174,7 +1178,7 @@ def test_hf_universal_sampling_leaves_the_drafter_as_it_came(head):
     greedy = GenerationConfig(max_new_tokens=10)
     for gen in (sampled, greedy, sampled):
         heads.clear()
-        hf = bench.measure_hf_assisted(target, drafter, ids, gen, 3, universal)
+        hf = bench_runner.measure_hf_assisted(target, drafter, ids, gen, 3, universal)
         assert heads and set(heads) == ({"_PruneReindexingLMHead"} if gen is sampled else {type(own[0]).__name__})
         assert (drafter.get_output_embeddings(), drafter.get_input_embeddings()) == own
         assert len(hf.token_ids) == 10 and all(0 <= t < 64 for t in hf.token_ids)
@@ -1202,8 +1206,8 @@ def test_the_sampling_probe_says_what_hf_does():
     target, drafter = tiny_model(0, vocab=64), tiny_model(1, layers=1, hidden=16, vocab=96)
     tokenizers = (chars, merges)
     gen = GenerationConfig(max_new_tokens=4, sampling=SamplingConfig(temperature=0.7))
-    bench.measure_hf_assisted(
-        target, drafter, chars.encode("the cat"), gen, 2, bench.HFDrafter("universal", tokenizers)
+    bench_runner.measure_hf_assisted(
+        target, drafter, chars.encode("the cat"), gen, 2, HFDrafter("universal", tokenizers)
     )
     translator = AssistantVocabTranslatorCache._cache[chars][merges]  # the one HF built, pruning the drafter's head
     hidden = torch.randn(1, 1, 16)
@@ -1217,20 +1221,20 @@ def test_the_sampling_probe_says_what_hf_does():
             q = translator.get_target_logits(scores)[0]
         own = drafter.get_output_embeddings()(hidden)[0, 0]  # the drafter's own scores, by its ids
     faithful = torch.allclose(q[drafted], own[translator.assistant_overlap_token_ids], atol=1e-5)
-    assert faithful == (bench.hf_sampling_defect(chars, merges, 64) is None)
+    assert faithful == (hf_sampling_defect(chars, merges, 64) is None)
     import transformers
 
     if transformers.__version__ == "5.24.0":  # the release examined (docs/log.md); a later one may mend it
         assert not faithful
-    assert "fails on this pair" in bench.hf_sampling_defect(merges, chars, 96)
+    assert "fails on this pair" in hf_sampling_defect(merges, chars, 96)
     with pytest.raises(AttributeError):
-        bench.measure_hf_assisted(
+        bench_runner.measure_hf_assisted(
             tiny_model(0, vocab=96),
             tiny_model(1, vocab=64),
             merges.encode("the cat"),
             gen,
             2,
-            bench.HFDrafter("universal", (merges, chars)),
+            HFDrafter("universal", (merges, chars)),
         )
 
 
@@ -1334,7 +1338,7 @@ def test_sweep_command_with_a_drafter_of_another_tokenizer_and_early_exit(tmp_pa
     result = CliRunner().invoke(cli.app, args)
     assert result.exit_code == 0, result.output
     methods = {r["method"] for r in read_rows(out / "runs.csv")}
-    if bench.hf_sampling_defect(char_tokenizer(), merge_tokenizer(), 64):
+    if hf_sampling_defect(char_tokenizer(), merge_tokenizer(), 64):
         assert (
             "no hf-universal beside model: HF's sampling mode scores its drafts under other tokens' probabilities"
             in result.output.replace("\n", " ")
@@ -1390,7 +1394,7 @@ def test_sweep_of_two_drafter_models_times_each_with_its_own_costs(tokenizer, tm
     predictions and its own hf-assisted run; meta.json names both."""
     from conftest import tiny_model
 
-    import specbench.bench.sweep as bench_module
+    import specbench.bench.runner as bench_module
 
     real = bench_module.measure_costs
     measured_with = []
@@ -1401,7 +1405,7 @@ def test_sweep_of_two_drafter_models_times_each_with_its_own_costs(tokenizer, tm
 
     monkeypatch.setattr(bench_module, "measure_costs", spy)
     target, small, other = tiny_model(0, layers=2), tiny_model(1, layers=1), tiny_model(2, layers=1, hidden=16)
-    drafters = {"small": bench.DrafterModel(small), "other": bench.DrafterModel(other)}
+    drafters = {"small": DrafterModel(small), "other": DrafterModel(other)}
     config = SweepConfig(drafters=("model", "ngram"), drafter_models=("small", "other"), measure="all", **FAST)
     result = sweep(
         target,
@@ -1425,7 +1429,10 @@ def test_sweep_of_two_drafter_models_times_each_with_its_own_costs(tokenizer, tm
         for r in rows
         if r["source"] == "measured" and r["method"] != "plain"
     )
-    c_of = lambda label: {float(r["c"]) for r in specbench_rows if r["drafter"] == label}  # noqa: E731
+
+    def c_of(label):
+        return {float(r["c"]) for r in specbench_rows if r["drafter"] == label}
+
     assert c_of("model@small") == {0.25} and c_of("model@other") == {0.5}
     assert c_of("ngram") == {0.25}  # rows without a model carry the first model's block, as in a sweep of one
     assert set(result.costs) == {f"{p.id}/0@{name}" for p in PROMPTS for name in ("small", "other")}
@@ -1457,12 +1464,12 @@ def test_interrupted_sweep_of_two_drafter_models_resumes(tokenizer, tmp_path, mo
     with every planned row once."""
     from conftest import tiny_model
 
-    import specbench.bench.sweep as bench_module
+    import specbench.bench.runner as bench_module
 
     target = tiny_model(0, layers=2)
     drafters = {
-        "small": bench.DrafterModel(tiny_model(1, layers=1)),
-        "other": bench.DrafterModel(tiny_model(2, layers=1, hidden=16)),
+        "small": DrafterModel(tiny_model(1, layers=1)),
+        "other": DrafterModel(tiny_model(2, layers=1, hidden=16)),
     }
     config = SweepConfig(drafters=("model",), drafter_models=("small", "other"), hf_assisted=False, **FAST)
     out, seen = tmp_path / "two", []

@@ -59,7 +59,8 @@ def hub_folder(repo_id: str, role: str) -> Path:
         return Path(snapshot_download(repo_id, local_files_only=True))
     except (LocalEntryNotFoundError, OSError, ValueError):
         raise ModelError(
-            f"cannot load {role} {repo_id}: not in the local Hugging Face cache (specbench never downloads; set HF_HOME or give a local folder)"
+            f"cannot load {role} {repo_id}: not in the local Hugging Face cache (specbench never downloads; "
+            "set HF_HOME or give a local folder)"
         ) from None
 
 
@@ -68,7 +69,8 @@ def cache_folder(spec: ModelSpec, source: Path) -> Path:
     files = [source] if source.is_file() else weight_files(source)
     if not files:
         raise ModelError(
-            f"{spec.source} has no .safetensors weights to quantize; give a model saved with safetensors, a .gguf file, or --dtype float32"
+            f"{spec.source} has no .safetensors weights to quantize; "
+            "give a model saved with safetensors, a .gguf file, or --dtype float32"
         )
     stem = re.sub(r"[^\w.-]+", "-", source.stem if source.is_file() else source.name)[:48]
     return paths.models_dir() / "prepared" / f"{stem}-{source_key(spec, files)}"

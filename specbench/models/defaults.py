@@ -6,7 +6,7 @@ atomic writes, status and clearing (where the cache is, is paths.py's). No other
 a model.
 
 It knows nothing about decoding, the CLI or rendering; long work reports through a
-`Progress` callback. Loading a cached folder is loading.py's job: a cached model is an ordinary
+`Progress` callback. Loading a cached folder is model.py's job: a cached model is an ordinary
 save_pretrained directory.
 """
 
@@ -212,7 +212,7 @@ def ensure_cached(model: EmbeddedModel, progress: Progress = no_progress, weight
     """The cached save_pretrained folder of `model`, building what is missing on first use.
 
     An entry holds the config, generation config and tokenizer, and the float32 weights
-    unless weights=False: the q4k default target (loading.py) is prepared from the GGUF
+    unless weights=False: the q4k default target (model.py) is prepared from the GGUF
     and never reads them, so a user of the default writes no 6.7 GB of float32. An entry
     built without weights keeps its assembled GGUF for that preparation; weights asked for
     later are added to it.
@@ -264,7 +264,7 @@ def _add_weights(model: EmbeddedModel, folder: Path, work: Path, progress: Progr
 
 def ensure_gguf(model: EmbeddedModel, progress: Progress = no_progress) -> Path:
     """The assembled GGUF file of `model` in its cache folder (a q4k model reads its Q4_K
-    blocks from it; loading.py deletes it once the default target is prepared); assembled
+    blocks from it; prepare.py deletes it once the default target is prepared); assembled
     and checked when missing, written under a temporary name and renamed, so a killed run
     never leaves a partial file in place."""
     folder = ensure_cached(model, progress, weights=False)
@@ -285,7 +285,7 @@ LOCK_FILE = ".preparing.lock"
 @contextmanager
 def preparing(folder: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
     """Hold `folder`'s lock while the block runs, so that one process at a time prepares
-    the model cached there (loading.py). Two at once raced: the first to finish deleted the
+    the model cached there (prepare.py). Two at once raced: the first to finish deleted the
     GGUF the other was still reading. The lock is flock(2) on a file in the folder, so it
     goes with the process: a killed run never leaves it held. on_wait() is called once
     before waiting for another holder. Where fcntl is missing (Windows) there is no lock."""

@@ -24,7 +24,7 @@ from specbench.core.generate import model_device
 from specbench.errors import ModelError, OptionError
 from specbench.models import build, defaults
 from specbench.models.dtypes import RUN_FORMATS, has_q4k_layers, parse_role_dtype
-from specbench.models.prepare import cache_folder, claim, gguf_metadata, hub_folder, prepared_model
+from specbench.models.prepare import NOT_LOCAL, cache_folder, claim, gguf_metadata, hub_folder, prepared_model
 from specbench.models.progress import Progress, no_progress
 from specbench.models.specs import DEFAULT, ModelSpec, check_device
 from specbench.speed.gguf_blocks import Q4K
@@ -303,7 +303,7 @@ def tokenizer_digest(folder: str) -> str | None:
 
 def _first_line(error: Exception, kwargs: dict) -> str:
     if kwargs.get("local_files_only") and isinstance(error, OSError):
-        return "not in the local Hugging Face cache (specbench never downloads; set HF_HOME or give a local folder)"
+        return NOT_LOCAL
     text = str(error).strip().splitlines()
     return text[0] if text else type(error).__name__
 

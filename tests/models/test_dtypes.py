@@ -7,7 +7,7 @@ import pytest
 
 from specbench.models import dtypes
 from specbench.models.dtypes import auto_draft_dtype, auto_target_dtype
-from specbench.models.loading import PairConfig
+from specbench.models.loading import KERNELS_TASK, PairConfig, resolve_dtypes
 
 
 @pytest.mark.parametrize("device", ["cuda", "cuda:1"])
@@ -42,3 +42,16 @@ def test_a_pair_config_asks_for_kernels_only_when_a_dtype_is_read(monkeypatch):
     assert config.dtype == "float32" and config.draft_dtype in ("int8", "bfloat16")
     assert config.dtype == "float32" and len(asked) == 2  # resolved once, then kept
     assert PairConfig(dtype="bf16", device="cuda").dtype == "bf16"  # named dtypes pass through
+
+
+def test_resolving_auto_on_the_cpu_is_reported_once_as_a_progress_line(monkeypatch):
+    monkeypatch.setattr(dtypes, "target_int8_why_not", lambda: "no kernel")
+    monkeypatch.setattr(dtypes, "q4k_why_not", lambda: "no kernel")
+    reported = []
+    config = PairConfig()
+    assert resolve_dtypes(config, lambda *call: reported.append(call)) == ("float32", config.draft_dtype)
+    assert reported == [(KERNELS_TASK, 0, None), (KERNELS_TASK, 1, 1)]
+    resolve_dtypes(config, lambda *call: reported.append(call))  # already resolved
+    resolve_dtypes(PairConfig(dtype="float32", draft_dtype="bf16"), lambda *call: reported.append(call))
+    resolve_dtypes(PairConfig(device="cuda"), lambda *call: reported.append(call))  # no kernel asked
+    assert len(reported) == 2

@@ -10,7 +10,7 @@ fast; torch and transformers load only when a name that needs them is touched):
                                   GenerationConfig(max_new_tokens=64), make_policy("fixed", 4))
 
     load_pair, PairConfig       models/loading.py: load a target and a drafter, check the pair
-    encode_prompt               models: a prompt (or chat messages) to ids, chat template included
+    encode_prompt               models/text.py: a prompt (or chat messages) to ids, chat template included
     speculative_generate        core/generate.py: the lossless loop
     plain_generate              core/generate.py: the baseline, one target forward per token
     GenerationConfig            core/generate.py; SamplingConfig: core/sampling.py
@@ -25,9 +25,9 @@ import importlib
 __version__ = "0.1.0"
 
 _API = {
-    "load_pair": "specbench.models",
-    "PairConfig": "specbench.models",
-    "encode_prompt": "specbench.models",
+    "load_pair": "specbench.models.loading",
+    "PairConfig": "specbench.models.loading",
+    "encode_prompt": "specbench.models.text",
     "speculative_generate": "specbench.core.generate",
     "plain_generate": "specbench.core.generate",
     "GenerationConfig": "specbench.core.generate",

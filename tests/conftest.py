@@ -17,6 +17,39 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 VOCAB = 64
 
+# needs_kernel's names: the speed.native getter of each library, and PyTorch's own int8
+# weight-only kernel (nothing to build)
+KERNELS = {
+    "gemv": ("kernel", "why_not"),
+    "linear": ("linear_kernel", "linear_why_not"),
+    "q4k": ("q4k_kernel", "q4k_why_not"),
+    "q6k": ("q6k_kernel", "q6k_why_not"),
+    "layer": ("layer_kernel", "layer_why_not"),
+}
+TORCH_INT8 = "torch-int8"
+
+
+def missing_kernel(name: str) -> str | None:
+    """None when kernel `name` runs here, else why not (building it the first time)."""
+    if name == TORCH_INT8:
+        from specbench.speed.quantize import int8_available
+
+        return None if int8_available() else "no int8 weight-only kernel in this torch"
+    from specbench.speed import native
+
+    getter, why_not = KERNELS[name]
+    return None if getattr(native, getter)() is not None else f"{name}: {getattr(native, why_not)()}"
+
+
+def pytest_runtest_setup(item):
+    """`@pytest.mark.needs_kernel("q4k", "linear")` skips a test unless every kernel named
+    runs here (either=True: unless one of them does). Resolved when the test sets up, not
+    while pytest collects, so collecting builds no kernel and needs no compiler."""
+    for marker in item.iter_markers("needs_kernel"):
+        reasons = [why for why in map(missing_kernel, marker.args) if why is not None]
+        if reasons and (not marker.kwargs.get("either") or len(reasons) == len(marker.args)):
+            pytest.skip(f"specbench's kernels are not built here: {'; '.join(reasons)}")
+
 
 @pytest.fixture(scope="module")
 def single_thread():

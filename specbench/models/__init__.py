@@ -1,7 +1,12 @@
 """Models: specs, ONE pair loader (with progress), the embedded default pair, prompt encoding.
 
     specs.py     what a model spec, a drafter spec, a device or a kernels name means
-    loading.py   load_pair: the target and the drafter, dtypes, the vocabulary check, kernels
+    options.py   the pair options' defaults (imports nothing: the CLI's signatures read them)
+    dtypes.py    dtype names and what "auto" stands for on a device
+    loading.py   load_pair: PairConfig, the target and its drafters, kernels
+    model.py     load_model: one model from a spec, its tokenizer
+    pairing.py   the vocabulary check, translation through text, EOS ids
+    progress.py  the progress callback loading reports through
     defaults.py  the embedded default pair, assembled from its packages and cached
     build.py     a quantized model built one tensor at a time from a GGUF or safetensors source
     prepare.py   every quantized model prepared once into the cache; prepared.py its file
@@ -16,11 +21,11 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = ("loading", "specs", "text", "run")  # searched in this order for a name
+_MODULES = ("loading", "model", "dtypes", "pairing", "specs", "text", "run")  # searched in this order for a name
 
 
 def __getattr__(name: str):
-    if name in ("defaults", "build", "prepare", "prepared", *_MODULES):
+    if name in ("defaults", "build", "prepare", "prepared", "options", "progress", *_MODULES):
         return importlib.import_module(f"specbench.models.{name}")
     if name.startswith("__"):
         raise AttributeError(name)

@@ -271,7 +271,8 @@ def _gguf_tensor(path: Path, info, processor, names: dict[str, str]) -> Iterator
         GGMLQuantizationType(qtype)
     except ValueError:
         raise ModelError(
-            f"{path.name}: tensor {info.name} has ggml type {qtype}, which gguf-py does not know; re-quantize the file to Q4_K_M or Q8_0 with llama.cpp"
+            f"{path.name}: tensor {info.name} has ggml type {qtype}, which gguf-py does not know; "
+            "re-quantize the file to Q4_K_M or Q8_0 with llama.cpp"
         ) from None
 
     def dense() -> np.ndarray:
@@ -280,7 +281,8 @@ def _gguf_tensor(path: Path, info, processor, names: dict[str, str]) -> Iterator
         except NotImplementedError:
             kind = GGMLQuantizationType(qtype).name
             raise ModelError(
-                f"{path.name}: tensor {info.name} is {kind}, which no dequantizer here reads; re-quantize the file to Q4_K_M or Q8_0 with llama.cpp"
+                f"{path.name}: tensor {info.name} is {kind}, which no dequantizer here reads; "
+                "re-quantize the file to Q4_K_M or Q8_0 with llama.cpp"
             ) from None
 
     order = _row_order(processor, info.name, shape, names) if len(shape) == 2 else None

@@ -1,12 +1,12 @@
 """The embedded default pair: where its GGUF chunks live and how they become a cached model.
 
 Owns every fact about the default models (names, PyPI packages, part files, sha256, extra
-end-of-turn tokens), assembling and verifying their GGUF files, and the model cache: its
-location (`SPECBENCH_CACHE`, default ~/.cache/specbench), atomic writes, status and clearing.
-No other module names a model.
+end-of-turn tokens), assembling and verifying their GGUF files, and their cache entries:
+atomic writes, status and clearing (where the cache is, is paths.py's). No other module names
+a model.
 
 It knows nothing about decoding, the CLI or rendering; long work reports through a
-`Progress` callback. Loading a cached folder is loading.py's job: a cached model is an ordinary
+`Progress` callback. Loading a cached folder is model.py's job: a cached model is an ordinary
 save_pretrained directory.
 """
 
@@ -26,20 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specbench.errors import ChecksumError, DefaultModelError
+from specbench.models.options import DEFAULT_DRAFT_DTYPE as DEFAULT_DRAFT_DTYPE
+from specbench.models.options import DEFAULT_DRAFT_VOCAB as DEFAULT_DRAFT_VOCAB
+from specbench.models.options import DEFAULT_DTYPE as DEFAULT_DTYPE
+from specbench.models.options import DEFAULT_LOOKUP as DEFAULT_LOOKUP
+from specbench.models.progress import Progress, no_progress
 from specbench.paths import CACHE_ENV, models_dir, own_dirs
 
 CACHE_FORMAT = 1  # bump when the layout of a cached model changes; older entries are rebuilt
 MANIFEST = "specbench.json"
 _CHUNK = 16 << 20  # bytes per read while assembling
-
-# Progress(task, done, total): a long task advanced to `done` of `total` (None: unknown length).
-# A task is reported first with done=0 and last with done == total.
-Progress = Callable[[str, float, "float | None"], None]
-
-
-def _no_progress(task: str, done: float, total: float | None) -> None:
-    """The do-nothing default."""
-
 
 # ---------------------------------------------------------------------------- the pair
 
@@ -116,29 +112,6 @@ DRAFTER = EmbeddedModel(
 PAIR = (TARGET, DRAFTER)
 INSTALL_HINT = "pip install 'specbench[default-models]'"
 
-# The target is "auto": on a CPU where specbench's batch-invariant kernels build (a k-token
-# verify pass gives each row the bits of a one-token step, so greedy parity with plain
-# decoding holds), a GGUF target's own Q4_K blocks where it has them (q4k: gguf_blocks.py,
-# its other layers int8), else weight-only int8 (int8_linear.c); float32 elsewhere. A CPU
-# decode step is bound by reading weights: Q4_K reads 4.5 bits a weight, int8 8, float32
-# 32. Either differs from the float32 target's text only at near ties (dev/target_dtype.py
-# measures them side by side). A bfloat16 target is not the default: PyTorch's k-token and
-# one-token passes round it differently, so greedy output can drift from plain decoding,
-# and it verifies slowly on a CPU.
-# The drafter only proposes, so it may round: "auto" drafts in q4k on a CPU where specbench's
-# Q4_K kernel runs (every decoder layer quantized to 4-bit Q4_K blocks, prepared once like
-# the target; the head int8), else weight-only int8 where PyTorch has the int8 kernel, else
-# bfloat16: each drafts faster than the one after it at about the same acceptance. The
-# measurements behind these choices are in docs/log.md.
-DEFAULT_DTYPE = "auto"
-DEFAULT_DRAFT_DTYPE = "auto"
-# A model drafter scores ids below this, plus the prompt's and EOS (draft_vocab.py); 0 scores
-# all. Chosen by measuring acceptance and draft-step time against the limit (docs/log.md).
-DEFAULT_DRAFT_VOCAB = 65536
-# A model drafter copies from the context instead when its last 3 tokens occurred before
-# (drafters.LookupFirstDrafter, "model+lookup"). Chosen by a greedy sweep (docs/log.md).
-DEFAULT_LOOKUP = True
-
 
 # ---------------------------------------------------------------------------- locating parts
 
@@ -182,7 +155,7 @@ def locate_parts(model: EmbeddedModel) -> list[Path]:
 # ---------------------------------------------------------------------------- assembling
 
 
-def assemble(model: EmbeddedModel, dest: Path, progress: Progress = _no_progress) -> Path:
+def assemble(model: EmbeddedModel, dest: Path, progress: Progress = no_progress) -> Path:
     """Concatenate the parts into `dest` (a file path), checking the sha256 as it goes.
 
     A mismatch deletes what was written and raises ChecksumError: a wrong file is never loaded.
@@ -235,11 +208,11 @@ def has_weights(folder: Path) -> bool:
     return any((folder / name).is_file() for name in WEIGHT_FILES)
 
 
-def ensure_cached(model: EmbeddedModel, progress: Progress = _no_progress, weights: bool = True) -> Path:
+def ensure_cached(model: EmbeddedModel, progress: Progress = no_progress, weights: bool = True) -> Path:
     """The cached save_pretrained folder of `model`, building what is missing on first use.
 
     An entry holds the config, generation config and tokenizer, and the float32 weights
-    unless weights=False: the q4k default target (loading.py) is prepared from the GGUF
+    unless weights=False: the q4k default target (model.py) is prepared from the GGUF
     and never reads them, so a user of the default writes no 6.7 GB of float32. An entry
     built without weights keeps its assembled GGUF for that preparation; weights asked for
     later are added to it.
@@ -289,9 +262,9 @@ def _add_weights(model: EmbeddedModel, folder: Path, work: Path, progress: Progr
         gguf.unlink(missing_ok=True)
 
 
-def ensure_gguf(model: EmbeddedModel, progress: Progress = _no_progress) -> Path:
+def ensure_gguf(model: EmbeddedModel, progress: Progress = no_progress) -> Path:
     """The assembled GGUF file of `model` in its cache folder (a q4k model reads its Q4_K
-    blocks from it; loading.py deletes it once the default target is prepared); assembled
+    blocks from it; prepare.py deletes it once the default target is prepared); assembled
     and checked when missing, written under a temporary name and renamed, so a killed run
     never leaves a partial file in place."""
     folder = ensure_cached(model, progress, weights=False)
@@ -312,7 +285,7 @@ LOCK_FILE = ".preparing.lock"
 @contextmanager
 def preparing(folder: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
     """Hold `folder`'s lock while the block runs, so that one process at a time prepares
-    the model cached there (loading.py). Two at once raced: the first to finish deleted the
+    the model cached there (prepare.py). Two at once raced: the first to finish deleted the
     GGUF the other was still reading. The lock is flock(2) on a file in the folder, so it
     goes with the process: a killed run never leaves it held. on_wait() is called once
     before waiting for another holder. Where fcntl is missing (Windows) there is no lock."""

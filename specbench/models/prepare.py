@@ -28,10 +28,12 @@ from specbench import paths
 from specbench.errors import ModelError
 from specbench.models import build, defaults
 from specbench.models.prepared import load_prepared, prepared_path, save_prepared
+from specbench.models.progress import Progress
 from specbench.models.specs import ModelSpec
 from specbench.speed.gguf_blocks import Q4K
 from specbench.speed.gguf_file import release_readers
 
+NOT_LOCAL = "not in the local Hugging Face cache (specbench never downloads; set HF_HOME or give a local folder)"
 HEADER_BYTES = 1 << 20  # hashed into a source's key: a GGUF's header, a shard's start
 SOURCE_FILE = "source.txt"  # in a prepared folder: the resolved path of what it was prepared from
 
@@ -58,9 +60,7 @@ def hub_folder(repo_id: str, role: str) -> Path:
     try:
         return Path(snapshot_download(repo_id, local_files_only=True))
     except (LocalEntryNotFoundError, OSError, ValueError):
-        raise ModelError(
-            f"cannot load {role} {repo_id}: not in the local Hugging Face cache (specbench never downloads; set HF_HOME or give a local folder)"
-        ) from None
+        raise ModelError(f"cannot load {role} {repo_id}: {NOT_LOCAL}") from None
 
 
 def cache_folder(spec: ModelSpec, source: Path) -> Path:
@@ -68,7 +68,8 @@ def cache_folder(spec: ModelSpec, source: Path) -> Path:
     files = [source] if source.is_file() else weight_files(source)
     if not files:
         raise ModelError(
-            f"{spec.source} has no .safetensors weights to quantize; give a model saved with safetensors, a .gguf file, or --dtype float32"
+            f"{spec.source} has no .safetensors weights to quantize; "
+            "give a model saved with safetensors, a .gguf file, or --dtype float32"
         )
     stem = re.sub(r"[^\w.-]+", "-", source.stem if source.is_file() else source.name)[:48]
     return paths.models_dir() / "prepared" / f"{stem}-{source_key(spec, files)}"
@@ -103,7 +104,7 @@ def gguf_metadata(path: Path, folder: Path, extra_eos_ids: tuple[int, ...] = ())
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     except (OSError, ValueError, KeyError, TypeError, ImportError):
-        tokenizer = None  # loading.py says so, where a tokenizer is required
+        tokenizer = None  # model.py says so, where a tokenizer is required
     if tokenizer is not None:
         tokenizer.save_pretrained(str(folder))
     generation.save_pretrained(str(folder))
@@ -120,7 +121,7 @@ def prepared_model(
     role: str,
     dtype: str,
     name: str,
-    progress: defaults.Progress,
+    progress: Progress,
     keep_source: bool = True,
 ):
     """The model in run format (role, dtype): mapped from cache if prepared there, else
@@ -151,9 +152,7 @@ def prepared_model(
     return model
 
 
-def _prepare(
-    source: Path, meta_folder: Path, path: Path, run: build.RunFormat, name: str, progress: defaults.Progress
-) -> None:
+def _prepare(source: Path, meta_folder: Path, path: Path, run: build.RunFormat, name: str, progress: Progress) -> None:
     """Build the model one tensor at a time and save it at path."""
     from transformers import AutoConfig
 

@@ -10,7 +10,7 @@ on the meta device, its Linear layers become empty Q4KLinear, Q6KLinear, Int8Tar
 or Int8Linear shells, and the file's tensors are assigned to them without a copy
 (safetensors memory-maps; the embedding's unused rows are never read in).
 
-Knows nothing about which dtype is asked for; loading.py decides when to use it. A file
+Knows nothing about which dtype is asked for; model.py decides when to use it. A file
 from another layout (PREPARED_FORMAT), with its blocks in another order than this build's
 kernels read (gguf_blocks.to_kernel_order), or with missing tensors is not used, and rebuilt.
 """

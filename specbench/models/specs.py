@@ -10,7 +10,8 @@ decoding), a drafter name from drafters.DRAFTERS other than "model" (e.g. an n-g
 drafter, which needs no model), or "early-exit:N" (the target's own first N layers).
 
 Nothing here loads a model; a bad name raises ModelError or OptionError (errors.py) with a
-one-line message that lists the choices. Dtypes are loading.py's (they decide how weights load).
+one-line message that lists the choices. Dtype names are dtypes.py's (they decide how weights
+load); the options' defaults are options.py's.
 """
 
 from __future__ import annotations

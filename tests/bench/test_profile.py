@@ -19,7 +19,7 @@ from specbench.drafters import DRAFTERS, make_drafter
 from specbench.policies import make_policy
 from specbench.speed import native
 from specbench.speed.lean_step import lean_decoder
-from specbench.speed.quantize import int8_available, quantize_linears, quantize_target
+from specbench.speed.quantize import quantize_linears, quantize_target
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -177,10 +177,7 @@ def test_sampled_prediction_tracks_real_runs(pair):
     assert abs(sum(predicted) / sum(real) - 1) < 0.15, (predicted, real)
 
 
-@pytest.mark.skipif(
-    native.linear_kernel() is None or not int8_available(),
-    reason="needs the int8 target kernel and PyTorch's int8 weight-only kernel",
-)
+@pytest.mark.needs_kernel("linear", "torch-int8")
 @pytest.mark.parametrize("dtype", ["int8", "q4k"])
 @pytest.mark.parametrize("drafter", ["model", "model+lookup"])
 def test_a_quantized_drafter_with_a_restricted_head_is_predicted_exactly(drafter, dtype):

@@ -17,12 +17,9 @@ from specbench.core.attention import ROWS, mask_ranges, row_invariant_attention,
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
 from specbench.drafters import ModelDrafter
 from specbench.policies import FixedGamma
-from specbench.speed import native
 from specbench.speed.quantize import quantize_target
 
-needs_kernel = pytest.mark.skipif(
-    native.linear_kernel() is None, reason=f"int8_linear is not built here: {native.linear_why_not()}"
-)
+needs_kernel = pytest.mark.needs_kernel("linear")
 
 
 class Heads(torch.nn.Module):

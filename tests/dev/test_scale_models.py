@@ -79,10 +79,7 @@ def test_tiny_file_has_the_declared_tensors_and_loads_in_transformers(tmp_path, 
     assert abs(model.model.layers[0].mlp.up_proj.weight.std().item() - 0.02) < 0.002
 
 
-@pytest.mark.skipif(
-    not __import__("specbench.speed.native", fromlist=["x"]).linear_kernel(),
-    reason="specbench's int8 kernel is not built here",
-)
+@pytest.mark.needs_kernel("linear")
 def test_the_safetensors_folder_loads_as_an_int8_target_through_the_builder(tmp_path, monkeypatch):
     """--safetensors: a bf16 checkpoint folder (shards and their index, the source's
     tokenizer) that specbench builds layer by layer into an int8 target."""

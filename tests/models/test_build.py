@@ -16,14 +16,11 @@ from tiny_hf import load_tiny, save_tiny, write_tiny_gguf
 
 from specbench import models
 from specbench.models import prepare
-from specbench.speed import native
 from specbench.speed.gguf_blocks import Q4KLinear, Q6KLinear
 from specbench.speed.quantize import Int8Linear, Int8TargetLinear, quantize_linears, quantize_target
 from specbench.speed.row_embedding import RowEmbedding
 
-pytestmark = pytest.mark.skipif(
-    native.q4k_kernel() is None or native.linear_kernel() is None, reason="specbench's AVX2 kernels are not built here"
-)
+pytestmark = pytest.mark.needs_kernel("q4k", "linear")
 
 IDS = torch.tensor([[1, 5, 9, 12, 3, 40, 63, 0]])
 # GGUF tensors written in other block types than Q4_K / Q6_K: what real Q4_K_M files mix in

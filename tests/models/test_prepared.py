@@ -14,9 +14,7 @@ from specbench.speed import native
 from specbench.speed.gguf_blocks import Q4KLinear, Q6KLinear
 from specbench.speed.quantize import Int8TargetLinear, quantize_target
 
-pytestmark = pytest.mark.skipif(
-    native.q4k_kernel() is None or native.linear_kernel() is None, reason="specbench's AVX2 kernels are not built here"
-)
+pytestmark = pytest.mark.needs_kernel("q4k", "linear")
 
 
 def prepared_tiny(tmp_path):

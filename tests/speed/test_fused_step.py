@@ -27,7 +27,7 @@ from specbench.speed.quantize import int8_available, quantize_linears, quantize_
 
 pytestmark = [
     pytest.mark.usefixtures("single_thread"),
-    pytest.mark.skipif(native.layer_kernel() is None, reason=f"q4k_layer is not built here: {native.layer_why_not()}"),
+    pytest.mark.needs_kernel("layer"),
 ]
 
 

@@ -22,9 +22,7 @@ from specbench.models.specs import parse_model_spec
 from specbench.speed import native, quantize
 from specbench.speed.quantize import Int8TargetLinear, exact_int8_linear, quantize_rows, quantize_target
 
-needs_kernel = pytest.mark.skipif(
-    native.linear_kernel() is None, reason=f"int8_linear is not built here: {native.linear_why_not()}"
-)
+needs_kernel = pytest.mark.needs_kernel("linear")
 
 
 def exact_reference(

@@ -14,7 +14,6 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 
 from specbench.core.attention import use_row_invariant_attention
 from specbench.core.cache import cache_arg, crop_cache, new_cache
-from specbench.speed import native
 from specbench.speed.lean_step import MAX_LEAN_ROWS, LeanDecoder, lean_call, lean_decoder, supports, use_lean_forward
 from specbench.speed.quantize import int8_available, quantize_linears
 
@@ -51,11 +50,17 @@ def q4k_qwen2(seed: int) -> Qwen2ForCausalLM:
 MODELS = {"qwen2": lambda: tiny_model(0), "llama": lambda: tiny_llama(1)}
 if int8_available():
     MODELS["qwen2 int8"] = lambda: int8_qwen2(2)
-if int8_available() and native.q4k_kernel() is not None:
+if int8_available():
     MODELS["qwen2 q4k"] = lambda: q4k_qwen2(4)
+NEEDS = {"qwen2 q4k": pytest.mark.needs_kernel("q4k")}
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
+def cases(names) -> list:
+    """names as parameters, each marked with the kernel it needs (NEEDS)."""
+    return [pytest.param(name, marks=NEEDS.get(name, ())) for name in sorted(names)]
+
+
+@pytest.mark.parametrize("name", cases(MODELS))
 @torch.inference_mode()
 def test_lean_forward_matches_hf_hidden_states_and_cache(name):
     model = MODELS[name]()
@@ -89,7 +94,7 @@ STACKED = {  # a layer's weight buffer, and the stacked one of layer 0's q/k/v
 }
 
 
-@pytest.mark.parametrize("name", sorted(set(STACKED) & set(MODELS)))
+@pytest.mark.parametrize("name", cases(set(STACKED) & set(MODELS)))
 @torch.inference_mode()
 def test_stacking_rows_leaves_hf_forward_unchanged_and_adds_no_memory(name):
     model = MODELS[name]()
@@ -122,10 +127,7 @@ def test_other_layouts_take_hf_forward():
     assert supports(tiny_model(0)) and supports(tiny_llama(0))
 
 
-@pytest.mark.skipif(
-    not int8_available() or native.linear_kernel() is None,
-    reason="needs PyTorch's int8 weight-only kernel and specbench's int8 kernel",
-)
+@pytest.mark.needs_kernel("torch-int8", "linear")
 @torch.inference_mode()
 def test_rows_fed_together_over_a_cache_get_the_bits_of_one_row_steps():
     """A round's catch-up (several rows over the cache) must compute each row as a one-row

@@ -9,15 +9,9 @@ import torch
 
 from specbench.speed import native, quantize
 
-needs_gemv = pytest.mark.skipif(
-    native.kernel() is None, reason=f"specbench's int8_gemv is not in use here: {native.why_not()}"
-)
-needs_linear = pytest.mark.skipif(
-    native.linear_kernel() is None, reason=f"specbench's int8_linear is not in use here: {native.linear_why_not()}"
-)
-needs_either = pytest.mark.skipif(
-    native.kernel() is None and native.linear_kernel() is None, reason="neither native int8 kernel is in use here"
-)
+needs_gemv = pytest.mark.needs_kernel("gemv")
+needs_linear = pytest.mark.needs_kernel("linear")
+needs_either = pytest.mark.needs_kernel("gemv", "linear", either=True)
 
 
 def reference(x, qweight, scales, bias):

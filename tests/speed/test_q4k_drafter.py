@@ -19,13 +19,10 @@ from tiny_hf import save_tiny
 
 from specbench.models.loading import load_model
 from specbench.models.specs import parse_model_spec
-from specbench.speed import native
 from specbench.speed.gguf_blocks import QK, Q4KLinear, dequantize, quantize_q4k
 from specbench.speed.quantize import Int8Linear
 
-needs_kernel = pytest.mark.skipif(
-    native.q4k_kernel() is None, reason=f"q4k_linear is not built here: {native.q4k_why_not()}"
-)
+needs_kernel = pytest.mark.needs_kernel("q4k")
 
 
 def test_a_weight_on_the_q4k_grid_comes_back_bit_for_bit():

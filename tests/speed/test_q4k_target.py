@@ -41,12 +41,8 @@ from specbench.speed import gguf_blocks, native
 from specbench.speed.gguf_blocks import QK, Q4KLinear, Q6KLinear, dequantize, dequantize_q6k, repack, repack_q6k
 from specbench.speed.gguf_file import Q4_K, read_tensor_index
 
-needs_kernel = pytest.mark.skipif(
-    native.q4k_kernel() is None, reason=f"q4k_linear is not built here: {native.q4k_why_not()}"
-)
-needs_q6k = pytest.mark.skipif(
-    native.q6k_kernel() is None, reason=f"q6k_linear is not built here: {native.q6k_why_not()}"
-)
+needs_kernel = pytest.mark.needs_kernel("q4k")
+needs_q6k = pytest.mark.needs_kernel("q6k")
 LAYOUTS = {"every Linear Q4_K": (), "Q4_K_M (some Q6_K)": Q4_K_M_LIKE}
 
 # each kind of block: (random file bytes, their layer, the kernel's reference, the dense weight)
@@ -385,7 +381,7 @@ def test_auto_is_q4k_for_a_gguf_target_with_q4k_layers_int8_for_others_float32_w
     assert resolve_target_dtype("auto", "cpu", str(folder)) == (
         "int8" if native.linear_kernel() is not None else "float32"
     )
-    assert resolve_target_dtype("auto", "cuda") == resolve_target_dtype("auto", "auto") == "float32"
+    assert resolve_target_dtype("auto", "cuda") == "bfloat16" and resolve_target_dtype("auto", "auto") == "float32"
     assert resolve_target_dtype("bfloat16", "cpu") == "bfloat16"  # named dtypes pass through
     monkeypatch.setattr(native, "q4k_kernel", lambda: None)
     monkeypatch.setattr(native, "q4k_why_not", lambda: "SPECBENCH_NATIVE=0")

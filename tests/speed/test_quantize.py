@@ -117,9 +117,9 @@ def test_auto_drafter_dtype_is_q4k_then_int8_on_the_cpu_and_bf16_elsewhere(monke
     assert resolve_draft_dtype("auto", "cuda") == resolve_draft_dtype("auto", "auto") == "bfloat16"
     assert PairConfig(device="cuda:1").draft_dtype == "bfloat16"
     assert resolve_draft_dtype("float32", "cpu") == "float32"  # named dtypes pass through
-    monkeypatch.setattr("specbench.models.loading.q4k_why_not", lambda: "no AVX2")
+    monkeypatch.setattr("specbench.models.dtypes.q4k_why_not", lambda: "no AVX2")
     assert resolve_draft_dtype("auto", "cpu") == ("int8" if int8_available() else "bfloat16")  # no Q4_K kernel
-    monkeypatch.setattr("specbench.models.loading.int8_available", lambda: False)
+    monkeypatch.setattr("specbench.models.dtypes.int8_available", lambda: False)
     assert resolve_draft_dtype("auto", "cpu") == "bfloat16"  # a torch without the int8 kernel
 
 

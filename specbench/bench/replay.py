@@ -54,7 +54,7 @@ from specbench.core.generate import GenerationConfig, GenerationResult, Stopper
 from specbench.core.protocols import Draft, Drafter, GammaPolicy, Keep, KeepDrafting
 from specbench.core.sampling import SamplingConfig, greedy_tokens, logits_to_probs, sample_from_cdf
 from specbench.core.stats import BONUS, CORRECTION, FIRST, RunStats, StepRecord
-from specbench.drafters.model import drafts_within
+from specbench.drafters.model import draft_loop
 
 REPLICAS = 16  # sampled replays averaged per prediction (each draws its own acceptances)
 
@@ -156,26 +156,20 @@ class PathDrafter:
         self._context_len = context.shape[0]
 
     def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
+        """ModelDrafter.propose over the recorded rows: the same draft_loop, the same bound."""
         self._observe(context)
-        position = context.shape[0] - len(self.path.prompt_ids)
-        if self.path.draft_limit is not None:  # ModelDrafter.propose's bound
-            max_tokens = min(max_tokens, drafts_within(self.path.draft_limit, context.shape[0]))
-        tokens, rows, feeds = [], [], []
-        pending = context.shape[0] - self.cache_len
-        for step in range(max_tokens):
-            feeds.append(pending)
-            row, token = self._row(position + step)
-            say = keep_drafting(step, row, token)
-            if not say:
-                break
-            tokens.append(token)
-            rows.append(row)
-            if say == Keep.LAST:
-                break
-            pending = 1
-        self.cache_len = context.shape[0] + max(0, len(feeds) - 1) if feeds else self.cache_len
-        probs = torch.stack(rows) if rows else None
-        return Draft(torch.tensor(tokens, dtype=torch.long), probs, 0.0, feeds)
+        draft = draft_loop(self, context, max_tokens, keep_drafting, self.path.draft_limit)
+        if draft.feeds:  # the cache now holds the context and every draft fed
+            self.cache_len = context.shape[0] + len(draft.feeds) - 1
+        return draft
+
+    def unread(self, context: torch.Tensor) -> int:
+        """The ids of context ([n]) a real drafter's cache would not have seen."""
+        return context.shape[0] - self.cache_len
+
+    def row(self, context: torch.Tensor, step: int, previous: int | None) -> tuple[torch.Tensor, int]:
+        """The recorded row for draft `step` after context ([n] ids), and its draw."""
+        return self._row(context.shape[0] - len(self.path.prompt_ids) + step)
 
     def commit(self, n_accepted: int) -> None:
         self.cache_len = min(self._context_len + n_accepted, self.cache_len)

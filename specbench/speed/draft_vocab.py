@@ -116,7 +116,8 @@ def output_head(model) -> torch.nn.Module:
         return head
     if head is None or getattr(head, "weight", None) is None or head.weight.dim() != 2:
         raise ValueError(
-            f"--draft-vocab needs a drafter with a plain linear output head ({type(model).__name__} has none); pass --draft-vocab 0"
+            f"--draft-vocab needs a drafter with a plain linear output head ({type(model).__name__} has none); "
+            "pass --draft-vocab 0"
         )
     return head
 

@@ -49,28 +49,29 @@ from specbench.speed.quantize import Int8TargetLinear
 Q4K_BLOCKS, INT8_ROWS, Q6K_BLOCKS = 0, 1, 2  # q4k_layer.c's kinds of Linear
 
 
+def _fields(ctype, *names: str) -> list[tuple[str, type]]:
+    """Struct fields of one ctype, named as in q4k_layer.c."""
+    return [(name, ctype) for name in names]
+
+
 class LinearArgs(ctypes.Structure):
+    """q4k_layer.c's linear_t: one Linear's arrays as its kind reads them (w: blocks, or
+    int8 rows [N, K]; bias [N] or NULL), N outputs over K inputs, and the kind."""
+
     _fields_ = [
-        ("w", ctypes.c_void_p),
-        ("sm", ctypes.c_void_p),
-        ("sc", ctypes.c_void_p),
-        ("d", ctypes.c_void_p),
-        ("dmin", ctypes.c_void_p),
-        ("bias", ctypes.c_void_p),
-        ("N", ctypes.c_int),
-        ("K", ctypes.c_int),
-        ("kind", ctypes.c_int),
+        *_fields(ctypes.c_void_p, "w", "sm", "sc", "d", "dmin", "bias"),
+        *_fields(ctypes.c_int, "N", "K", "kind"),
     ]
 
 
 class LayerArgs(ctypes.Structure):
+    """q4k_layer.c's layer_t: a decoder layer's sizes, norms and Linears."""
+
     _fields_ = [
-        *((name, ctypes.c_int) for name in ("H", "Hq", "KV", "D", "I")),
-        *((name, ctypes.c_float) for name in ("eps1", "eps2", "scaling")),
-        ("norm1", ctypes.c_void_p),
-        ("norm2", ctypes.c_void_p),
-        ("n_in", ctypes.c_int),
-        ("n_mlp", ctypes.c_int),
+        *_fields(ctypes.c_int, "H", "Hq", "KV", "D", "I"),
+        *_fields(ctypes.c_float, "eps1", "eps2", "scaling"),
+        *_fields(ctypes.c_void_p, "norm1", "norm2"),
+        *_fields(ctypes.c_int, "n_in", "n_mlp"),
         ("inputs", LinearArgs * 3),
         ("o", LinearArgs),
         ("mlp", LinearArgs * 2),

@@ -5,8 +5,8 @@ Why: a CPU decoding step is bound by reading weights. The int8 target (quantize.
 GGUF file already holds are 4.5 bits a weight and are the weights themselves. Q4KLinear
 keeps those blocks as they are (repacked into four arrays, no value changed; kernels built
 for AVX2 alone read each super-block's values in another order: to_kernel_order,
-q6k_to_kernel_order) and runs them through q4k_linear.c, which, like int8_linear.c, gives a row the same bits whatever else
-shares the call, so greedy speculative decoding of a q4k target still equals its plain
+q6k_to_kernel_order) and runs them through q4k_linear.c, which, like int8_linear.c, gives
+a row the same bits whatever else shares the call, so greedy speculative decoding of a q4k target still equals its plain
 decoding token for token. Activations are rounded to int8 per 256 columns (llama.cpp's
 Q8_K rule): that, not the weights, is where a q4k target's logits differ from the float32
 target's.
@@ -324,20 +324,29 @@ def random_q4k(rows: int, cols: int, rng: np.random.Generator, std: float = 0.02
     w = d * sc * q - dmin * m with q uniform in 0..15 (std 4.61), sc uniform in 8..31 (rms
     20.7), dmin = 8 d and m = round(7.5 sc / 8) (so each sub-block's mean is within 4 d of 0),
     d = d0 * uniform(0.75, 1.25) per super-block, d0 = std / (4.61 * 20.7 * 1.01)."""
-    nsb = cols // QK
-    out = np.empty((rows, nsb, BLOCK_BYTES), dtype=np.uint8)
     d0 = std / (4.61 * 20.7 * 1.01)
-    for r0 in range(0, rows, RANDOM_ROWS):
-        n = min(RANDOM_ROWS, rows - r0)
-        chunk = out[r0 : r0 + n]
-        chunk[..., 16:] = rng.integers(0, 256, size=(n, nsb, 128), dtype=np.uint8)
-        d = d0 * rng.uniform(0.75, 1.25, size=(n, nsb, 1)).astype(np.float32)
+
+    def fill(chunk: np.ndarray) -> None:
+        shape = chunk.shape[:2]
+        chunk[..., 16:] = rng.integers(0, 256, size=(*shape, 128), dtype=np.uint8)
+        d = d0 * rng.uniform(0.75, 1.25, size=(*shape, 1)).astype(np.float32)
         chunk[..., 0:2] = _half(d)
         chunk[..., 2:4] = _half(8 * d)
-        sc = rng.integers(8, 32, size=(n, nsb, 8), dtype=np.uint8)
+        sc = rng.integers(8, 32, size=(*shape, 8), dtype=np.uint8)
         m = np.rint(sc * (7.5 / 8)).astype(np.uint8)
         chunk[..., 4:16] = pack_scales_mins(sc, m)
-    return out.reshape(rows, nsb * BLOCK_BYTES)
+
+    return _random_blocks(rows, cols, BLOCK_BYTES, fill)
+
+
+def _random_blocks(rows: int, cols: int, block_bytes: int, fill) -> np.ndarray:
+    """Blocks [rows, cols / 256 * block_bytes], filled RANDOM_ROWS rows at a time by
+    fill(chunk) (chunk: [n, cols / 256, block_bytes] uint8, written in place)."""
+    nsb = cols // QK
+    out = np.empty((rows, nsb, block_bytes), dtype=np.uint8)
+    for r0 in range(0, rows, RANDOM_ROWS):
+        fill(out[r0 : r0 + RANDOM_ROWS])
+    return out.reshape(rows, nsb * block_bytes)
 
 
 def pack_scales_mins(sc: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -355,13 +364,12 @@ def random_q6k(rows: int, cols: int, rng: np.random.Generator, std: float = 0.02
 
     w = d * sc * (q - 32) with q uniform in 0..63 (std 18.5, mean 31.5), sc uniform in 4..15
     (rms 10.1), d = d0 * uniform(0.75, 1.25) per super-block, d0 = std / (18.5 * 10.1 * 1.01)."""
-    nsb = cols // QK
-    out = np.empty((rows, nsb, Q6K_BLOCK_BYTES), dtype=np.uint8)
     d0 = std / (18.5 * 10.1 * 1.01)
-    for r0 in range(0, rows, RANDOM_ROWS):
-        n = min(RANDOM_ROWS, rows - r0)
-        chunk = out[r0 : r0 + n]
-        chunk[..., :192] = rng.integers(0, 256, size=(n, nsb, 192), dtype=np.uint8)  # ql, qh
-        chunk[..., 192:208] = rng.integers(4, 16, size=(n, nsb, 16), dtype=np.uint8)  # int8 scales, positive
-        chunk[..., 208:210] = _half(d0 * rng.uniform(0.75, 1.25, size=(n, nsb, 1)).astype(np.float32))
-    return out.reshape(rows, nsb * Q6K_BLOCK_BYTES)
+
+    def fill(chunk: np.ndarray) -> None:
+        shape = chunk.shape[:2]
+        chunk[..., :192] = rng.integers(0, 256, size=(*shape, 192), dtype=np.uint8)  # ql, qh
+        chunk[..., 192:208] = rng.integers(4, 16, size=(*shape, 16), dtype=np.uint8)  # int8 scales, positive
+        chunk[..., 208:210] = _half(d0 * rng.uniform(0.75, 1.25, size=(*shape, 1)).astype(np.float32))
+
+    return _random_blocks(rows, cols, Q6K_BLOCK_BYTES, fill)

@@ -44,4 +44,5 @@ class RowEmbedding(torch.nn.Module):
         return values.to(device=input_ids.device, dtype=self.out_dtype).reshape(*input_ids.shape, self.embedding_dim)
 
     def extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim}, ggml type {self.qtype}, rows out as {str(self.out_dtype).removeprefix('torch.')}"
+        out = str(self.out_dtype).removeprefix("torch.")
+        return f"{self.num_embeddings}, {self.embedding_dim}, ggml type {self.qtype}, rows out as {out}"

@@ -78,14 +78,17 @@ def check_translatable(target: TextCodec, drafter: TextCodec) -> None:
     try:
         decoded = drafter.decode(drafter.encode("a"))
     except Exception as error:  # a tokenizer without a decoder raises anything
+        first_line = str(error).splitlines()[0] if str(error) else ""
         raise ValueError(
-            f"the drafter's tokenizer cannot decode ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); it cannot draft for another tokenizer"
+            f"the drafter's tokenizer cannot decode ({type(error).__name__}: {first_line}); "
+            "it cannot draft for another tokenizer"
         ) from None
     if not isinstance(decoded, str):
         raise ValueError("the drafter's tokenizer cannot decode ids to text; it cannot draft for another tokenizer")
     if not any(target.round_trips(c) and drafter.round_trips(c) for c in PROBE):
         raise ValueError(
-            "the tokenizers have no common text: no letter, digit or punctuation mark survives both, so drafts cannot be translated"
+            "the tokenizers have no common text: no letter, digit or punctuation mark survives both, "
+            "so drafts cannot be translated"
         )
 
 

@@ -133,8 +133,7 @@ class PathDrafter:
     def __init__(self, path: RecordedPath, vocab: VocabTracker | None = None):
         if path.draft_logits is None:
             raise ValueError("this path was recorded without a drafter model")
-        self.path = path
-        self.vocab = vocab
+        self.path, self.vocab = path, vocab
         self.start(path.sampling, None)
 
     def start(self, sampling: SamplingConfig, generator: torch.Generator | None) -> None:
@@ -142,7 +141,11 @@ class PathDrafter:
         self.cache_len = self._context_len = 0
         self._started = False
 
-    def prefill(self, prompt: torch.Tensor, target_cache=None) -> None:
+    def prefill(
+        self,
+        prompt: torch.Tensor,  # [n] ids
+        target_cache=None,
+    ) -> None:
         self._observe(prompt)
         self.cache_len = max(self.cache_len, prompt.shape[0])
 
@@ -155,7 +158,12 @@ class PathDrafter:
             self.vocab.observe(context[self._context_len :].tolist())
         self._context_len = context.shape[0]
 
-    def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
+    def propose(
+        self,
+        context: torch.Tensor,  # [n] ids
+        max_tokens: int,
+        keep_drafting: KeepDrafting,
+    ) -> Draft:
         """ModelDrafter.propose over the recorded rows: the same draft_loop, the same bound."""
         self._observe(context)
         draft = draft_loop(self, context, max_tokens, keep_drafting, self.path.draft_limit)
@@ -163,11 +171,19 @@ class PathDrafter:
             self.cache_len = context.shape[0] + len(draft.feeds) - 1
         return draft
 
-    def unread(self, context: torch.Tensor) -> int:
+    def unread(
+        self,
+        context: torch.Tensor,  # [n] ids
+    ) -> int:
         """The ids of context ([n]) a real drafter's cache would not have seen."""
         return context.shape[0] - self.cache_len
 
-    def row(self, context: torch.Tensor, step: int, previous: int | None) -> tuple[torch.Tensor, int]:
+    def row(
+        self,
+        context: torch.Tensor,  # [n] ids
+        step: int,
+        previous: int | None,
+    ) -> tuple[torch.Tensor, int]:
         """The recorded row for draft `step` after context ([n] ids), and its draw."""
         return self._row(context.shape[0] - len(self.path.prompt_ids) + step)
 
@@ -267,10 +283,19 @@ class OracleDrafter:
     def start(self, sampling: SamplingConfig, generator: torch.Generator | None) -> None:
         self.inner.start(sampling, generator)
 
-    def prefill(self, prompt: torch.Tensor, target_cache=None) -> None:
+    def prefill(
+        self,
+        prompt: torch.Tensor,  # [n] ids
+        target_cache=None,
+    ) -> None:
         self.inner.prefill(prompt, target_cache)
 
-    def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
+    def propose(
+        self,
+        context: torch.Tensor,  # [n] ids
+        max_tokens: int,
+        keep_drafting: KeepDrafting,
+    ) -> Draft:
         draft = self.inner.propose(context, max_tokens, lambda *_: Keep.YES)
         n = self.acceptance.accepted(context.shape[0] - self.prompt_len, draft)
         if n and self.pays is not None and not self.pays(n, len(draft.feeds[:n])):

@@ -47,13 +47,25 @@ class RowSource(Protocol):
                                     the unread part of context is fed).
     """
 
-    def unread(self, context: torch.Tensor) -> int: ...
+    def unread(
+        self,
+        context: torch.Tensor,  # [n] ids
+    ) -> int: ...
 
-    def row(self, context: torch.Tensor, step: int, previous: int | None) -> tuple[torch.Tensor, int]: ...
+    def row(
+        self,
+        context: torch.Tensor,  # [n] ids
+        step: int,
+        previous: int | None,
+    ) -> tuple[torch.Tensor, int]: ...
 
 
 def draft_loop(
-    source: RowSource, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting, limit: int | None = None
+    source: RowSource,
+    context: torch.Tensor,  # [n] ids
+    max_tokens: int,
+    keep_drafting: KeepDrafting,
+    limit: int | None = None,
 ) -> Draft:
     """Draft up to max_tokens after context ([n] ids), no more than a model attending over
     `limit` positions can (drafts_within; None: no bound), one row at a time from source,
@@ -117,7 +129,11 @@ class ModelDrafter:
         self._context_len = context.shape[0]
 
     @torch.inference_mode()
-    def prefill(self, prompt: torch.Tensor, target_cache=None) -> None:
+    def prefill(
+        self,
+        prompt: torch.Tensor,  # [n] ids
+        target_cache=None,
+    ) -> None:
         """Feed the prompt into the cache; the first propose then feeds only what followed."""
         self._observe(prompt)
         unread = prompt[cache_length(self.cache) :]
@@ -125,7 +141,12 @@ class ModelDrafter:
             self._forward(unread)
 
     @torch.inference_mode()
-    def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
+    def propose(
+        self,
+        context: torch.Tensor,  # [n] ids
+        max_tokens: int,
+        keep_drafting: KeepDrafting,
+    ) -> Draft:
         """Up to max_tokens drafts after context ([n] ids), each a forward of this model."""
         start = time.perf_counter()
         self._observe(context)  # also moves _context_len on to this context
@@ -133,12 +154,20 @@ class ModelDrafter:
         draft.seconds = time.perf_counter() - start
         return draft
 
-    def unread(self, context: torch.Tensor) -> int:
+    def unread(
+        self,
+        context: torch.Tensor,  # [n] ids
+    ) -> int:
         """The ids of context ([n]) the cache has not seen: the prompt on the first round,
         then the tokens the target accepted or emitted since the last round."""
         return context.shape[0] - cache_length(self.cache)
 
-    def row(self, context: torch.Tensor, step: int, previous: int | None) -> tuple[torch.Tensor, int]:
+    def row(
+        self,
+        context: torch.Tensor,  # [n] ids
+        step: int,
+        previous: int | None,
+    ) -> tuple[torch.Tensor, int]:
         """Feed the unread context (step 0) or the previous draft; q [vocab] and its draw."""
         fed = context[cache_length(self.cache) :] if previous is None else torch.tensor([previous], device=self.device)
         token, probs = choose(self._forward(fed), self.sampling, self.generator)
@@ -188,11 +217,20 @@ class LookupFirstDrafter:
         self.lookup.start(sampling, generator)
         self._model_round = False
 
-    def prefill(self, prompt: torch.Tensor, target_cache=None) -> None:
+    def prefill(
+        self,
+        prompt: torch.Tensor,  # [n] ids
+        target_cache=None,
+    ) -> None:
         self.model.prefill(prompt, target_cache)
         self.lookup.prefill(prompt)
 
-    def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
+    def propose(
+        self,
+        context: torch.Tensor,  # [n] ids
+        max_tokens: int,
+        keep_drafting: KeepDrafting,
+    ) -> Draft:
         start = time.perf_counter()
         copy = self.lookup.predict(context, max_tokens)
         self._model_round = not copy

@@ -198,14 +198,27 @@ class TableDrafter:
         self.table = self._make_table()
         self._last = -1  # the last token fed to the table
 
-    def prefill(self, prompt: torch.Tensor, target_cache=None) -> None:
+    def prefill(
+        self,
+        prompt: torch.Tensor,  # [n] ids
+        target_cache=None,
+    ) -> None:
         self._feed(prompt)
 
-    def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
+    def propose(
+        self,
+        context: torch.Tensor,  # [n] ids
+        max_tokens: int,
+        keep_drafting: KeepDrafting,
+    ) -> Draft:
         start = time.perf_counter()
         return table_draft(self.predict(context, max_tokens), keep_drafting, context.device, start)
 
-    def predict(self, context: torch.Tensor, max_tokens: int) -> list[int]:
+    def predict(
+        self,
+        context: torch.Tensor,  # [n] ids
+        max_tokens: int,
+    ) -> list[int]:
         """The table's prediction after context, before the policy has its say."""
         self._feed(context)
         return self.table.predict(max_tokens)

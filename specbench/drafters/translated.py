@@ -123,7 +123,11 @@ class TranslatedDrafter:
         self.model.start(sampling, generator)
         self.held: list[int] = []  # drafter ids whose prefix the drafter's cache holds
 
-    def prefill(self, prompt: torch.Tensor, target_cache=None) -> None:
+    def prefill(
+        self,
+        prompt: torch.Tensor,  # [n] ids
+        target_cache=None,
+    ) -> None:
         ids = self._sync(prompt.tolist())
         if ids is not None:
             self.model.prefill(torch.tensor(ids, dtype=torch.long))
@@ -141,7 +145,12 @@ class TranslatedDrafter:
         self.held = ids
         return ids
 
-    def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
+    def propose(
+        self,
+        context: torch.Tensor,  # [n] ids
+        max_tokens: int,
+        keep_drafting: KeepDrafting,
+    ) -> Draft:
         start = time.perf_counter()
         ids = self._sync(context.tolist()) if max_tokens > 0 else None
         steps = min(STEPS_PER_TOKEN * (max_tokens + 1), self.limit - len(ids) - 1) if ids is not None else 0

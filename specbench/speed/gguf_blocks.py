@@ -76,7 +76,9 @@ LANE_SOURCE = torch.from_numpy((_B // 4 * 32 + 8 * _J + 4 * _H + _B % 4).reshape
 FILE_SOURCE = torch.argsort(LANE_SOURCE)
 
 
-def nibbles(qs: torch.Tensor) -> torch.Tensor:
+def nibbles(
+    qs: torch.Tensor,  # [..., 128] uint8
+) -> torch.Tensor:
     """qs [..., 128] -> [..., 256] values 0..15: byte 32j + b's low nibble at 64j + b, its high at 64j + 32 + b."""
     q = qs.reshape(*qs.shape[:-1], 4, 1, 32)
     return torch.cat([q & 0x0F, q >> 4], dim=-2).reshape(*qs.shape[:-1], 256)
@@ -88,18 +90,27 @@ def _pack(values: torch.Tensor) -> torch.Tensor:
     return (v[..., 0, :] | (v[..., 1, :] << 4)).reshape(*values.shape[:-1], 128).contiguous()
 
 
-def to_kernel_order(qs: torch.Tensor) -> torch.Tensor:
+def to_kernel_order(
+    qs: torch.Tensor,  # [..., 128] uint8
+) -> torch.Tensor:
     """Nibbles in the file's order -> the order the Q4_K kernel built here reads (the same
     tensor where that is the file's)."""
     return _pack(nibbles(qs)[..., LANE_SOURCE]) if native.lane_order() else qs
 
 
-def to_file_order(qs: torch.Tensor) -> torch.Tensor:
+def to_file_order(
+    qs: torch.Tensor,  # [..., 128] uint8
+) -> torch.Tensor:
     """to_kernel_order's inverse."""
     return _pack(nibbles(qs)[..., FILE_SOURCE]) if native.lane_order() else qs
 
 
-def dequantize(qs: torch.Tensor, sm: torch.Tensor, d: torch.Tensor, dmin: torch.Tensor) -> torch.Tensor:
+def dequantize(
+    qs: torch.Tensor,  # [N, K/256, 128] uint8 nibbles
+    sm: torch.Tensor,  # [N, K/256, 16] uint8
+    d: torch.Tensor,  # [N, K/256] float32
+    dmin: torch.Tensor,  # [N, K/256] float32
+) -> torch.Tensor:
     """The float32 weight [N, K] the blocks (qs in the kernel's order) stand for, rounded as
     gguf-py (and so transformers' GGUF loader) rounds it: (d * sc) * q - dmin * m."""
     rows, nsb = d.shape
@@ -157,19 +168,30 @@ def _store_q6k_values(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
     return ql.reshape(*lead, 128).contiguous(), qh.reshape(*lead, 64).contiguous()
 
 
-def q6k_to_kernel_order(ql: torch.Tensor, qh: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def q6k_to_kernel_order(
+    ql: torch.Tensor,  # [N, K/256, 128] uint8
+    qh: torch.Tensor,  # [N, K/256, 64] uint8
+) -> tuple[torch.Tensor, torch.Tensor]:
     """A Q6_K tensor's ql and qh in the file's order -> the order the kernel built here reads
     (the same tensors where that is the file's)."""
     return _store_q6k_values(_stored_q6k_values(ql, qh)[..., Q6K_LANE_SOURCE]) if native.lane_order() else (ql, qh)
 
 
-def q6k_values(ql: torch.Tensor, qh: torch.Tensor) -> torch.Tensor:
+def q6k_values(
+    ql: torch.Tensor,  # [N, K/256, 128] uint8
+    qh: torch.Tensor,  # [N, K/256, 64] uint8
+) -> torch.Tensor:
     """The 6-bit values q (0..63) [N, nsb, 256] in column order, from repack_q6k's ql and qh."""
     values = _stored_q6k_values(ql, qh)
     return values[..., Q6K_FILE_SOURCE] if native.lane_order() else values
 
 
-def dequantize_q6k(ql: torch.Tensor, qh: torch.Tensor, sc: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+def dequantize_q6k(
+    ql: torch.Tensor,  # [N, K/256, 128] uint8
+    qh: torch.Tensor,  # [N, K/256, 64] uint8
+    sc: torch.Tensor,  # [N, K/256, 16] int8
+    d: torch.Tensor,  # [N, K/256] float32
+) -> torch.Tensor:
     """The float32 weight [N, K] the Q6_K blocks stand for, rounded as gguf-py rounds it:
     (d * sc) * (q - 32)."""
     rows, nsb = d.shape
@@ -178,7 +200,9 @@ def dequantize_q6k(ql: torch.Tensor, qh: torch.Tensor, sc: torch.Tensor, d: torc
     return (scale * q).reshape(rows, nsb * QK)
 
 
-def quantize_q4k(weight: torch.Tensor) -> dict[str, torch.Tensor]:
+def quantize_q4k(
+    weight: torch.Tensor,  # [N, K]
+) -> dict[str, torch.Tensor]:
     """A float weight [N, K] as Q4_K blocks in repack's layout, for a drafter's layers that
     its file does not hold as Q4_K (a drafter needs no fidelity to be lossless: its q is
     whatever it computes). K is zero-padded to a multiple of 256 (q4k_linear.c pads the
@@ -230,7 +254,10 @@ class Q4KLinear(torch.nn.Module):
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone().contiguous())
         self.lanes = native.lane_order()  # the order its qs is in (to_kernel_order)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,  # [..., in]
+    ) -> torch.Tensor:
         return q4k_linear(x, self)
 
     def extra_repr(self) -> str:
@@ -250,14 +277,20 @@ class Q6KLinear(torch.nn.Module):
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone().contiguous())
         self.lanes = native.lane_order()  # the order its ql and qh are in (q6k_to_kernel_order)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,  # [..., in]
+    ) -> torch.Tensor:
         return q6k_linear(x, self)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, Q6_K blocks"
 
 
-def q4k_linear(x: torch.Tensor, layer: Q4KLinear) -> torch.Tensor:
+def q4k_linear(
+    x: torch.Tensor,  # [..., in]
+    layer: Q4KLinear,
+) -> torch.Tensor:
     """x [..., in] times the layer's Q4_K weight, plus its bias, through q4k_linear.c.
 
     A target step makes some 170 of these calls, so the wrapper does no more than it must:
@@ -276,7 +309,10 @@ def check_order(layer: Q4KLinear | Q6KLinear) -> None:
         )
 
 
-def q6k_linear(x: torch.Tensor, layer: Q6KLinear) -> torch.Tensor:
+def q6k_linear(
+    x: torch.Tensor,  # [..., in]
+    layer: Q6KLinear,
+) -> torch.Tensor:
     """x [..., in] times the layer's Q6_K weight, plus its bias, through q6k_linear.c."""
     check_order(layer)
     return _block_linear(

@@ -89,7 +89,10 @@ class HybridLinear(torch.nn.Module):
             linear.bias = copy.deepcopy(self.bias, memo)
         return HybridLinear(linear)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,  # [..., in]
+    ) -> torch.Tensor:
         if _stock[0] or (self.half_gemv and x.numel() <= self.HALF_ROWS * self.in_features):  # few half rows
             return F.linear(x, self.weight, self.bias)
         out = torch.ops.mkldnn._linear_pointwise(x.float(), self.packed, self.packed_bias, "none", [], "")

@@ -54,7 +54,7 @@ from specbench.core.generate import GenerationConfig, GenerationResult, Stopper
 from specbench.core.protocols import Draft, Drafter, GammaPolicy, Keep, KeepDrafting
 from specbench.core.sampling import SamplingConfig, greedy_tokens, logits_to_probs, sample_from_cdf
 from specbench.core.stats import BONUS, CORRECTION, FIRST, RunStats, StepRecord
-from specbench.drafters.model import drafts_within
+from specbench.drafters.model import draft_loop
 
 REPLICAS = 16  # sampled replays averaged per prediction (each draws its own acceptances)
 
@@ -133,8 +133,7 @@ class PathDrafter:
     def __init__(self, path: RecordedPath, vocab: VocabTracker | None = None):
         if path.draft_logits is None:
             raise ValueError("this path was recorded without a drafter model")
-        self.path = path
-        self.vocab = vocab
+        self.path, self.vocab = path, vocab
         self.start(path.sampling, None)
 
     def start(self, sampling: SamplingConfig, generator: torch.Generator | None) -> None:
@@ -142,7 +141,11 @@ class PathDrafter:
         self.cache_len = self._context_len = 0
         self._started = False
 
-    def prefill(self, prompt: torch.Tensor, target_cache=None) -> None:
+    def prefill(
+        self,
+        prompt: torch.Tensor,  # [n] ids
+        target_cache=None,
+    ) -> None:
         self._observe(prompt)
         self.cache_len = max(self.cache_len, prompt.shape[0])
 
@@ -155,27 +158,34 @@ class PathDrafter:
             self.vocab.observe(context[self._context_len :].tolist())
         self._context_len = context.shape[0]
 
-    def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
+    def propose(
+        self,
+        context: torch.Tensor,  # [n] ids
+        max_tokens: int,
+        keep_drafting: KeepDrafting,
+    ) -> Draft:
+        """ModelDrafter.propose over the recorded rows: the same draft_loop, the same bound."""
         self._observe(context)
-        position = context.shape[0] - len(self.path.prompt_ids)
-        if self.path.draft_limit is not None:  # ModelDrafter.propose's bound
-            max_tokens = min(max_tokens, drafts_within(self.path.draft_limit, context.shape[0]))
-        tokens, rows, feeds = [], [], []
-        pending = context.shape[0] - self.cache_len
-        for step in range(max_tokens):
-            feeds.append(pending)
-            row, token = self._row(position + step)
-            say = keep_drafting(step, row, token)
-            if not say:
-                break
-            tokens.append(token)
-            rows.append(row)
-            if say == Keep.LAST:
-                break
-            pending = 1
-        self.cache_len = context.shape[0] + max(0, len(feeds) - 1) if feeds else self.cache_len
-        probs = torch.stack(rows) if rows else None
-        return Draft(torch.tensor(tokens, dtype=torch.long), probs, 0.0, feeds)
+        draft = draft_loop(self, context, max_tokens, keep_drafting, self.path.draft_limit)
+        if draft.feeds:  # the cache now holds the context and every draft fed
+            self.cache_len = context.shape[0] + len(draft.feeds) - 1
+        return draft
+
+    def unread(
+        self,
+        context: torch.Tensor,  # [n] ids
+    ) -> int:
+        """The ids of context ([n]) a real drafter's cache would not have seen."""
+        return context.shape[0] - self.cache_len
+
+    def row(
+        self,
+        context: torch.Tensor,  # [n] ids
+        step: int,
+        previous: int | None,
+    ) -> tuple[torch.Tensor, int]:
+        """The recorded row for draft `step` after context ([n] ids), and its draw."""
+        return self._row(context.shape[0] - len(self.path.prompt_ids) + step)
 
     def commit(self, n_accepted: int) -> None:
         self.cache_len = min(self._context_len + n_accepted, self.cache_len)
@@ -273,10 +283,19 @@ class OracleDrafter:
     def start(self, sampling: SamplingConfig, generator: torch.Generator | None) -> None:
         self.inner.start(sampling, generator)
 
-    def prefill(self, prompt: torch.Tensor, target_cache=None) -> None:
+    def prefill(
+        self,
+        prompt: torch.Tensor,  # [n] ids
+        target_cache=None,
+    ) -> None:
         self.inner.prefill(prompt, target_cache)
 
-    def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
+    def propose(
+        self,
+        context: torch.Tensor,  # [n] ids
+        max_tokens: int,
+        keep_drafting: KeepDrafting,
+    ) -> Draft:
         draft = self.inner.propose(context, max_tokens, lambda *_: Keep.YES)
         n = self.acceptance.accepted(context.shape[0] - self.prompt_len, draft)
         if n and self.pays is not None and not self.pays(n, len(draft.feeds[:n])):

@@ -111,14 +111,23 @@ class EarlyExitDrafter(ModelDrafter):
         self._shared = False
 
     @torch.inference_mode()
-    def prefill(self, prompt: torch.Tensor, target_cache=None) -> None:
+    def prefill(
+        self,
+        prompt: torch.Tensor,  # [n] ids
+        target_cache=None,
+    ) -> None:
         if target_cache is None:
             return super().prefill(prompt)
         self.cache = leading_layers(target_cache, self.model.n_layers)
         self._shared = True
         self._observe(prompt)
 
-    def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
+    def propose(
+        self,
+        context: torch.Tensor,  # [n] ids
+        max_tokens: int,
+        keep_drafting: KeepDrafting,
+    ) -> Draft:
         held = cache_length(self.cache)  # shared: the target's, every token but the last
         draft = super().propose(context, max_tokens, keep_drafting)
         if self._shared:

@@ -7,11 +7,17 @@ own forward unless a faster step is plugged in (make_drafter plugs in specbench/
 --draft-vocab). LookupFirstDrafter copies from the context when the context repeats itself
 and asks the model otherwise. Neither knows about the target, about verification, or about
 how a step makes its logits.
+
+The draft loop itself (draft_loop) is one function for every drafter that drafts row by
+row: it asks a RowSource for each draft's row and token, and the keep_drafting callback
+whether to go on. ModelDrafter's source runs a forward; the sweep's replay (bench/replay.py)
+reads a recorded path. One loop, so a replay's feeds, drafts and stops are a real run's.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Protocol
 
 import torch
 
@@ -28,6 +34,62 @@ def drafts_within(limit: int, context_len: int) -> int:
     of context_len ids: draft j is read at position context_len + j - 1 (the last one is
     never fed). ModelDrafter drafts no more; a sweep's replay and its recorded rows follow."""
     return limit - context_len + 1
+
+
+class RowSource(Protocol):
+    """Where draft_loop's rows come from (the two methods HF's candidate generators split
+    into candidates and their update, here per row):
+
+    unread(context)                 how many ids of context ([n]) the first forward of the
+                                    round feeds: those its cache has not seen;
+    row(context, step, previous)    q for draft `step` ([vocab]) and the token drawn from
+                                    it; previous: the draft before it (None at step 0, when
+                                    the unread part of context is fed).
+    """
+
+    def unread(
+        self,
+        context: torch.Tensor,  # [n] ids
+    ) -> int: ...
+
+    def row(
+        self,
+        context: torch.Tensor,  # [n] ids
+        step: int,
+        previous: int | None,
+    ) -> tuple[torch.Tensor, int]: ...
+
+
+def draft_loop(
+    source: RowSource,
+    context: torch.Tensor,  # [n] ids
+    max_tokens: int,
+    keep_drafting: KeepDrafting,
+    limit: int | None = None,
+) -> Draft:
+    """Draft up to max_tokens after context ([n] ids), no more than a model attending over
+    `limit` positions can (drafts_within; None: no bound), one row at a time from source,
+    while keep_drafting(step, row, token) says so. Draft.feeds counts what each forward fed;
+    the tokens are on context's device and seconds is 0 (the caller times the round)."""
+    if limit is not None:
+        max_tokens = min(max_tokens, drafts_within(limit, context.shape[0]))
+    tokens: list[int] = []
+    rows: list[torch.Tensor] = []
+    feeds: list[int] = []
+    fed, previous = (source.unread(context) if max_tokens > 0 else 0), None
+    for step in range(max_tokens):
+        probs, token = source.row(context, step, previous)
+        feeds.append(fed)
+        say = keep_drafting(step, probs, token)
+        if not say:
+            break
+        tokens.append(token)
+        rows.append(probs)
+        if say == Keep.LAST:
+            break
+        fed, previous = 1, token
+    probs = torch.stack(rows) if rows else None
+    return Draft(torch.tensor(tokens, dtype=torch.long, device=context.device), probs, 0.0, feeds)
 
 
 class ModelDrafter:
@@ -67,7 +129,11 @@ class ModelDrafter:
         self._context_len = context.shape[0]
 
     @torch.inference_mode()
-    def prefill(self, prompt: torch.Tensor, target_cache=None) -> None:
+    def prefill(
+        self,
+        prompt: torch.Tensor,  # [n] ids
+        target_cache=None,
+    ) -> None:
         """Feed the prompt into the cache; the first propose then feeds only what followed."""
         self._observe(prompt)
         unread = prompt[cache_length(self.cache) :]
@@ -75,32 +141,37 @@ class ModelDrafter:
             self._forward(unread)
 
     @torch.inference_mode()
-    def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
+    def propose(
+        self,
+        context: torch.Tensor,  # [n] ids
+        max_tokens: int,
+        keep_drafting: KeepDrafting,
+    ) -> Draft:
+        """Up to max_tokens drafts after context ([n] ids), each a forward of this model."""
         start = time.perf_counter()
         self._observe(context)  # also moves _context_len on to this context
-        tokens: list[int] = []
-        rows: list[torch.Tensor] = []
-        feeds: list[int] = []
-        max_tokens = min(max_tokens, drafts_within(self.limit, context.shape[0]))
-        if max_tokens > 0:
-            # feed only what the cache has not seen: the prompt on the first round, then the
-            # tokens the target accepted or emitted since the last round
-            pending = context[cache_length(self.cache) :]
-            for step in range(max_tokens):
-                logits = self._forward(pending)
-                feeds.append(pending.shape[0])
-                token, probs = choose(logits, self.sampling, self.generator)
-                say = keep_drafting(step, probs, token)
-                if not say:
-                    break
-                tokens.append(token)
-                rows.append(probs)
-                if say == Keep.LAST:
-                    break
-                pending = torch.tensor([token], device=self.device)
-        probs = torch.stack(rows) if rows else None
-        ids = torch.tensor(tokens, dtype=torch.long, device=context.device)
-        return Draft(ids, probs, time.perf_counter() - start, feeds)
+        draft = draft_loop(self, context, max_tokens, keep_drafting, self.limit)
+        draft.seconds = time.perf_counter() - start
+        return draft
+
+    def unread(
+        self,
+        context: torch.Tensor,  # [n] ids
+    ) -> int:
+        """The ids of context ([n]) the cache has not seen: the prompt on the first round,
+        then the tokens the target accepted or emitted since the last round."""
+        return context.shape[0] - cache_length(self.cache)
+
+    def row(
+        self,
+        context: torch.Tensor,  # [n] ids
+        step: int,
+        previous: int | None,
+    ) -> tuple[torch.Tensor, int]:
+        """Feed the unread context (step 0) or the previous draft; q [vocab] and its draw."""
+        fed = context[cache_length(self.cache) :] if previous is None else torch.tensor([previous], device=self.device)
+        token, probs = choose(self._forward(fed), self.sampling, self.generator)
+        return probs, token
 
     def _forward(self, new_tokens: torch.Tensor) -> torch.Tensor:
         """Logits for the next token after feeding new_tokens ([n] ids) -> [vocab]."""
@@ -146,11 +217,20 @@ class LookupFirstDrafter:
         self.lookup.start(sampling, generator)
         self._model_round = False
 
-    def prefill(self, prompt: torch.Tensor, target_cache=None) -> None:
+    def prefill(
+        self,
+        prompt: torch.Tensor,  # [n] ids
+        target_cache=None,
+    ) -> None:
         self.model.prefill(prompt, target_cache)
         self.lookup.prefill(prompt)
 
-    def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
+    def propose(
+        self,
+        context: torch.Tensor,  # [n] ids
+        max_tokens: int,
+        keep_drafting: KeepDrafting,
+    ) -> Draft:
         start = time.perf_counter()
         copy = self.lookup.predict(context, max_tokens)
         self._model_round = not copy

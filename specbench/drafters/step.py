@@ -27,23 +27,47 @@ class DraftStep(Protocol):
                                     (which it extends) -> the next token's logits [vocab].
     """
 
-    def start(self, model, prompt: torch.Tensor) -> None: ...
+    def start(
+        self,
+        model,
+        prompt: torch.Tensor,  # [n] ids
+    ) -> None: ...
 
-    def observe(self, new_ids: torch.Tensor) -> None: ...
+    def observe(
+        self,
+        new_ids: torch.Tensor,  # [m] ids
+    ) -> None: ...
 
-    def __call__(self, model, input_ids: torch.Tensor, cache) -> torch.Tensor: ...
+    def __call__(
+        self,
+        model,
+        input_ids: torch.Tensor,  # [1, n] ids
+        cache,
+    ) -> torch.Tensor: ...
 
 
 class ModelForward:
     """The default draft step: the model's own forward, the last position's logits.
     Stateless, so start and observe do nothing and one instance serves any drafter."""
 
-    def start(self, model, prompt: torch.Tensor) -> None:
+    def start(
+        self,
+        model,
+        prompt: torch.Tensor,  # [n] ids
+    ) -> None:
         """No-op: nothing depends on the prompt."""
 
-    def observe(self, new_ids: torch.Tensor) -> None:
+    def observe(
+        self,
+        new_ids: torch.Tensor,  # [m] ids
+    ) -> None:
         """No-op: nothing depends on the context."""
 
-    def __call__(self, model, input_ids: torch.Tensor, cache) -> torch.Tensor:
+    def __call__(
+        self,
+        model,
+        input_ids: torch.Tensor,  # [1, n] ids
+        cache,
+    ) -> torch.Tensor:
         out = model(input_ids=input_ids, **cache_arg(model, cache), use_cache=True, logits_to_keep=1)
         return out.logits[0, -1]  # [vocab]

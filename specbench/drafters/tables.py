@@ -198,14 +198,27 @@ class TableDrafter:
         self.table = self._make_table()
         self._last = -1  # the last token fed to the table
 
-    def prefill(self, prompt: torch.Tensor, target_cache=None) -> None:
+    def prefill(
+        self,
+        prompt: torch.Tensor,  # [n] ids
+        target_cache=None,
+    ) -> None:
         self._feed(prompt)
 
-    def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
+    def propose(
+        self,
+        context: torch.Tensor,  # [n] ids
+        max_tokens: int,
+        keep_drafting: KeepDrafting,
+    ) -> Draft:
         start = time.perf_counter()
         return table_draft(self.predict(context, max_tokens), keep_drafting, context.device, start)
 
-    def predict(self, context: torch.Tensor, max_tokens: int) -> list[int]:
+    def predict(
+        self,
+        context: torch.Tensor,  # [n] ids
+        max_tokens: int,
+    ) -> list[int]:
         """The table's prediction after context, before the policy has its say."""
         self._feed(context)
         return self.table.predict(max_tokens)
@@ -241,7 +254,14 @@ def table_draft(predicted: list[int], keep_drafting: KeepDrafting, device: torch
 
 
 class NgramDrafter(TableDrafter):
-    """The "ngram" drafter: chained ngram_predict over an incremental NgramTable."""
+    """The "ngram" drafter: chained ngram_predict over an incremental NgramTable.
+
+    Example:
+        >>> drafter = NgramDrafter()
+        >>> draft = drafter.propose(torch.tensor([1, 2, 3, 1, 2]), 3, lambda *_: Keep.YES)
+        >>> draft.tokens.tolist(), draft.probs   # (1, 2) was followed by 3, (2, 3) by 1 ...
+        ([3, 1, 2], None)
+    """
 
     def __init__(self, max_n: int = 4, min_n: int = 2):
         NgramTable(max_n, min_n)  # check the orders now, not at the first propose
@@ -249,7 +269,18 @@ class NgramDrafter(TableDrafter):
 
 
 class PromptLookupDrafter(TableDrafter):
-    """The "prompt-lookup" drafter: lookup_continuation over an incremental LookupIndex."""
+    """The "prompt-lookup" drafter: lookup_continuation over an incremental LookupIndex.
+
+    Example: the context's last 3 tokens (8, 5, 6) never occurred before, its last 2 (5, 6)
+    did, at position 0 and followed by 7, so the draft copies from there on (and a policy
+    that says Keep.NO at step 2 cuts it to two tokens):
+        >>> drafter = PromptLookupDrafter()
+        >>> context = torch.tensor([5, 6, 7, 8, 5, 6])  # [n] ids
+        >>> drafter.propose(context, 3, lambda *_: Keep.YES).tokens.tolist()
+        [7, 8, 5]
+        >>> drafter.propose(context, 3, lambda step, q, token: Keep(step < 2)).tokens.tolist()
+        [7, 8]
+    """
 
     def __init__(self, max_n: int = 3, min_n: int = 1):
         LookupIndex(max_n, min_n)

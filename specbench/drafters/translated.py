@@ -78,14 +78,17 @@ def check_translatable(target: TextCodec, drafter: TextCodec) -> None:
     try:
         decoded = drafter.decode(drafter.encode("a"))
     except Exception as error:  # a tokenizer without a decoder raises anything
+        first_line = str(error).splitlines()[0] if str(error) else ""
         raise ValueError(
-            f"the drafter's tokenizer cannot decode ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}); it cannot draft for another tokenizer"
+            f"the drafter's tokenizer cannot decode ({type(error).__name__}: {first_line}); "
+            "it cannot draft for another tokenizer"
         ) from None
     if not isinstance(decoded, str):
         raise ValueError("the drafter's tokenizer cannot decode ids to text; it cannot draft for another tokenizer")
     if not any(target.round_trips(c) and drafter.round_trips(c) for c in PROBE):
         raise ValueError(
-            "the tokenizers have no common text: no letter, digit or punctuation mark survives both, so drafts cannot be translated"
+            "the tokenizers have no common text: no letter, digit or punctuation mark survives both, "
+            "so drafts cannot be translated"
         )
 
 
@@ -120,7 +123,11 @@ class TranslatedDrafter:
         self.model.start(sampling, generator)
         self.held: list[int] = []  # drafter ids whose prefix the drafter's cache holds
 
-    def prefill(self, prompt: torch.Tensor, target_cache=None) -> None:
+    def prefill(
+        self,
+        prompt: torch.Tensor,  # [n] ids
+        target_cache=None,
+    ) -> None:
         ids = self._sync(prompt.tolist())
         if ids is not None:
             self.model.prefill(torch.tensor(ids, dtype=torch.long))
@@ -138,7 +145,12 @@ class TranslatedDrafter:
         self.held = ids
         return ids
 
-    def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft:
+    def propose(
+        self,
+        context: torch.Tensor,  # [n] ids
+        max_tokens: int,
+        keep_drafting: KeepDrafting,
+    ) -> Draft:
         start = time.perf_counter()
         ids = self._sync(context.tolist()) if max_tokens > 0 else None
         steps = min(STEPS_PER_TOKEN * (max_tokens + 1), self.limit - len(ids) - 1) if ids is not None else 0

@@ -178,18 +178,39 @@ class Calibration:
 # ---------------------------------------------------------------------------- the policy
 
 
-class CostAwareGamma:
+class SkipBackoff:
+    """The cost policy's back-off: a round that paid for drafter forwards and drafted nothing
+    wasted them (a refused step 0 with q; or a drafter that drops what it drafted, as the
+    translated one drops a last target token that the next drafter token could still
+    change), so the policy then skips the drafter for `_skip` rounds (plain target steps:
+    next_gamma() returns 0), doubling it after each consecutive such round up to MAX_SKIP
+    and resetting it after a round that drafts. `_skip_left`: the skipped rounds to come."""
+
+    MAX_SKIP = 16
+    _skip = _skip_left = 0
+
+    def _skips_this_round(self) -> bool:
+        """Whether the round now starting is skipped (and one fewer then remains)."""
+        skipped = self._skip_left > 0
+        self._skip_left -= 1 if skipped else 0
+        return skipped
+
+    def _back_off(self, n_drafted: int, paid: int) -> None:
+        """After a round that was not skipped: drafted nothing for `paid` forwards, or drafted."""
+        if n_drafted == 0 and paid > 0:
+            self._skip = min(self.MAX_SKIP, max(1, 2 * self._skip))
+            self._skip_left = self._skip
+        elif n_drafted > 0:
+            self._skip = 0
+
+
+class CostAwareGamma(SkipBackoff):
     """Draft a token only while it is expected to pay for itself (policy "cost"; the rule is
-    in this module's docstring).
+    in this module's docstring), backing off from a drafter that wastes its forwards
+    (SkipBackoff).
 
     gamma_max caps a round; c (a drafter step) and verify_cost ({k: v(k)}, a target forward
     over k tokens) are measured once per model pair, and v is read relative to v(1).
-    Back-off: a round that paid for drafter forwards and drafted nothing wasted them (a
-    refused step 0 with q; or a drafter that drops what it drafted, as the translated one
-    drops a last target token that the next drafter token could still change), so the policy
-    then skips the drafter for `skip` rounds (plain target steps: next_gamma() returns 0),
-    doubling skip after each consecutive such round up to MAX_SKIP and resetting it after a
-    round that drafts.
 
     info(): {"p_all": P at the last decision (for "draft i + 1?": P_i * f(m_i)), "cost":
     its threshold (lambda included), "stopped_at": the first step not drafted (None if the
@@ -197,7 +218,6 @@ class CostAwareGamma:
     """
 
     name = "cost"
-    MAX_SKIP = 16
 
     def __init__(self, gamma_max: int, c: float, verify_cost: dict[int, float]):
         _check_gamma("gamma-max", gamma_max)
@@ -206,7 +226,6 @@ class CostAwareGamma:
         self.gamma_max, self.c = gamma_max, c
         self.v = verify_curve(verify_cost, gamma_max + 1)
         self.calibration = Calibration()
-        self._skip, self._skip_left = 0, 0
         self.next_gamma()
 
     def next_gamma(self) -> int:
@@ -216,11 +235,8 @@ class CostAwareGamma:
         self._rate = self.calibration.rate()
         self._p_all, self._threshold, self._stopped_at, self._wasted = 1.0, 0.0, None, False
         self._refused_free: int | None = None  # the token of a refused draft without q
-        self._skipped = self._skip_left > 0
-        if self._skipped:
-            self._skip_left -= 1
-            return 0
-        return self.gamma_max
+        self._skipped = self._skips_this_round()
+        return 0 if self._skipped else self.gamma_max
 
     def keep_drafting(self, step: int, draft_probs: torch.Tensor | None, token: int | None = None) -> Keep:
         free = draft_probs is None  # a model-free draft (a table or a copy): no forward to pay
@@ -269,13 +285,8 @@ class CostAwareGamma:
                 n_drafted, Calibration.BINS, Calibration.BINS, int(next_token == self._refused_free)
             )
         self.calibration.observe_cost(n_accepted + 1, self._paid * self.c + self.v[n_drafted + 1])  # skipped: v(1) = 1
-        if self._skipped:
-            return
-        if n_drafted == 0 and self._paid > 0:
-            self._skip = min(self.MAX_SKIP, max(1, 2 * self._skip))
-            self._skip_left = self._skip
-        elif n_drafted > 0:
-            self._skip = 0
+        if not self._skipped:
+            self._back_off(n_drafted, self._paid)
 
     def info(self) -> dict:
         if self._skipped:

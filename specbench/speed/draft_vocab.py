@@ -65,11 +65,18 @@ class RestrictedStep:
         output_head(model)
         return cls(vocab_limit, keep_ids)
 
-    def start(self, model, prompt: torch.Tensor) -> None:
+    def start(
+        self,
+        model,
+        prompt: torch.Tensor,  # [n] ids
+    ) -> None:
         self.head = restricted_head(model, self.vocab_limit, [*prompt.tolist(), *self.keep_ids])
         self.missed = self.output_tokens = 0
 
-    def observe(self, new_ids: torch.Tensor) -> None:
+    def observe(
+        self,
+        new_ids: torch.Tensor,  # [m] ids
+    ) -> None:
         if self.head is None:
             return
         self.missed += self.head.add(new_ids)
@@ -77,7 +84,12 @@ class RestrictedStep:
         if not covers_output(self.missed, self.output_tokens):
             self.head = None  # the reply lives outside the subset: score every id from now on
 
-    def __call__(self, model, input_ids: torch.Tensor, cache) -> torch.Tensor:
+    def __call__(
+        self,
+        model,
+        input_ids: torch.Tensor,  # [1, n] ids
+        cache,
+    ) -> torch.Tensor:
         """input_ids [1, n] after the cache -> the next token's logits [vocab]; after the
         head is dropped, the whole head on the same body (path_logits' arithmetic)."""
         return restricted_logits(model, self.head, input_ids, cache)[0]
@@ -116,7 +128,8 @@ def output_head(model) -> torch.nn.Module:
         return head
     if head is None or getattr(head, "weight", None) is None or head.weight.dim() != 2:
         raise ValueError(
-            f"--draft-vocab needs a drafter with a plain linear output head ({type(model).__name__} has none); pass --draft-vocab 0"
+            f"--draft-vocab needs a drafter with a plain linear output head ({type(model).__name__} has none); "
+            "pass --draft-vocab 0"
         )
     return head
 
@@ -134,7 +147,11 @@ def restricted_head(model, limit: int, extra: Iterable[int] = ()) -> RestrictedH
 
 
 def restricted_logits(
-    model, head: RestrictedHead | None, input_ids: torch.Tensor, cache, lean: bool = True
+    model,
+    head: RestrictedHead | None,
+    input_ids: torch.Tensor,  # [1, n] ids
+    cache,
+    lean: bool = True,
 ) -> torch.Tensor:
     """Feed input_ids ([1, n]) over the cache through draft_hidden, then the restricted head
     (None: the model's whole head, through its int8 rows where it has them): the last
@@ -143,7 +160,12 @@ def restricted_logits(
     return head(hidden) if head is not None else full_head_logits(model, hidden)
 
 
-def draft_hidden(model, input_ids: torch.Tensor, cache, lean: bool = True) -> torch.Tensor:
+def draft_hidden(
+    model,
+    input_ids: torch.Tensor,  # [1, n] ids
+    cache,
+    lean: bool = True,
+) -> torch.Tensor:
     """The decoder's final hidden states for input_ids ([1, n]) over the cache -> [1, m,
     hidden], m the rows of the last call. Through lean_step.py's forward where the layout
     allows and lean is True: a step of at most MAX_LEAN_ROWS rows, or any number over a
@@ -160,7 +182,10 @@ def draft_hidden(model, input_ids: torch.Tensor, cache, lean: bool = True) -> to
     return body(input_ids=input_ids, **cache_arg(body, cache), use_cache=True).last_hidden_state
 
 
-def full_head_logits(model, hidden: torch.Tensor) -> torch.Tensor:
+def full_head_logits(
+    model,
+    hidden: torch.Tensor,  # [rows, hidden]
+) -> torch.Tensor:
     """hidden [rows, hidden] through the model's whole head: an int8 head's rows through
     fast_int8_linear (a restricted head's logit of an id is this one's, bit for bit), else
     the head module."""
@@ -227,7 +252,10 @@ class RestrictedHead:
         packed = (self.int8.qweight.index_select(0, ids), self.int8.scales.index_select(0, ids))
         return ids, dequantize_rows(*packed), bias, packed
 
-    def add(self, ids: torch.Tensor) -> int:
+    def add(
+        self,
+        ids: torch.Tensor,  # [m] ids
+    ) -> int:
         """Keep these ids too (ids already kept, repeats and ids past the vocabulary are
         skipped); returns how many were new."""
         new = self._new(ids)
@@ -243,7 +271,10 @@ class RestrictedHead:
     def size(self) -> int:
         return int(self.first[0].shape[0] + self.added[0].shape[0])
 
-    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+    def __call__(
+        self,
+        hidden: torch.Tensor,  # [..., hidden]
+    ) -> torch.Tensor:
         """hidden [..., hidden] -> logits [..., vocab]."""
         hidden = hidden.to(self.first[1].dtype)
         kept = _linear(hidden, self.first)

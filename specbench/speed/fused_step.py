@@ -49,28 +49,29 @@ from specbench.speed.quantize import Int8TargetLinear
 Q4K_BLOCKS, INT8_ROWS, Q6K_BLOCKS = 0, 1, 2  # q4k_layer.c's kinds of Linear
 
 
+def _fields(ctype, *names: str) -> list[tuple[str, type]]:
+    """Struct fields of one ctype, named as in q4k_layer.c."""
+    return [(name, ctype) for name in names]
+
+
 class LinearArgs(ctypes.Structure):
+    """q4k_layer.c's linear_t: one Linear's arrays as its kind reads them (w: blocks, or
+    int8 rows [N, K]; bias [N] or NULL), N outputs over K inputs, and the kind."""
+
     _fields_ = [
-        ("w", ctypes.c_void_p),
-        ("sm", ctypes.c_void_p),
-        ("sc", ctypes.c_void_p),
-        ("d", ctypes.c_void_p),
-        ("dmin", ctypes.c_void_p),
-        ("bias", ctypes.c_void_p),
-        ("N", ctypes.c_int),
-        ("K", ctypes.c_int),
-        ("kind", ctypes.c_int),
+        *_fields(ctypes.c_void_p, "w", "sm", "sc", "d", "dmin", "bias"),
+        *_fields(ctypes.c_int, "N", "K", "kind"),
     ]
 
 
 class LayerArgs(ctypes.Structure):
+    """q4k_layer.c's layer_t: a decoder layer's sizes, norms and Linears."""
+
     _fields_ = [
-        *((name, ctypes.c_int) for name in ("H", "Hq", "KV", "D", "I")),
-        *((name, ctypes.c_float) for name in ("eps1", "eps2", "scaling")),
-        ("norm1", ctypes.c_void_p),
-        ("norm2", ctypes.c_void_p),
-        ("n_in", ctypes.c_int),
-        ("n_mlp", ctypes.c_int),
+        *_fields(ctypes.c_int, "H", "Hq", "KV", "D", "I"),
+        *_fields(ctypes.c_float, "eps1", "eps2", "scaling"),
+        *_fields(ctypes.c_void_p, "norm1", "norm2"),
+        *_fields(ctypes.c_int, "n_in", "n_mlp"),
         ("inputs", LinearArgs * 3),
         ("o", LinearArgs),
         ("mlp", LinearArgs * 2),
@@ -167,22 +168,19 @@ def _group_args(linears: list, size: int):
 
 
 class FusedLayers:
-    """hidden = FusedLayers(lean, int8)(input_ids [1, n], cache): the decoder's final hidden
-    states [1, n, hidden] (computed in float32, returned in the model's dtype) after what the
-    cache holds, which it extends, as LeanDecoder's call does. int8: the address of
-    int8_linear.c's entry, for Int8TargetLinear layers. Holds float32 copies of the norms'
-    weights (a few KB) and the layers' weight addresses, taken at the first call (so a copy
-    of the model, which copies this too, takes its own); the weights are the model's."""
+    """hidden = FusedLayers(lean, int8)(input_ids [1, n], cache): the decoder's final hidden states
+    [1, n, hidden] (computed in float32, returned in the model's dtype) after what the cache
+    holds, which it extends, as LeanDecoder's call does. int8: the address of int8_linear.c's
+    entry, for Int8TargetLinear layers. Holds float32 copies of the norms' weights (a few KB) and
+    the layers' weight addresses, taken at the first call (so a copy of the model, which copies
+    this too, takes its own); the weights are the model's."""
 
     def __init__(self, lean, int8: int | None):
         self.lean, self.int8 = lean, int8
-        decoder = lean.decoder
-        self.embed, self.rotary, self.norm = decoder.embed_tokens, decoder.rotary_emb, decoder.norm
-        self.dtype = (
-            decoder.norm.weight.dtype
-        )  # the model's: what HF's forward stores and returns (an embedding may keep its rows quantized)
-        self.q_width = lean.heads * lean.head_dim
-        self.kv_width = lean.kv_heads * lean.head_dim
+        self.embed, self.rotary, self.norm = lean.decoder.embed_tokens, lean.decoder.rotary_emb, lean.decoder.norm
+        # the model's dtype: what HF's forward stores and returns (an embedding may keep its rows quantized)
+        self.dtype = self.norm.weight.dtype
+        self.q_width, self.kv_width = lean.heads * lean.head_dim, lean.kv_heads * lean.head_dim
         self.lib = self.args = self.keep = None  # taken at the first call
 
     def __getstate__(self) -> dict:
@@ -222,7 +220,11 @@ class FusedLayers:
             self.int8,
         )
 
-    def __call__(self, input_ids: torch.Tensor, cache) -> torch.Tensor:
+    def __call__(
+        self,
+        input_ids: torch.Tensor,  # [1, n] ids
+        cache,
+    ) -> torch.Tensor:
         if self.args is None:
             self._take_addresses()
         n = input_ids.shape[1]

@@ -5,8 +5,8 @@ Why: a CPU decoding step is bound by reading weights. The int8 target (quantize.
 GGUF file already holds are 4.5 bits a weight and are the weights themselves. Q4KLinear
 keeps those blocks as they are (repacked into four arrays, no value changed; kernels built
 for AVX2 alone read each super-block's values in another order: to_kernel_order,
-q6k_to_kernel_order) and runs them through q4k_linear.c, which, like int8_linear.c, gives a row the same bits whatever else
-shares the call, so greedy speculative decoding of a q4k target still equals its plain
+q6k_to_kernel_order) and runs them through q4k_linear.c, which, like int8_linear.c, gives
+a row the same bits whatever else shares the call, so greedy speculative decoding of a q4k target still equals its plain
 decoding token for token. Activations are rounded to int8 per 256 columns (llama.cpp's
 Q8_K rule): that, not the weights, is where a q4k target's logits differ from the float32
 target's.
@@ -76,7 +76,9 @@ LANE_SOURCE = torch.from_numpy((_B // 4 * 32 + 8 * _J + 4 * _H + _B % 4).reshape
 FILE_SOURCE = torch.argsort(LANE_SOURCE)
 
 
-def nibbles(qs: torch.Tensor) -> torch.Tensor:
+def nibbles(
+    qs: torch.Tensor,  # [..., 128] uint8
+) -> torch.Tensor:
     """qs [..., 128] -> [..., 256] values 0..15: byte 32j + b's low nibble at 64j + b, its high at 64j + 32 + b."""
     q = qs.reshape(*qs.shape[:-1], 4, 1, 32)
     return torch.cat([q & 0x0F, q >> 4], dim=-2).reshape(*qs.shape[:-1], 256)
@@ -88,18 +90,27 @@ def _pack(values: torch.Tensor) -> torch.Tensor:
     return (v[..., 0, :] | (v[..., 1, :] << 4)).reshape(*values.shape[:-1], 128).contiguous()
 
 
-def to_kernel_order(qs: torch.Tensor) -> torch.Tensor:
+def to_kernel_order(
+    qs: torch.Tensor,  # [..., 128] uint8
+) -> torch.Tensor:
     """Nibbles in the file's order -> the order the Q4_K kernel built here reads (the same
     tensor where that is the file's)."""
     return _pack(nibbles(qs)[..., LANE_SOURCE]) if native.lane_order() else qs
 
 
-def to_file_order(qs: torch.Tensor) -> torch.Tensor:
+def to_file_order(
+    qs: torch.Tensor,  # [..., 128] uint8
+) -> torch.Tensor:
     """to_kernel_order's inverse."""
     return _pack(nibbles(qs)[..., FILE_SOURCE]) if native.lane_order() else qs
 
 
-def dequantize(qs: torch.Tensor, sm: torch.Tensor, d: torch.Tensor, dmin: torch.Tensor) -> torch.Tensor:
+def dequantize(
+    qs: torch.Tensor,  # [N, K/256, 128] uint8 nibbles
+    sm: torch.Tensor,  # [N, K/256, 16] uint8
+    d: torch.Tensor,  # [N, K/256] float32
+    dmin: torch.Tensor,  # [N, K/256] float32
+) -> torch.Tensor:
     """The float32 weight [N, K] the blocks (qs in the kernel's order) stand for, rounded as
     gguf-py (and so transformers' GGUF loader) rounds it: (d * sc) * q - dmin * m."""
     rows, nsb = d.shape
@@ -157,19 +168,30 @@ def _store_q6k_values(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
     return ql.reshape(*lead, 128).contiguous(), qh.reshape(*lead, 64).contiguous()
 
 
-def q6k_to_kernel_order(ql: torch.Tensor, qh: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def q6k_to_kernel_order(
+    ql: torch.Tensor,  # [N, K/256, 128] uint8
+    qh: torch.Tensor,  # [N, K/256, 64] uint8
+) -> tuple[torch.Tensor, torch.Tensor]:
     """A Q6_K tensor's ql and qh in the file's order -> the order the kernel built here reads
     (the same tensors where that is the file's)."""
     return _store_q6k_values(_stored_q6k_values(ql, qh)[..., Q6K_LANE_SOURCE]) if native.lane_order() else (ql, qh)
 
 
-def q6k_values(ql: torch.Tensor, qh: torch.Tensor) -> torch.Tensor:
+def q6k_values(
+    ql: torch.Tensor,  # [N, K/256, 128] uint8
+    qh: torch.Tensor,  # [N, K/256, 64] uint8
+) -> torch.Tensor:
     """The 6-bit values q (0..63) [N, nsb, 256] in column order, from repack_q6k's ql and qh."""
     values = _stored_q6k_values(ql, qh)
     return values[..., Q6K_FILE_SOURCE] if native.lane_order() else values
 
 
-def dequantize_q6k(ql: torch.Tensor, qh: torch.Tensor, sc: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+def dequantize_q6k(
+    ql: torch.Tensor,  # [N, K/256, 128] uint8
+    qh: torch.Tensor,  # [N, K/256, 64] uint8
+    sc: torch.Tensor,  # [N, K/256, 16] int8
+    d: torch.Tensor,  # [N, K/256] float32
+) -> torch.Tensor:
     """The float32 weight [N, K] the Q6_K blocks stand for, rounded as gguf-py rounds it:
     (d * sc) * (q - 32)."""
     rows, nsb = d.shape
@@ -178,7 +200,9 @@ def dequantize_q6k(ql: torch.Tensor, qh: torch.Tensor, sc: torch.Tensor, d: torc
     return (scale * q).reshape(rows, nsb * QK)
 
 
-def quantize_q4k(weight: torch.Tensor) -> dict[str, torch.Tensor]:
+def quantize_q4k(
+    weight: torch.Tensor,  # [N, K]
+) -> dict[str, torch.Tensor]:
     """A float weight [N, K] as Q4_K blocks in repack's layout, for a drafter's layers that
     its file does not hold as Q4_K (a drafter needs no fidelity to be lossless: its q is
     whatever it computes). K is zero-padded to a multiple of 256 (q4k_linear.c pads the
@@ -230,7 +254,10 @@ class Q4KLinear(torch.nn.Module):
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone().contiguous())
         self.lanes = native.lane_order()  # the order its qs is in (to_kernel_order)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,  # [..., in]
+    ) -> torch.Tensor:
         return q4k_linear(x, self)
 
     def extra_repr(self) -> str:
@@ -250,14 +277,20 @@ class Q6KLinear(torch.nn.Module):
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone().contiguous())
         self.lanes = native.lane_order()  # the order its ql and qh are in (q6k_to_kernel_order)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,  # [..., in]
+    ) -> torch.Tensor:
         return q6k_linear(x, self)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, Q6_K blocks"
 
 
-def q4k_linear(x: torch.Tensor, layer: Q4KLinear) -> torch.Tensor:
+def q4k_linear(
+    x: torch.Tensor,  # [..., in]
+    layer: Q4KLinear,
+) -> torch.Tensor:
     """x [..., in] times the layer's Q4_K weight, plus its bias, through q4k_linear.c.
 
     A target step makes some 170 of these calls, so the wrapper does no more than it must:
@@ -276,7 +309,10 @@ def check_order(layer: Q4KLinear | Q6KLinear) -> None:
         )
 
 
-def q6k_linear(x: torch.Tensor, layer: Q6KLinear) -> torch.Tensor:
+def q6k_linear(
+    x: torch.Tensor,  # [..., in]
+    layer: Q6KLinear,
+) -> torch.Tensor:
     """x [..., in] times the layer's Q6_K weight, plus its bias, through q6k_linear.c."""
     check_order(layer)
     return _block_linear(
@@ -324,20 +360,29 @@ def random_q4k(rows: int, cols: int, rng: np.random.Generator, std: float = 0.02
     w = d * sc * q - dmin * m with q uniform in 0..15 (std 4.61), sc uniform in 8..31 (rms
     20.7), dmin = 8 d and m = round(7.5 sc / 8) (so each sub-block's mean is within 4 d of 0),
     d = d0 * uniform(0.75, 1.25) per super-block, d0 = std / (4.61 * 20.7 * 1.01)."""
-    nsb = cols // QK
-    out = np.empty((rows, nsb, BLOCK_BYTES), dtype=np.uint8)
     d0 = std / (4.61 * 20.7 * 1.01)
-    for r0 in range(0, rows, RANDOM_ROWS):
-        n = min(RANDOM_ROWS, rows - r0)
-        chunk = out[r0 : r0 + n]
-        chunk[..., 16:] = rng.integers(0, 256, size=(n, nsb, 128), dtype=np.uint8)
-        d = d0 * rng.uniform(0.75, 1.25, size=(n, nsb, 1)).astype(np.float32)
+
+    def fill(chunk: np.ndarray) -> None:
+        shape = chunk.shape[:2]
+        chunk[..., 16:] = rng.integers(0, 256, size=(*shape, 128), dtype=np.uint8)
+        d = d0 * rng.uniform(0.75, 1.25, size=(*shape, 1)).astype(np.float32)
         chunk[..., 0:2] = _half(d)
         chunk[..., 2:4] = _half(8 * d)
-        sc = rng.integers(8, 32, size=(n, nsb, 8), dtype=np.uint8)
+        sc = rng.integers(8, 32, size=(*shape, 8), dtype=np.uint8)
         m = np.rint(sc * (7.5 / 8)).astype(np.uint8)
         chunk[..., 4:16] = pack_scales_mins(sc, m)
-    return out.reshape(rows, nsb * BLOCK_BYTES)
+
+    return _random_blocks(rows, cols, BLOCK_BYTES, fill)
+
+
+def _random_blocks(rows: int, cols: int, block_bytes: int, fill) -> np.ndarray:
+    """Blocks [rows, cols / 256 * block_bytes], filled RANDOM_ROWS rows at a time by
+    fill(chunk) (chunk: [n, cols / 256, block_bytes] uint8, written in place)."""
+    nsb = cols // QK
+    out = np.empty((rows, nsb, block_bytes), dtype=np.uint8)
+    for r0 in range(0, rows, RANDOM_ROWS):
+        fill(out[r0 : r0 + RANDOM_ROWS])
+    return out.reshape(rows, nsb * block_bytes)
 
 
 def pack_scales_mins(sc: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -355,13 +400,12 @@ def random_q6k(rows: int, cols: int, rng: np.random.Generator, std: float = 0.02
 
     w = d * sc * (q - 32) with q uniform in 0..63 (std 18.5, mean 31.5), sc uniform in 4..15
     (rms 10.1), d = d0 * uniform(0.75, 1.25) per super-block, d0 = std / (18.5 * 10.1 * 1.01)."""
-    nsb = cols // QK
-    out = np.empty((rows, nsb, Q6K_BLOCK_BYTES), dtype=np.uint8)
     d0 = std / (18.5 * 10.1 * 1.01)
-    for r0 in range(0, rows, RANDOM_ROWS):
-        n = min(RANDOM_ROWS, rows - r0)
-        chunk = out[r0 : r0 + n]
-        chunk[..., :192] = rng.integers(0, 256, size=(n, nsb, 192), dtype=np.uint8)  # ql, qh
-        chunk[..., 192:208] = rng.integers(4, 16, size=(n, nsb, 16), dtype=np.uint8)  # int8 scales, positive
-        chunk[..., 208:210] = _half(d0 * rng.uniform(0.75, 1.25, size=(n, nsb, 1)).astype(np.float32))
-    return out.reshape(rows, nsb * Q6K_BLOCK_BYTES)
+
+    def fill(chunk: np.ndarray) -> None:
+        shape = chunk.shape[:2]
+        chunk[..., :192] = rng.integers(0, 256, size=(*shape, 192), dtype=np.uint8)  # ql, qh
+        chunk[..., 192:208] = rng.integers(4, 16, size=(*shape, 16), dtype=np.uint8)  # int8 scales, positive
+        chunk[..., 208:210] = _half(d0 * rng.uniform(0.75, 1.25, size=(*shape, 1)).astype(np.float32))
+
+    return _random_blocks(rows, cols, Q6K_BLOCK_BYTES, fill)

@@ -22,8 +22,9 @@ Which drafter takes which path: on a CPU the default drafter is q4k where specbe
 Q4_K kernel runs, else int8 weight-only where PyTorch has the kernel (gguf_blocks.py,
 quantize.py; models/loading.py's resolve_draft_dtype). Neither is swapped here: their
 layers run their own kernels, except the dense bf16 Linear an int8 layer keeps for many rows
-(a prompt) where int8_linear.c is not built, which is swapped like any other. A bf16 drafter (`--draft-dtype bfloat16`, or a
-PyTorch without the int8 kernel) takes the half-precision path above.
+(a prompt) where int8_linear.c is not built, which is swapped like any other. A bf16 drafter
+(`--draft-dtype bfloat16`, or a PyTorch without the int8 kernel) takes the half-precision
+path above.
 
 This module only swaps modules; it knows nothing about decoding.
 """
@@ -37,7 +38,9 @@ import torch
 import torch.nn.functional as F
 
 KERNELS = ("auto", "default", "onednn")  # auto: onednn where this torch has it, else default
-VERSION = 7  # bump when what runs a step changes (what a kernel choice swaps, the native layers): cached cost measurements key on it
+# what runs a step (what a kernel choice swaps, the native layers): cached cost measurements
+# key on it, so it changes whenever that does
+VERSION = 7
 SWAPPED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -86,7 +89,10 @@ class HybridLinear(torch.nn.Module):
             linear.bias = copy.deepcopy(self.bias, memo)
         return HybridLinear(linear)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,  # [..., in]
+    ) -> torch.Tensor:
         if _stock[0] or (self.half_gemv and x.numel() <= self.HALF_ROWS * self.in_features):  # few half rows
             return F.linear(x, self.weight, self.bias)
         out = torch.ops.mkldnn._linear_pointwise(x.float(), self.packed, self.packed_bias, "none", [], "")

@@ -112,7 +112,10 @@ class Stacked:
         """The Linears a call runs, their outputs side by side: the stacked Q4KLinear, or each."""
         return [self.q4k] if self.q4k is not None else self.linears
 
-    def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
+    def __call__(
+        self,
+        x: torch.Tensor,  # [..., in]
+    ) -> list[torch.Tensor]:
         if self.packed is not None and runs_int8(x):
             return list(fast_int8_linear(x, *self.packed).split(self.sizes, dim=-1))
         if self.q4k is not None:
@@ -135,7 +138,10 @@ class Unstacked:
         """The Linears a call runs now, their outputs side by side."""
         return [getattr(self.parent, name) for name in self.names]
 
-    def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
+    def __call__(
+        self,
+        x: torch.Tensor,  # [..., in]
+    ) -> list[torch.Tensor]:
         return [getattr(self.parent, name)(x) for name in self.names]
 
 
@@ -199,7 +205,11 @@ class LeanDecoder:
         # layers of specbench's own kernels as native calls (fused_step.py): a q4k drafter's, a q4k or int8 target's
         self.fused = fused_layers(self)
 
-    def __call__(self, input_ids: torch.Tensor, cache) -> torch.Tensor:
+    def __call__(
+        self,
+        input_ids: torch.Tensor,  # [1, n] ids
+        cache,
+    ) -> torch.Tensor:
         n = input_ids.shape[1]
         if self.max_rows is not None and n > self.max_rows:
             raise ValueError(f"the lean forward takes at most {self.max_rows} tokens, got {n}")

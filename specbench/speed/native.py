@@ -62,8 +62,21 @@ def flags() -> list[str]:
     return [*FLAGS, f"-march={march()}"]
 
 
-_P, _I = ctypes.c_void_p, ctypes.c_int
+_P, _I, _L = ctypes.c_void_p, ctypes.c_int, ctypes.c_long
 HEADER = Path(__file__).with_name("bf16.h")  # shared by the C files (in every build key)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One C function of a library: its symbol and its arguments as (name, ctype), in the C
+    prototype's order and with its names. Each returns int: 0, or -1 for a call it refuses."""
+
+    symbol: str
+    args: tuple[tuple[str, type], ...] = ()
+
+    @property
+    def argtypes(self) -> list[type]:
+        return [ctype for _, ctype in self.args]
 
 
 @dataclass(frozen=True)
@@ -71,7 +84,7 @@ class Library:
     source: str  # the C file beside this module
     ready: str  # symbol: int f(void), 1 when the CPU has what the code needs
     needs: str  # those instructions, for the reason it is not used
-    entries: tuple  # (symbol, ctypes argtypes) of each function; each returns int: 0, or -1 for a call it refuses
+    entries: tuple[Entry, ...]  # the functions callers use
     includes: tuple = ()  # the other C files it #includes (in its build key)
 
     @property
@@ -84,77 +97,84 @@ class Library:
         return b"".join(file.read_bytes() for file in files)
 
 
+# y [M, N] = x [M, K] W^T + bias over N output rows of weights: the shapes every linear
+# kernel below takes, after its own weight arguments
+_ROWS = (("M", _I), ("K", _I))
+_OUT = (("bias", _P), ("N", _I), ("y", _P))
+
 GEMV = Library(
     "int8_gemv.c",
     "specbench_int8_ready",
     "AVX512BW or AVX512-VNNI",
-    (("specbench_int8_gemv", (_P, _I, _I, _P, _P, _P, _I, _P)),),
+    (Entry("specbench_int8_gemv", (("x", _P), *_ROWS, ("w", _P), ("wscale", _P), *_OUT)),),
 )
 LINEAR = Library(
     "int8_linear.c",
     "specbench_int8_linear_ready",
     "AVX2",
     (
-        ("specbench_int8_linear", (_P, _I, _I, _I, _P, _P, _P, _I, _I, _P)),
-        ("specbench_quantize_rows", (_P, _I, _I, _I, _P, _P, _I)),
+        Entry(
+            "specbench_int8_linear",
+            (("x", _P), ("x_bf16", _I), *_ROWS, ("w", _P), ("wscale", _P), ("bias", _P), ("p_bf16", _I)) + _OUT[1:],
+        ),
+        Entry(
+            "specbench_quantize_rows",
+            (("w", _P), ("w_bf16", _I), ("N", _I), ("K", _I), ("q", _P), ("scale", _P), ("s_bf16", _I)),
+        ),
     ),
 )
-
-
 Q4K = Library(
     "q4k_linear.c",
     "specbench_q4k_ready",
     "AVX2",
-    (("specbench_q4k_linear", (_P, _I, _I, _P, _P, _P, _P, _P, _I, _P)), ("specbench_lane_order", ())),
+    (
+        Entry("specbench_q4k_linear", (("x", _P), *_ROWS, ("qs", _P), ("sm", _P), ("d", _P), ("dmin", _P), *_OUT)),
+        Entry("specbench_lane_order"),
+    ),
 )
 Q6K = Library(
     "q6k_linear.c",
     "specbench_q6k_ready",
     "AVX2",
-    (("specbench_q6k_linear", (_P, _I, _I, _P, _P, _P, _P, _P, _I, _P)),),
+    (Entry("specbench_q6k_linear", (("x", _P), *_ROWS, ("ql", _P), ("qh", _P), ("sc", _P), ("d", _P), *_OUT)),),
     includes=("q4k_linear.c",),
 )
-_L = ctypes.c_long
 LAYER = Library(
     "q4k_layer.c",
     "specbench_layer_ready",
     "AVX2",
     (
-        ("specbench_layer_in", (_P, _P, _I, _P, _P, _P)),
-        ("specbench_layer_out", (_P, _P, _I, _P, _P, _P, _I, _L, _L, _I)),
+        Entry("specbench_layer_in", (("L", _P), ("hidden", _P), ("n", _I), ("cos", _P), ("sin", _P), ("qkv", _P))),
+        Entry(
+            "specbench_layer_out",
+            (("L", _P), ("hidden", _P), ("n", _I), ("qkv", _P), ("K", _P), ("V", _P), ("bf16", _I))
+            + (("hs", _L), ("ts", _L), ("T", _I)),
+        ),
     ),
     includes=("q4k_linear.c", "q6k_linear.c"),
 )
 
 
-def kernel() -> ctypes.CDLL | None:
-    """The AVX512-VNNI draft-step library, or None where it cannot be had on this machine."""
-    return _load(GEMV)[0]
+def _getters(library: Library, what: str):
+    """The pair of functions callers use for `library`: (the library, or None where it
+    cannot be had on this machine) and (None when it is in use, else one line on why not)."""
+
+    def get() -> ctypes.CDLL | None:
+        return _load(library)[0]
+
+    def why() -> str | None:
+        return _load(library)[1]
+
+    get.__doc__ = f"The {what} library, or None where it cannot be had on this machine."
+    why.__doc__ = f"None when the {what} library is in use, else one line on why not."
+    return get, why
 
 
-def why_not() -> str | None:
-    """None when the draft-step kernel is in use, else one line on why not."""
-    return _load(GEMV)[1]
-
-
-def linear_kernel() -> ctypes.CDLL | None:
-    """The batch-invariant AVX2 int8 linear library, or None where it cannot be had."""
-    return _load(LINEAR)[0]
-
-
-def linear_why_not() -> str | None:
-    """None when the int8 linear kernel is in use, else one line on why not."""
-    return _load(LINEAR)[1]
-
-
-def q4k_kernel() -> ctypes.CDLL | None:
-    """The batch-invariant Q4_K linear library, or None where it cannot be had."""
-    return _load(Q4K)[0]
-
-
-def q4k_why_not() -> str | None:
-    """None when the Q4_K linear kernel is in use, else one line on why not."""
-    return _load(Q4K)[1]
+kernel, why_not = _getters(GEMV, "AVX512-VNNI draft-step")
+linear_kernel, linear_why_not = _getters(LINEAR, "batch-invariant AVX2 int8 linear")
+q4k_kernel, q4k_why_not = _getters(Q4K, "batch-invariant Q4_K linear")
+q6k_kernel, q6k_why_not = _getters(Q6K, "batch-invariant Q6_K linear")
+layer_kernel, layer_why_not = _getters(LAYER, "decoder-layer (fused_step.py)")
 
 
 def lane_order() -> bool:
@@ -163,26 +183,6 @@ def lane_order() -> bool:
     they are not built."""
     lib = q4k_kernel()
     return lib is not None and bool(lib.specbench_lane_order())
-
-
-def q6k_kernel() -> ctypes.CDLL | None:
-    """The batch-invariant Q6_K linear library, or None where it cannot be had."""
-    return _load(Q6K)[0]
-
-
-def q6k_why_not() -> str | None:
-    """None when the Q6_K linear kernel is in use, else one line on why not."""
-    return _load(Q6K)[1]
-
-
-def layer_kernel() -> ctypes.CDLL | None:
-    """The decoder-layer library (fused_step.py), or None where it cannot be had."""
-    return _load(LAYER)[0]
-
-
-def layer_why_not() -> str | None:
-    """None when the decoder-layer library is in use, else one line on why not."""
-    return _load(LAYER)[1]
 
 
 def name() -> str:
@@ -221,10 +221,10 @@ def _load(library: Library) -> tuple[ctypes.CDLL | None, str | None]:
         target = march()
         built_for = "this CPU" if target == "native" else f"-march={target}"
         return None, f"{built_for} lacks {library.needs}"
-    for symbol, argtypes in library.entries:
-        entry = getattr(lib, symbol)
-        entry.restype = ctypes.c_int
-        entry.argtypes = list(argtypes)
+    for entry in library.entries:
+        function = getattr(lib, entry.symbol)
+        function.restype = ctypes.c_int
+        function.argtypes = entry.argtypes
     return lib, None
 
 

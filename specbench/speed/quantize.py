@@ -59,7 +59,10 @@ class Int8Linear(torch.nn.Module):
         self.register_buffer("bias", bias)  # [out] bf16 or None
         self.dense = None if native.linear_kernel() is not None else dense_twin(qweight, scales, bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,  # [..., in]
+    ) -> torch.Tensor:
         if runs_int8(x):
             return int8_linear(x, self.qweight, self.scales, self.bias)
         if self.dense is not None:
@@ -67,7 +70,11 @@ class Int8Linear(torch.nn.Module):
         return native_int8_linear(x.to(torch.bfloat16), self.qweight, self.scales, self.bias)
 
 
-def dense_twin(qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None) -> torch.nn.Linear:
+def dense_twin(
+    qweight: torch.Tensor,  # [out, in] int8
+    scales: torch.Tensor,  # [out]
+    bias: torch.Tensor | None,  # [out] or None
+) -> torch.nn.Linear:
     """A bf16 Linear over the dequantized rows (skip_init: no random weights to overwrite)."""
     out_features, in_features = qweight.shape
     dense = torch.nn.utils.skip_init(
@@ -80,13 +87,18 @@ def dense_twin(qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor |
     return dense.requires_grad_(False)
 
 
-def runs_int8(x: torch.Tensor) -> bool:
+def runs_int8(
+    x: torch.Tensor,  # [..., in]
+) -> bool:
     """Whether activations x [..., in] take the int8 kernel: bf16, at most MAX_INT8_ROWS rows."""
     return x.dtype == torch.bfloat16 and x.numel() // x.shape[-1] <= MAX_INT8_ROWS
 
 
 def int8_linear(
-    x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None
+    x: torch.Tensor,  # [..., in]
+    qweight: torch.Tensor,  # [out, in] int8
+    scales: torch.Tensor,  # [out]
+    bias: torch.Tensor | None,  # [out] or None
 ) -> torch.Tensor:
     """x [..., in] (bf16) times int8 rows qweight [out, in] with scales [out], plus bias."""
     out = torch._weight_int8pack_mm(x.reshape(-1, x.shape[-1]), qweight, scales)
@@ -96,7 +108,10 @@ def int8_linear(
 
 
 def fast_int8_linear(
-    x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None
+    x: torch.Tensor,  # [..., in]
+    qweight: torch.Tensor,  # [out, in] int8
+    scales: torch.Tensor,  # [out]
+    bias: torch.Tensor | None,  # [out] or None
 ) -> torch.Tensor:
     """int8_linear through specbench's own kernels where one is built and takes the call
     (native.py: int8_gemv.c on AVX512-VNNI, else int8_linear.c on AVX2), else through
@@ -145,12 +160,18 @@ class Int8TargetLinear(torch.nn.Module):
         bias = None if linear.bias is None else linear.bias.detach().float().contiguous()
         self.register_buffer("bias", bias)  # [out] float32 or None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,  # [..., in]
+    ) -> torch.Tensor:
         return exact_int8_linear(x, self.qweight, self.scales, self.bias)
 
 
 def exact_int8_linear(
-    x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None
+    x: torch.Tensor,  # [..., in]
+    qweight: torch.Tensor,  # [out, in] int8
+    scales: torch.Tensor,  # [out]
+    bias: torch.Tensor | None,  # [out] or None
 ) -> torch.Tensor:
     """x [..., in] (float32) times int8 rows qweight [out, in] with float32 scales [out], plus
     bias, through int8_linear.c: each row's result is exact up to one rounding of the
@@ -159,7 +180,10 @@ def exact_int8_linear(
 
 
 def native_int8_linear(
-    x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None
+    x: torch.Tensor,  # [..., in]
+    qweight: torch.Tensor,  # [out, in] int8
+    scales: torch.Tensor,  # [out]
+    bias: torch.Tensor | None,  # [out] or None
 ) -> torch.Tensor:
     """int8_linear.c on x [..., in], float32 or bf16 (the output's dtype); scales and bias
     float32 or bf16 alike. Raises RuntimeError where the kernel is not built."""
@@ -216,7 +240,10 @@ def quantize_target(model: torch.nn.Module) -> int:
     return swapped
 
 
-def quantize_rows(weight: torch.Tensor, scale_dtype: torch.dtype = torch.bfloat16) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_rows(
+    weight: torch.Tensor,  # [out, in]
+    scale_dtype: torch.dtype = torch.bfloat16,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric int8 per output row: (q [out, in] int8, scale [out]), w ~ q * scale.
     Row by row in blocks, so a large float32 weight needs no float32 temporary of its size;
     a float32 or bfloat16 CPU weight goes through int8_linear.c's quantizer where it is
@@ -255,7 +282,10 @@ def quantize_rows(weight: torch.Tensor, scale_dtype: torch.dtype = torch.bfloat1
 _QUANTIZE_BLOCK = 4096  # weight rows quantized at a time
 
 
-def dequantize_rows(qweight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+def dequantize_rows(
+    qweight: torch.Tensor,  # [out, in] int8
+    scales: torch.Tensor,  # [out]
+) -> torch.Tensor:
     return (qweight.float() * scales.float()[:, None]).to(torch.bfloat16)
 
 

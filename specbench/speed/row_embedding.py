@@ -38,10 +38,14 @@ class RowEmbedding(torch.nn.Module):
         self.qtype, self.embedding_dim, self.out_dtype = int(qtype), int(embedding_dim), dtype
         self.num_embeddings = rows.shape[0]
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [...] ids
+    ) -> torch.Tensor:
         picked = self.rows[input_ids.reshape(-1).cpu()].numpy()
         values = torch.from_numpy(dequantize_rows(picked, self.qtype)[:, : self.embedding_dim])
         return values.to(device=input_ids.device, dtype=self.out_dtype).reshape(*input_ids.shape, self.embedding_dim)
 
     def extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim}, ggml type {self.qtype}, rows out as {str(self.out_dtype).removeprefix('torch.')}"
+        out = str(self.out_dtype).removeprefix("torch.")
+        return f"{self.num_embeddings}, {self.embedding_dim}, ggml type {self.qtype}, rows out as {out}"

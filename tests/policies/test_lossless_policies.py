@@ -8,10 +8,11 @@
    Target: the trigram mock (tests/mock_lm.py) with its "next token = current + 1" entry
    boosted, and a cyclic prompt, so that n-gram and lookup drafts (which continue the cycle)
    are often accepted and often rejected (round 1: 0, 1 or 2 of 2 kept about 39/23/38% of
-   the time at temperature 1), and every rejection draws from the residual. Pearson chi-square of the marginals of new tokens 2..4
-   (the ones verification decides) and of two joints against the exact distribution. Two
-   wrong verifications (accept every one-hot draft; resample corrections from p instead of
-   the residual) must fail the same check, which shows it has the power to catch them.
+   the time at temperature 1), and every rejection draws from the residual. Pearson
+   chi-square of the marginals of new tokens 2..4 (the ones verification decides) and of
+   two joints against the exact distribution. Two wrong verifications (accept every one-hot
+   draft; resample corrections from p instead of the residual) must fail the same check,
+   which shows it has the power to catch them.
 """
 
 from __future__ import annotations

@@ -140,8 +140,9 @@ def avx2_build(monkeypatch, tmp_path):
 def test_built_for_avx2_alone_the_kernel_equals_its_reference(kind, avx2_build):
     """Built for AVX2 alone, the kernels read Q4_K and Q6_K values in lane order
     (to_kernel_order, q6k_to_kernel_order); a layer made there still equals its kernel's
-    reference bit for bit at every tile height, and its blocks still stand for the file's weights. On an AVX2 CPU this is also what the
-    other tests run; on a VNNI CPU it is the only test of that build's code."""
+    reference bit for bit at every tile height, and its blocks still stand for the file's
+    weights. On an AVX2 CPU this is also what the other tests run; on a VNNI CPU it is the
+    only test of that build's code."""
     assert (native.q4k_why_not(), native.q6k_why_not()) == (None, None)
     assert native.why_not() == f"-march=x86-64-v3 lacks {native.GEMV.needs}"  # the build's target, not this CPU
     assert native.lane_order()

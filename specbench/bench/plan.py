@@ -33,6 +33,7 @@ from specbench.bench.results import (
     run_key,
     summary_frame,
 )
+from specbench.bench.shards import Shard, check_shardable, shard_prompt_ids
 from specbench.core.generate import GenerationConfig
 from specbench.core.sampling import SamplingConfig
 from specbench.drafters import DRAFTERS, is_drafter, parse_early_exit, uses_model
@@ -73,6 +74,7 @@ class SweepConfig:
     # the drafter models with another tokenizer than the target's (set from the loaded models)
     translated: tuple[str, ...] = ()
     hf_refuses: tuple[str, ...] = ()  # of those, the ones without an hf-universal baseline (why_no_hf_universal)
+    shard: Shard | None = None  # run only this shard's prompts (shards.py); None: all
 
     def __post_init__(self) -> None:
         """The options `generate` shares are checked by the same functions (core's configs,
@@ -95,6 +97,7 @@ class SweepConfig:
         measured_gammas(self)  # a bad --measure fails now
         if self.measure_per_category < 0:
             raise SweepError(f"measure-per-category must be >= 0, got {self.measure_per_category}")
+        check_shardable(self.shard, self.measure)
 
 
 def measured_gammas(config: SweepConfig) -> tuple[int, ...] | None:
@@ -248,6 +251,7 @@ def profile_plan(config: SweepConfig, prompts: list[Prompt], *, has_drafter_mode
     costs are in, per repeat and prompt a predicted run of every drafter x policy x gamma and
     each drafter's oracle (up to oracle_gamma), priced with the pooled costs. A drafter
     that needs the drafter model is predicted only when there is one."""
+    prompts = shard_prompts(config, prompts)
     plan = [
         PlannedRun(BASELINE_METHOD, "", "", None, config.temperature, prompt, repeat, PROFILE)
         for repeat in range(config.repeats)
@@ -300,6 +304,12 @@ def measured_prompts(config: SweepConfig, prompts: list[Prompt]) -> list[Prompt]
     return chosen
 
 
+def shard_prompts(config: SweepConfig, prompts: list[Prompt]) -> list[Prompt]:
+    """The prompts of the sweep's whole selection that its shard runs (shards.py): all without one."""
+    mine = set(shard_prompt_ids([p.id for p in prompts], config.shard))
+    return [p for p in prompts if p.id in mine]
+
+
 def measure_plan(
     config: SweepConfig,
     prompts: list[Prompt],
@@ -313,8 +323,11 @@ def measure_plan(
     of those gammas with hf_fixed, and with its defaults). Odd repeats run the block after
     plain in reverse, so that over two repeats each method sits as often early as late."""
     plan = []
+    mine = {p.id for p in shard_prompts(config, prompts)}
     for repeat in range(config.repeats):
         for prompt in measured_prompts(config, prompts):
+            if prompt.id not in mine:
+                continue  # another shard's: chosen over all prompts first, so shards time what one sweep would
             block = _measured_block(config, prompt, repeat, gammas, has_drafter_model)
             plan.append(PlannedRun(BASELINE_METHOD, "", "", None, config.temperature, prompt, repeat))
             plan.extend(reversed(block) if repeat % 2 else block)

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from specbench import __version__
+from specbench.bench.accuracy import plain_repeatability, prediction_accuracy, prediction_check
 from specbench.bench.costs import METHOD as COSTS_METHOD
 from specbench.bench.costs import Costs
 from specbench.bench.plan import SweepConfig
@@ -64,6 +65,19 @@ def summary_records(rows: list[dict]) -> list[dict]:
 COSTS_METHOD_BEFORE_RECORDED = 5  # costs.METHOD of the sweeps written before meta.json recorded it
 
 
+def closing_meta(rows: list[dict]) -> dict:
+    """What meta.json says of a finished sweep's rows: finished, the summary table and the
+    checks (how close the predictions came, how repeatable the plain runs were)."""
+    return {
+        "finished": True,
+        "summary": summary_records(rows),
+        "checks": {
+            "prediction": prediction_accuracy(prediction_check(rows)),
+            "plain_twice": plain_repeatability(rows),
+        },
+    }
+
+
 def check_resume_meta(meta: dict, fresh: dict) -> None:
     """A resumed sweep must measure what the interrupted one measured. (A key an older
     sweep did not record is not checked, except draft_vocab: before it, drafters scored all;
@@ -89,6 +103,7 @@ def check_resume_meta(meta: dict, fresh: dict) -> None:
         "draft_vocab",
         "measure",
         "measure_per_category",
+        "shard",
     ):
         if key in old and old[key] != fresh["sweep"].get(key):
             raise SweepError(f"cannot resume: {key} was {old[key]!r} in that sweep, now {fresh['sweep'].get(key)!r}")
@@ -105,7 +120,7 @@ def _check_models(old: dict, fresh: dict) -> None:
         for name, model in (old.get("drafters") or {}).items()
     ]
     for role, before, now in roles:
-        for key in ("class", "dtype", "device"):
+        for key in ("class", "dtype", "device", "digest"):
             if before and now and key in before and before[key] != now.get(key):
                 raise SweepError(
                     f"cannot resume: the {role}'s {key} was {before[key]!r} in that sweep, now {now.get(key)!r}"
@@ -183,7 +198,19 @@ def model_meta(model, name: str | None) -> dict | None:
         "device": str(first.device),
         "parameters": sum(p.numel() for p in model.parameters()),
         "attention": getattr(model.config, "_attn_implementation", None),
+        "digest": weights_digest(model),
     }
+
+
+def weights_digest(model) -> str:
+    """A short fingerprint of a model's weights: every parameter's and buffer's name, shape and
+    dtype, and its first 64 values. Two loads of one checkpoint agree; another checkpoint, dtype
+    or quantization differs. (Hashing every weight would read gigabytes for a fingerprint.)"""
+    digest = hashlib.sha256()
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
+        digest.update(tensor.detach().reshape(-1)[:64].contiguous().cpu().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 def build_meta(

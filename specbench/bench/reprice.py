@@ -92,7 +92,7 @@ def reprice(results: Path, out_dir: Path, costs_file: Path | None = None, *, com
     # 2. the costs of each row
     file_costs, file_meta = read_costs_meta(costs_file) if costs_file is not None else (None, None)
     costs_of, sweep_costs = (
-        _sweep_prices(meta, rows, results)
+        sweep_prices(meta, rows, results)[:2]
         if file_costs is None
         else _file_prices(file_costs, meta, predicted, costs_file)
     )
@@ -121,10 +121,13 @@ def reprice(results: Path, out_dir: Path, costs_file: Path | None = None, *, com
     return Repriced(out_dir, len(predicted), sweep_costs, costs_file, kept)
 
 
-def _sweep_prices(meta: dict, rows: list[dict], results: Path) -> tuple[Callable[[dict], Costs], Costs]:
+def sweep_prices(
+    meta: dict, rows: list[dict], results: Path | str = "the sweep"
+) -> tuple[Callable[[dict], Costs], Costs, int]:
     """Each predicted row's costs as the sweep priced it (price_blocks over meta.json's
     costs_by_block, by the keys the sweep gave its blocks), and the pool over all blocks
-    of its first drafter model, as meta.json reports it."""
+    of its first drafter model, as meta.json reports it, with how many blocks it pools.
+    `results` names the sweep in errors."""
     blocks = {key: Costs.from_meta(raw) for key, raw in (meta.get("costs_by_block") or {}).items()}
     if not blocks:
         raise ResultsError(f"{results / META_JSON} records no costs (costs_by_block) to price with: give --costs FILE")
@@ -144,7 +147,7 @@ def _sweep_prices(meta: dict, rows: list[dict], results: Path) -> tuple[Callable
 
     if not sweep_wide:
         raise ResultsError(f"{results / META_JSON} records no costs for the blocks of its plain runs to price with")
-    return costs_of, (sweep_wide.get(models[0]) or next(iter(sweep_wide.values())))[0]
+    return costs_of, *(sweep_wide.get(models[0]) or next(iter(sweep_wide.values())))
 
 
 def _file_prices(costs: Costs, meta: dict, predicted: list[dict], path: Path) -> tuple[Callable[[dict], Costs], Costs]:

@@ -79,8 +79,8 @@ from specbench.bench.meta import (
     build_meta,
     carry_over_meta,
     check_resume_meta,
+    closing_meta,
     set_sweep_costs,
-    summary_records,
 )
 from specbench.bench.plan import (
     PlannedRun,
@@ -107,9 +107,6 @@ from specbench.bench.results import (
     PREDICTED,
     PROFILE,
     RUNS_CSV,
-    plain_repeatability,
-    prediction_accuracy,
-    prediction_check,
     read_meta,
     read_rows,
     write_meta,
@@ -289,14 +286,8 @@ def pick(session: Session, prompts: list[Prompt], has_model: bool) -> list[Plann
 
 def report(session: Session) -> None:
     """Step report: meta.json marked finished, with the summary table and the checks of
-    every row (how close the predictions came, how repeatable the plain runs were)."""
-    final = session.rows()
-    session.meta["finished"] = True
-    session.meta["summary"] = summary_records(final)
-    session.meta["checks"] = {
-        "prediction": prediction_accuracy(prediction_check(final)),
-        "plain_twice": plain_repeatability(final),
-    }
+    every row (meta.closing_meta)."""
+    session.meta.update(closing_meta(session.rows()))
     session.save_meta()
 
 

@@ -6,6 +6,7 @@
     generate.py  generate            cache.py   models, clear-cache
     replay.py    trace               sweep.py   sweep (report.py: its tables and closing lines)
     costs.py     costs, predict      plot.py    plot
+    merge.py     merge (a sharded sweep's shards joined)
     trace.py     how a generation's rounds look; tracefile.py their JSONL file
 
 COMMANDS below is the whole command set, in the order `specbench --help` lists it. Modules
@@ -16,6 +17,7 @@ that import torch (models, core, bench, ...) are imported inside the commands, s
 from specbench.cli.cache import clear_cache_command, models_command
 from specbench.cli.costs import costs_command, predict_command
 from specbench.cli.generate import generate_command
+from specbench.cli.merge import merge_command
 from specbench.cli.plot import plot_command
 from specbench.cli.replay import trace_command
 from specbench.cli.sweep import sweep_command
@@ -29,6 +31,7 @@ COMMANDS = {
     "sweep": sweep_command,
     "costs": costs_command,
     "predict": predict_command,
+    "merge": merge_command,
     "plot": plot_command,
 }
 register(COMMANDS)

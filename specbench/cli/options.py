@@ -280,6 +280,15 @@ MeasurePerCategory = Annotated[
         help="Time runs on the first N prompts of each category only (every prompt is predicted); 0: all prompts.",
     ),
 ]
+Shard = Annotated[
+    str | None,
+    typer.Option(
+        "--shard",
+        metavar="I/N",
+        help="Run only shard I of N: the prompts at positions I-1, I-1+N, ... of the selection (for a"
+        " scheduler's job array; join the shards with `specbench merge`). Needs --measure all or a list.",
+    ),
+]
 Steps = Annotated[bool, typer.Option("--steps", help="Also write every speculative round to steps.jsonl.")]
 
 # ---------------------------------------------------------------------------- results directories

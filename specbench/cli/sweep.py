@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from specbench.bench import prompts as prompt_sets
 from specbench.bench import results as sweep_results
+from specbench.bench.shards import parse_shard
 from specbench.cli import options as o
 from specbench.cli import ui
 from specbench.cli.progress import load_pair_with_progress, loading_bars
@@ -44,6 +45,7 @@ def sweep_command(
     hf_fixed: o.HfFixed = False,
     measure: o.Measure = "best",
     measure_per_category: o.MeasurePerCategory = 0,
+    shard: o.Shard = None,
     hf_stock: o.HfStock = False,
     steps: o.Steps = False,
     seed: o.Seed = o.SEED,
@@ -74,6 +76,7 @@ def sweep_command(
         hf_stock=hf_stock,
         measure=measure,
         measure_per_category=measure_per_category,
+        shard=parse_shard(shard) if shard else None,
         steps=steps,
         timing_repeats=timing_repeats,
         costs_per_prompt=costs_per_prompt,

@@ -1,0 +1,45 @@
+"""`specbench merge`: the shards of a sweep (`sweep --shard I/N`) joined by bench/merge.py into
+one results directory, then its tables; no models loaded."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from specbench.cli import ui
+from specbench.cli.report import render_predicted, summary_table
+
+
+def merge_command(
+    out: Annotated[str, typer.Argument(help="The merged results directory to write (a new one).", show_default=False)],
+    shards: Annotated[
+        list[str],
+        typer.Argument(help="The shards' results directories (`sweep --shard I/N --out DIR`).", show_default=False),
+    ],
+) -> None:
+    """Join the shards of one sweep into one results directory. Needs no models."""
+    from pathlib import Path
+
+    from specbench.bench import results as sweep_results
+    from specbench.bench.merge import merge
+
+    merged = merge(Path(out), [Path(s) for s in shards], command=ui.command_line())
+    runs = sweep_results.load_runs(merged.out_dir)
+    render_predicted(runs)
+    measured = [s for s in sweep_results.summarize(runs) if s.source == "measured"]
+    if measured:
+        greedy = bool((runs["temperature"] == 0).all())
+        ui.console.print(summary_table(measured, greedy, title="Measured (each prompt on its shard's machine)"))
+    if len(merged.machines) > 1:
+        ui.say(
+            f"[bold yellow]note:[/] the shards ran on {len(merged.machines)} machines: "
+            f"{escape('; '.join(merged.machines))}. Each speedup compares runs on one machine; the pooled costs"
+            " mix them (price the predictions on one with `specbench predict DIR --costs FILE`)",
+            markup=True,
+            stderr=True,
+        )
+    else:
+        ui.say(f"[dim]every shard ran on {escape(merged.machines[0])}[/]", markup=True)
+    ui.say(f"{merged.shards} shards, {merged.rows} rows merged: {merged.out_dir}  (charts: specbench plot {out})")

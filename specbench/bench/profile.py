@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specbench.bench.labels import ORACLE_POLICY
 from specbench.bench.replay import (
     REPLICAS,
     Acceptance,
@@ -34,7 +35,6 @@ from specbench.bench.replay import (
     replay,
     replay_sampled,
 )
-from specbench.bench.results import ORACLE_POLICY  # the policy label of an oracle's predicted rows
 from specbench.core.cache import cache_arg, new_cache
 from specbench.core.generate import GenerationConfig, context_limit, rope_boundary
 from specbench.core.sampling import logits_to_probs

@@ -41,7 +41,7 @@ from specbench.core.sampling import logits_to_probs
 from specbench.core.stats import RunStats, StepRecord, verify_cost_at
 from specbench.drafters import LookupFirstDrafter, make_drafter, uses_model
 from specbench.drafters.model import drafts_within
-from specbench.models.loading import output_vocab_size
+from specbench.models.pairing import output_vocab_size
 from specbench.policies import make_policy
 from specbench.speed.draft_vocab import path_logits
 

@@ -44,7 +44,7 @@ from specbench.bench.rows import Baseline, Measurement, baseline_key, make_row
 from specbench.core.generate import GenerationConfig, context_limit, plain_generate, speculative_generate
 from specbench.drafters import make_drafter, parse_early_exit, uses_model
 from specbench.errors import PromptError, SweepError
-from specbench.models.loading import output_vocab_size, timing_ids
+from specbench.models.pairing import output_vocab_size, timing_ids
 from specbench.models.text import check_prompt_fits, encode_prompt
 from specbench.policies import make_policy
 from specbench.speed.kernels import stock_kernels

@@ -38,7 +38,7 @@ def costs_command(
     from specbench.bench.costs import measure_costs, shared_limit, timing_context
     from specbench.bench.meta import costs_meta, model_meta
     from specbench.bench.pricing import costs_summary
-    from specbench.models.loading import timing_ids
+    from specbench.models.pairing import timing_ids
     from specbench.models.run import generation_config
     from specbench.models.specs import NONE, drafter_kind
 

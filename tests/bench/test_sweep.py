@@ -34,7 +34,10 @@ from specbench.cli import app
 from specbench.core.generate import GenerationConfig, plain_generate
 from specbench.core.stats import RoundCounts, RunStats, walltime_speedup
 from specbench.errors import ModelError, SpecbenchError, SweepError
-from specbench.models import LoadedModel, LoadedPair, ModelSpec, encode_prompt
+from specbench.models.loading import LoadedPair
+from specbench.models.model import LoadedModel
+from specbench.models.specs import ModelSpec
+from specbench.models.text import encode_prompt
 
 SPECIALS = ("<unk>", "<|im_start|>", "<|im_end|>")
 CHARS = "abcdefghijklmnopqrstuvwxyz0123456789Ġ.,:;!?'\"()[]{}=+-*/_#<>|"  # Ġ: byte-level space
@@ -1037,7 +1040,7 @@ def test_sweep_command_model_error_is_one_line(monkeypatch, tmp_path):
 
 def test_sweep_command_loads_local_folders(close_pair, tokenizer, tmp_path):
     """The real loading path: tiny models and the tokenizer saved as local folders, loaded by
-    models.load_pair, swept by the command (catches drift between the CLI and models.py)."""
+    loading.load_pair, swept by the command (catches drift between the CLI and models/)."""
     folders = []
     for name, model in zip(("target", "drafter"), close_pair):
         folder = tmp_path / name

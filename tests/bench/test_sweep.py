@@ -1228,7 +1228,7 @@ def test_the_sampling_probe_says_what_hf_does():
     assert faithful == (hf_sampling_defect(chars, merges, 64) is None)
     import transformers
 
-    if transformers.__version__ == "5.24.0":  # the release examined (docs/log.md); a later one may mend it
+    if transformers.__version__ == "5.24.0":  # the release examined; a later one may mend it
         assert not faithful
     assert "fails on this pair" in hf_sampling_defect(merges, chars, 96)
     with pytest.raises(AttributeError):

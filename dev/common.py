@@ -10,23 +10,25 @@ from __future__ import annotations
 
 import torch
 
-from specbench import models
 from specbench.bench.prompts import Prompt
+from specbench.models.loading import PairConfig, load_pair
+from specbench.models.model import quiet_transformers
+from specbench.models.text import encode_prompt
 from specbench.speed import native
 
 
 def load_default_pair(draft_dtype: str = "auto", kernels: str = "auto"):
     """The embedded default pair (the target and its model drafter), Linear kernels swapped
     as `specbench generate --kernels` would."""
-    models.quiet_transformers()
-    pair = models.load_pair(models.PairConfig(draft_dtype=draft_dtype))
+    quiet_transformers()
+    pair = load_pair(PairConfig(draft_dtype=draft_dtype))
     pair.use_kernels(kernels)
     return pair
 
 
 def prompt_ids(pair, prompt: Prompt | str) -> list[int]:
     """A prompt set's prompt (all its turns) or a string, as the sweep encodes it."""
-    return models.encode_prompt(pair.tokenizer, prompt if isinstance(prompt, str) else prompt.messages())
+    return encode_prompt(pair.tokenizer, prompt if isinstance(prompt, str) else prompt.messages())
 
 
 def machine_line() -> str:

@@ -25,9 +25,10 @@ import time
 import torch
 from common import load_default_pair, machine_line, prompt_ids, unfused
 
-from specbench import models
 from specbench.bench.prompts import load_prompts
 from specbench.core.cache import cache_arg, crop_cache, new_cache
+from specbench.models.model import load_model
+from specbench.models.specs import parse_model_spec
 from specbench.speed import native
 from specbench.speed.draft_vocab import RestrictedHead, output_head, restricted_head, restricted_logits
 from specbench.speed.lean_step import lean_decoder
@@ -46,7 +47,7 @@ def pytorch_kernel(forward):
 
 def load_drafter(dtype: str):
     """The default drafter again, in another dtype."""
-    return models.load_model(models.parse_model_spec("default"), role="drafter", dtype=dtype).model
+    return load_model(parse_model_spec("default"), role="drafter", dtype=dtype).model
 
 
 def main() -> None:

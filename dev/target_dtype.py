@@ -19,13 +19,15 @@ import math
 
 from common import machine_line
 
-from specbench import models
 from specbench.bench.prompts import load_prompts
 from specbench.core.generate import GenerationConfig, plain_generate
+from specbench.models.loading import PairConfig, load_pair
+from specbench.models.model import quiet_transformers
+from specbench.models.text import encode_prompt
 
 
 def load_target(dtype: str):
-    pair = models.load_pair(models.PairConfig(dtype=dtype, drafter="none"))
+    pair = load_pair(PairConfig(dtype=dtype, drafter="none"))
     pair.use_kernels("auto")
     return pair
 
@@ -49,7 +51,7 @@ def main() -> None:
     )
     parser.add_argument("--out", help="write the per-prompt rows as JSON here")
     args = parser.parse_args()
-    models.quiet_transformers()
+    quiet_transformers()
     print(machine_line())
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     reference, others = dtypes[0], dtypes[1:]
@@ -63,7 +65,7 @@ def main() -> None:
         + "".join(f" {d + ' ratio, same, shared':>26s}" for d in others)
     )
     for prompt in load_prompts(args.prompts):
-        ids = models.encode_prompt(tokenizer, prompt.messages())
+        ids = encode_prompt(tokenizer, prompt.messages())
         runs = {dtype: plain_generate(pair.target.model, ids, config) for dtype, pair in pairs.items()}
         speed = {dtype: run.stats.new_tokens / run.stats.decode_seconds for dtype, run in runs.items()}
         base = runs[reference].token_ids

@@ -47,7 +47,7 @@ def test_the_wheel_ships_the_prompt_sets_and_the_kernel_source(tmp_path):
         f"specbench/speed/{name}" for name in ("int8_gemv.c", "int8_linear.c", "q4k_linear.c", "q4k_layer.c", "bf16.h")
     }
     assert kernels <= set(names)
-    assert "specbench/core/generate.py" in names and "specbench/cli/commands.py" in names
+    assert "specbench/core/generate.py" in names and "specbench/cli/report.py" in names
 
 
 def test_prompt_sets_are_read_from_the_package():

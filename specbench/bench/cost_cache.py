@@ -14,7 +14,7 @@ import torch
 
 from specbench import paths
 from specbench.bench.costs import METHOD, Costs, costs_for, for_drafter, shared_limit, timing_context
-from specbench.models.loading import timing_ids
+from specbench.models.pairing import timing_ids
 from specbench.speed.kernels import VERSION
 
 

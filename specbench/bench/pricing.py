@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from specbench.bench.costs import Costs, for_drafter, pooled
+from specbench.bench.labels import MODEL_SEPARATOR, PROFILE, label_parts
 from specbench.bench.plan import PlannedRun
-from specbench.bench.results import MODEL_SEPARATOR, PROFILE, label_parts
 from specbench.drafters import parse_early_exit, uses_model
 
 

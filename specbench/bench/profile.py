@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specbench.bench.labels import ORACLE_POLICY
 from specbench.bench.replay import (
     REPLICAS,
     Acceptance,
@@ -34,14 +35,13 @@ from specbench.bench.replay import (
     replay,
     replay_sampled,
 )
-from specbench.bench.results import ORACLE_POLICY  # the policy label of an oracle's predicted rows
 from specbench.core.cache import cache_arg, new_cache
 from specbench.core.generate import GenerationConfig, context_limit, rope_boundary
 from specbench.core.sampling import logits_to_probs
 from specbench.core.stats import RunStats, StepRecord, verify_cost_at
 from specbench.drafters import LookupFirstDrafter, make_drafter, uses_model
 from specbench.drafters.model import drafts_within
-from specbench.models.loading import output_vocab_size
+from specbench.models.pairing import output_vocab_size
 from specbench.policies import make_policy
 from specbench.speed.draft_vocab import path_logits
 

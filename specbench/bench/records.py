@@ -10,23 +10,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from specbench.bench.labels import BASELINE_METHOD, MEASURED, PREDICTED, PROFILE
 from specbench.bench.plan import PlannedRun
-from specbench.bench.results import (
-    BASELINE_METHOD,
-    KEY_COLUMNS,
-    MEASURED,
-    POSITIONS_CSV,
-    PREDICTED,
-    PROFILE,
-    RUNS_CSV,
-    STEPS_JSONL,
-    append_positions,
-    append_row,
-    make_dir,
-    read_rows,
-    row_key,
-)
+from specbench.bench.positions import POSITIONS_CSV, append_positions
 from specbench.bench.rows import Measurement, position_rows, step_lines
+from specbench.bench.runs_file import KEY_COLUMNS, RUNS_CSV, STEPS_JSONL, append_row, make_dir, read_rows, row_key
 from specbench.core.stats import RoundCounts
 from specbench.errors import ResultsError, SweepError
 

@@ -40,18 +40,10 @@ from specbench.bench.meta import read_costs_meta, set_sweep_costs, summary_recor
 from specbench.bench.meta_file import META_JSON, read_meta, write_meta
 from specbench.bench.plan import label_uses_model
 from specbench.bench.positions import POSITIONS_CSV, append_positions
+from specbench.bench.pricing import costs_key, costs_model, price_blocks
+from specbench.bench.records import PATHS_JSONL, ROUNDS_JSONL, read_rounds
+from specbench.bench.rows import baseline_key, baselines_from_rows, predicted_price
 from specbench.bench.runs_file import RUNS_CSV, append_row, make_dir, read_rows, row_key
-from specbench.bench.sweep import (
-    PATHS_JSONL,
-    ROUNDS_JSONL,
-    baseline_key,
-    baselines_from_rows,
-    costs_key,
-    costs_model,
-    predicted_price,
-    price_blocks,
-    read_rounds,
-)
 from specbench.errors import ResultsError
 
 CHOOSE_BY_COSTS = ("cost", ORACLE_POLICY)  # policies whose drafts depend on the costs

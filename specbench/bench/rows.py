@@ -13,15 +13,9 @@ import json
 from dataclasses import dataclass, field
 
 from specbench.bench.costs import Costs
+from specbench.bench.labels import BASELINE_METHOD, MEASURED, PREDICTED, PROFILE
 from specbench.bench.plan import SPECBENCH, PlannedRun
-from specbench.bench.results import (
-    BASELINE_METHOD,
-    KEY_COLUMNS,
-    MEASURED,
-    PREDICTED,
-    PROFILE,
-    output_hash,
-)
+from specbench.bench.runs_file import KEY_COLUMNS, output_hash
 from specbench.core.stats import RoundCounts, RunStats, StepRecord, verify_cost_at, walltime_speedup
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from specbench.bench.costs import Costs, for_drafter, measure_costs, shared_limit, timing_context
 from specbench.bench.hf_assisted import HFDrafter, hf_sampling_defect, measure_hf_assisted
+from specbench.bench.labels import BASELINE_METHOD, PREDICTED, PROFILE, label_parts
 from specbench.bench.plan import (
     HF_EARLY_EXIT,
     HF_METHODS,
@@ -39,12 +40,11 @@ from specbench.bench.profile import predict, record_path
 from specbench.bench.prompts import Prompt
 from specbench.bench.records import write_run
 from specbench.bench.replay import RecordedPath, position_counts
-from specbench.bench.results import BASELINE_METHOD, PREDICTED, PROFILE, label_parts
 from specbench.bench.rows import Baseline, Measurement, baseline_key, make_row
 from specbench.core.generate import GenerationConfig, context_limit, plain_generate, speculative_generate
 from specbench.drafters import make_drafter, parse_early_exit, uses_model
 from specbench.errors import PromptError, SweepError
-from specbench.models.loading import output_vocab_size, timing_ids
+from specbench.models.pairing import output_vocab_size, timing_ids
 from specbench.models.text import check_prompt_fits, encode_prompt
 from specbench.policies import make_policy
 from specbench.speed.kernels import stock_kernels

@@ -53,8 +53,8 @@ def models_command() -> None:
 
 
 def drafters_table() -> Table:
-    """How each kind of --drafter maps to the target (models.drafter_mapping's words)."""
-    from specbench.models.loading import drafter_mapping, early_exit_mapping
+    """How each kind of --drafter maps to the target (pairing.drafter_mapping's words)."""
+    from specbench.models.pairing import drafter_mapping, early_exit_mapping
 
     table = Table(title="Drafters and how they map to the target", title_justify="left")
     table.add_column("--drafter", no_wrap=True)

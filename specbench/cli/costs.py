@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specbench.bench import results as sweep_results
+from specbench.bench.runs_file import load_runs, make_dir
 from specbench.cli import options as o
 from specbench.cli import ui
 from specbench.cli.progress import checked_pair_config, load_pair_with_progress
@@ -37,8 +37,8 @@ def costs_command(
     """Measure a pair's forward costs on this machine (c, v(k), u(n), plain step, loop) as a sweep does, into a file."""
     from specbench.bench.costs import measure_costs, shared_limit, timing_context
     from specbench.bench.meta import costs_meta, model_meta
-    from specbench.bench.sweep import costs_summary
-    from specbench.models.loading import timing_ids
+    from specbench.bench.pricing import costs_summary
+    from specbench.models.pairing import timing_ids
     from specbench.models.run import generation_config
     from specbench.models.specs import NONE, drafter_kind
 
@@ -62,7 +62,7 @@ def costs_command(
     )
     if out.is_dir():
         raise ResultsError(f"--out {out} is a folder; give the costs file's name (e.g. costs.json)")
-    sweep_results.make_dir(out.parent)
+    make_dir(out.parent)
     # 2. the pair, then its costs on a context of context_tokens ids (which ids does not change what a forward costs)
     pair = load_pair_with_progress(pair_config, mismatch_hint="pick a drafter model with the target's vocabulary")
     pair.use_kernels(kernels)
@@ -107,11 +107,11 @@ def _write_costs(out: Path, recorded: dict) -> None:
 
 def predict_command(directory: o.ResultsDirectory, out: o.PredictOut, costs: o.CostsIn = None) -> None:
     """Price a sweep's predictions again with other costs (another machine's, other shapes'). Needs no models."""
+    from specbench.bench.pricing import costs_summary
     from specbench.bench.reprice import reprice
-    from specbench.bench.sweep import costs_summary
 
     result = reprice(directory, out, costs, command=ui.command_line())
-    render_predicted(sweep_results.load_runs(out))
+    render_predicted(load_runs(out))
     which = f"the costs in {result.costs_file}" if result.costs_file is not None else "the sweep's own costs"
     ui.say(f"{result.rows} predicted row(s) priced with {which}: {costs_summary(result.costs)}")
     if result.kept_drafts:

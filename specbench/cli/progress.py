@@ -45,7 +45,7 @@ def _loading_progress() -> Progress:
 def loading_bars(mismatch_hint: str) -> Iterator[Report]:
     """A models Progress callback, (task, done, total), drawn as rich bars on stderr and
     cleared when done; a VocabMismatch raised inside ends with mismatch_hint."""
-    from specbench.models.loading import quiet_transformers
+    from specbench.models.model import quiet_transformers
 
     quiet_transformers()
     with _loading_progress() as progress:

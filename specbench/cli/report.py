@@ -1,8 +1,9 @@
 """What a results directory says in the terminal: the tables and the closing lines of a sweep.
 
-The numbers come from bench/results.py (which loads pandas on first use); this module only
-lays them out: the measured summaries, each drafter/policy at its best predicted gamma, the
-predictions checked against the measurements, and what the sweep priced its predictions with.
+The numbers come from the bench modules (summary.py, accuracy.py, runs_file.py, which load
+pandas on first use); this module only lays them out: the measured summaries, each
+drafter/policy at its best predicted gamma, the predictions checked against the measurements,
+and what the sweep priced its predictions with.
 `sweep` ends with render_sweep_end, `predict` with render_predicted.
 """
 
@@ -14,7 +15,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from specbench.bench import results as sweep_results
+from specbench.bench.accuracy import CHECK_GROUP, plain_repeatability, prediction_accuracy, prediction_check
+from specbench.bench.labels import BASELINE_METHOD, label_parts
+from specbench.bench.runs_file import load_runs
+from specbench.bench.summary import best_gammas, geometric_mean, oracle_share, summarize, summary_frame
 from specbench.cli import ui
 
 
@@ -47,7 +51,7 @@ def summary_table(summaries: list, greedy: bool, title: str = "Measured") -> Tab
             _interval(s.speedup_lo, s.speedup_hi),
         ]
         if greedy:
-            if s.method == sweep_results.BASELINE_METHOD:
+            if s.method == BASELINE_METHOD:
                 cells.append("baseline")
             elif s.differs:
                 cells.append(f"[bold red]DIFFERS {s.differs}/{s.checked}[/]")
@@ -99,7 +103,7 @@ def prediction_table(check) -> Table:
     table.add_column("configuration", overflow="fold")  # a long model@NAME folds, never cut
     for name in ("γ", "n", "fwd pred", "fwd meas", "equal", "pred", "meas", "≤10%"):
         table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
-    grouped = check.groupby(sweep_results.CHECK_GROUP, sort=False)
+    grouped = check.groupby(CHECK_GROUP, sort=False)
     for (drafter, policy, gamma, _t), group in grouped:
         within = (group["speedup_error"].abs() <= 0.10).mean()
         table.add_row(
@@ -109,8 +113,8 @@ def prediction_table(check) -> Table:
             _num(group["predicted_forwards"].mean(), ".1f"),
             _num(group["measured_forwards"].mean(), ".1f"),
             _pct(group["forwards_equal"].mean()),
-            _num(sweep_results.geometric_mean(group["predicted_speedup"])) + "×",
-            _num(sweep_results.geometric_mean(group["measured_speedup"])) + "×",
+            _num(geometric_mean(group["predicted_speedup"])) + "×",
+            _num(geometric_mean(group["measured_speedup"])) + "×",
             _pct(within),
         )
     return table
@@ -149,9 +153,9 @@ def _configuration(summary) -> str:
 
 def render_predicted(runs) -> None:
     """The predicted table of a results directory's rows (load_runs), if it has predictions."""
-    frame = sweep_results.summary_frame(runs)
+    frame = summary_frame(runs)
     predicted = frame[(frame["source"] == "predicted") & (frame["method"] == "specbench")]
-    best = sweep_results.best_gammas(frame)
+    best = best_gammas(frame)
     chosen = predicted[
         [
             best.get((d, p)) == g or p == "oracle"
@@ -159,19 +163,19 @@ def render_predicted(runs) -> None:
         ]
     ]
     if len(chosen):
-        ui.console.print(predicted_table(chosen, sweep_results.oracle_share(frame)))
+        ui.console.print(predicted_table(chosen, oracle_share(frame)))
 
 
 def render_sweep_end(out_dir: Path, result, config) -> None:
     """The tables after a sweep: predicted (best gamma per configuration, share of the
     oracle), measured, and prediction against measurement at each measured point; then what
     it priced with, its warnings, and where the rows went."""
-    runs = sweep_results.load_runs(out_dir)
+    runs = load_runs(out_dir)
     render_predicted(runs)
-    summaries = [s for s in sweep_results.summarize(runs) if s.source == "measured"]
+    summaries = [s for s in summarize(runs) if s.source == "measured"]
     greedy = config.temperature == 0
     ui.console.print(summary_table(summaries, greedy))
-    check = sweep_results.prediction_check(runs)
+    check = prediction_check(runs)
     if len(check):
         ui.console.print(prediction_table(check))
         for line in _accuracy_lines(runs, check):
@@ -201,14 +205,14 @@ def render_sweep_end(out_dir: Path, result, config) -> None:
 def _accuracy_lines(runs, check) -> list[str]:
     """How well the predictions matched the measured runs, and the noise floor of the timing
     (plain decoding timed twice per prompt), where the sweep has both."""
-    accuracy = sweep_results.prediction_accuracy(check)
+    accuracy = prediction_accuracy(check)
     lines = [
         f"over {accuracy['n']} measured run(s) (configuration x prompt x repeat): target forwards predicted exactly"
         f" for {accuracy['forwards_equal_share']:.0%}, speedup within 10% for {accuracy['within_10pct_share']:.0%}"
         f"{_bias_clause(accuracy)}; {_repeats_clause(accuracy)}geometric means over prompts within 10% for"
         f" {accuracy['configurations_within_10pct_share']:.0%} of {accuracy['configurations']} configuration(s)"
     ]
-    noise = sweep_results.plain_repeatability(runs)
+    noise = plain_repeatability(runs)
     if noise["n"]:
         lines.append(
             "noise floor: plain decoding, timed twice per prompt (phase 1, then beside the measured runs), agreed"
@@ -238,19 +242,19 @@ def _repeats_clause(accuracy: dict) -> str:
 def _costs_lines(measured: dict, pooled: dict) -> list[str]:
     """What a sweep priced with, per drafter model (sweep.pricing_line, as it printed when
     pricing began), and the range its measurements spanned when it pooled several."""
-    from specbench.bench.sweep import pricing_line
+    from specbench.bench.pricing import pricing_line
 
     lines = []
     for name, (costs, count) in pooled.items():
         lines.append(pricing_line(name, costs, count))
-        keys = [key for key in measured if sweep_results.label_parts(key)[1] == (name or "")]
+        keys = [key for key in measured if label_parts(key)[1] == (name or "")]
         blocks = [measured[key] for key in keys]
         cs = [m.c for m in blocks if m.c is not None]
         if len(blocks) > 1:
             steps = sorted(m.target_step_seconds * 1000 for m in blocks)
             spread = f"c {min(cs):.3f} to {max(cs):.3f}, " if cs else ""
             digits = 0 if steps[0] >= 10 else 2  # a tiny model's steps take under a millisecond
-            prompts = {sweep_results.label_parts(key)[0].rsplit("/", 1)[0] for key in keys}  # PROMPT/REPEAT[@NAME]
+            prompts = {label_parts(key)[0].rsplit("/", 1)[0] for key in keys}  # PROMPT/REPEAT[@NAME]
             each = "one per prompt" if len(prompts) == len(blocks) else "one per prompt and repeat"
             lines.append(
                 f"  its {len(blocks)} measurements, {each}: {spread}target step {steps[0]:.{digits}f} to"

@@ -299,7 +299,7 @@ def render_header(header: dict, plain: bool) -> RenderableType:
     settings = {k: v for k, v in header.items() if k not in ("prompt", "mapping")}
     if settings:
         parts.append(Text(format_info(settings)))
-    if "mapping" in header:  # how the drafter's drafts reach the target (models.drafter_mapping)
+    if "mapping" in header:  # how the drafter's drafts reach the target (pairing.drafter_mapping)
         parts.append(Text(f"drafter -> target: {header['mapping']}"))
     parts.append(render_legend(plain))
     parts.append(Text(""))

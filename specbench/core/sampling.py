@@ -111,7 +111,7 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
     Token i is drawn when u falls in [cdf(i - 1), cdf(i)), u uniform on [0, total): exactly
     p(i) / total, and never a token of probability 0 (its interval is empty). The CDF is
     summed in float64. Why not torch.multinomial: on a CPU it was several times slower over a
-    150k-id row, a visible share of a drafter step (docs/log.md has the timing).
+    150k-id row, a visible share of a drafter step.
     """
     flat = probs.reshape(-1, probs.shape[-1])
     return _invert(flat, torch.cumsum(flat, dim=-1, dtype=torch.float64), generator).reshape(probs.shape[:-1])

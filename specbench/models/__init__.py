@@ -13,27 +13,7 @@
     text.py      encode_prompt (the one prompt rule) and TextStream
     run.py       generation settings and the gamma policy from user values; run_generation
 
-`from specbench import models; models.load_pair(...)` reads the names of these modules; they
-are imported on first use, so that `specbench --help` and the embedded pair's status stay fast.
+Callers import each name from the module that defines it
+(`from specbench.models.loading import load_pair`). The package itself imports nothing, so
+that `specbench --help` and the embedded pair's status load only the modules they use.
 """
-
-from __future__ import annotations
-
-import importlib
-
-_MODULES = ("loading", "model", "dtypes", "pairing", "specs", "text", "run")  # searched in this order for a name
-
-
-def __getattr__(name: str):
-    if name in ("defaults", "build", "prepare", "prepared", "options", "progress", *_MODULES):
-        return importlib.import_module(f"specbench.models.{name}")
-    if name.startswith("__"):
-        raise AttributeError(name)
-    for module in _MODULES:
-        found = getattr(importlib.import_module(f"specbench.models.{module}"), name, _MISSING)
-        if found is not _MISSING:
-            return found
-    raise AttributeError(f"module 'specbench.models' has no attribute {name!r}")
-
-
-_MISSING = object()

@@ -27,12 +27,9 @@ from specbench.models.dtypes import (
     resolve_draft_dtype,
     resolve_target_dtype,
 )
-from specbench.models.dtypes import parse_dtype as parse_dtype
 from specbench.models.model import LoadedModel, load_model
 from specbench.models.options import DEFAULT_DRAFT_DTYPE, DEFAULT_DRAFT_VOCAB, DEFAULT_DTYPE, DEFAULT_LOOKUP
 from specbench.models.pairing import drafter_mapping, eos_token_ids, output_vocab_size, translates
-from specbench.models.pairing import early_exit_mapping as early_exit_mapping
-from specbench.models.pairing import timing_ids as timing_ids
 from specbench.models.progress import Progress, no_progress
 from specbench.models.specs import DEFAULT, NONE, check_device, check_draft_vocab, drafter_kind, parse_model_spec
 from specbench.speed.draft_vocab import output_head

@@ -86,8 +86,9 @@ DEFAULT_THRESHOLDS = {
 
 
 def default_gamma(policy: str) -> int:
-    """gamma when the user gives none: the cost policy stops drafts itself, so its cap can be
-    high (why 12: docs/log.md, "The cost policy's rate"); a fixed gamma pays for every draft."""
+    """gamma when the user gives none: the cost policy stops drafting itself once the next
+    draft no longer pays for its cost, so its cap only bounds long accepted runs and can be
+    high; a fixed gamma pays for every draft, so its cap is low."""
     return 12 if policy == "cost" else 4
 
 

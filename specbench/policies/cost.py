@@ -40,17 +40,16 @@ survived, the token the target emits next sits where the refused draft would hav
 refused draft would have survived exactly when it equals that token (under sampling with
 probability p(token), which is what accepting a draft of one-hot q takes). Without this, a
 table whose first matches failed (a story's opening repeats nothing) fell below its price
-and was never tried again, so it missed the repetition that came later (docs/log.md, "The
-cost policy learns from the table drafts it refuses"). A refused draft with q is not
+and was never tried again, so it missed the repetition that came later. A refused draft with q is not
 learned from: under sampling its survival is min(1, p/q), which one emitted token does not
 show.
 
 Sampled drafts: once draft i is kept its token is known, and a token drawn from the tail of
-q_i (q_i(token) well below m_i) survives far less often than m_i promises (docs/log.md,
-"Drafts drawn from q's tail"). So P_i is re-read from tables binned by q_i(token), and that
-P_i answers "draft i + 1?" and carries into the next steps. The keep answer never sees the
-token (the losslessness rule in policies/__init__.py). Under greedy q_i(token) = m_i: the
-same bin, the same counts, the same decisions as for a policy never told the token.
+q_i (q_i(token) well below m_i) survives far less often than m_i promises. So P_i is
+re-read from tables binned by q_i(token), and that P_i answers "draft i + 1?" and carries
+into the next steps. The keep answer never sees the token (the losslessness rule in
+policies/__init__.py). Under greedy q_i(token) = m_i: the same bin, the same counts, the
+same decisions as for a policy never told the token.
 """
 
 from __future__ import annotations
@@ -69,11 +68,9 @@ class Tally:
     midpoint: bin b of `bins` starts at rate (b + 0.5) / bins (a calibrated drafter's top
     probability is its chance of matching). There is one bin past the last, for drafts
     without q, which have no confidence to start from: it starts at 1/2 (with weight 2,
-    Laplace's rule of succession). It once started by the formula, a little above 1, and
-    every step of an untried table then looked surer than the last: each generation's
-    first table rounds drafted to gamma_max and were mostly rejected at their first draft,
-    which made ngram at gamma 8 run 8% slower than at 1 (docs/log.md, "An untried table
-    drafted to the cap")."""
+    Laplace's rule of succession): a start by the formula, a little above 1, would make
+    every step of an untried table look surer than the last, so each generation's first
+    table rounds would draft to gamma_max and mostly be rejected at their first draft."""
 
     def __init__(self, bins: int, weight: float):
         self.successes = [weight * (b + 0.5) / bins for b in range(bins)] + [weight * 0.5]

@@ -25,7 +25,9 @@ make_drafter plugs it in for vocab_limit > 0. It builds a RestrictedHead (restri
 once per generation from the prompt, adds the ids the context gains (or drops the head when
 covers_output says so), and scores the model's last hidden state with it (restricted_logits,
 through lean_step.py's forward where the model's layout allows). Knows nothing about
-decoding beyond that contract. The measurements behind the default limit are in docs/log.md.
+decoding beyond that contract. The default limit, 65536 ids, gives a higher speedup than the
+whole vocabulary (a quarter of a draft step's bytes is the head) and than 32768 ids, which
+miss ids that some outputs need (LaTeX in math).
 """
 
 from __future__ import annotations

@@ -147,7 +147,7 @@ def fast_reader_class(base: type) -> type:
     Why: `base` parses an array one element at a time through its general field parser
     (an enum, a memory-map slice and two views an element), so the default target's
     vocabulary, merges and token types (about 450k elements) took it 10 s on a 2-core CPU,
-    and the first run reads two such files (docs/log.md, "Reading a GGUF's metadata"). This
+    and the first run reads two such files. This
     subclass builds the very same fields (the same parts, as views of the same bytes, the
     same indices and types: tested against `base`) for arrays of strings or scalars in a
     file of this machine's byte order; anything else goes to `base`'s parser.

@@ -12,7 +12,7 @@
  * (the runtime PyTorch already loaded), each weight row is read once for all M rows, and
  * the next rows are prefetched: a draft step is bound by reading weights, and this loop
  * reads them faster than PyTorch's int8 kernel does. dev/drafter_step.py times the whole
- * draft step both ways; the measurements so far are in docs/log.md.
+ * draft step both ways.
  *
  * Compiled with -march=native; on a CPU without AVX512BW/VNNI it builds only
  * specbench_int8_ready(), which returns 0, and callers keep PyTorch's kernel.

@@ -12,8 +12,7 @@ Where q/k/v (and gate/up) are int8 (quantize.py), their rows are stacked into on
 and run as one int8 kernel call; the modules' own buffers become views of the stacked
 ones, so no memory is added and HF's forward reads the very same numbers.
 
-`python dev/drafter_step.py` times it against HF's forward on this machine; the
-measurements so far are in docs/log.md.
+`python dev/drafter_step.py` times it against HF's forward on this machine.
 
 A model whose Linears are all specbench's own kernels (a q4k drafter, `--draft-dtype q4k`,
 the CPU default; a q4k or int8 target) runs its layers as fused_step.py's native calls
@@ -188,8 +187,7 @@ class LeanDecoder:
     """hidden = LeanDecoder(model)(input_ids [1, n], cache): the decoder's final hidden states
     [1, n, hidden] for n <= max_rows new tokens (None: any number) after what the cache holds
     (which it extends). stack=False runs every Linear by itself: the target's way, where
-    stacking would copy a gigabyte of mapped weights to save nothing measurable
-    (docs/log.md, "A lean forward for the target")."""
+    stacking would copy a gigabyte of mapped weights to save nothing measurable."""
 
     def __init__(self, model, stack: bool = True, max_rows: int | None = MAX_LEAN_ROWS):
         self.decoder = model.get_decoder()
@@ -260,8 +258,8 @@ class LeanDecoder:
 
 def _attention_dtype(t: torch.Tensor) -> torch.Tensor:
     """bfloat16 attention inputs as float32 on a CPU, where PyTorch's bfloat16 SDPA is several
-    times slower than float32's, conversion included, and grows faster with the cache
-    (docs/log.md has the timings); on a GPU they stay as they are."""
+    times slower than float32's, conversion included, and grows faster with the cache; on a
+    GPU they stay as they are."""
     return t.float() if t.dtype == torch.bfloat16 and t.device.type == "cpu" else t
 
 

@@ -37,7 +37,7 @@
  *     lane, so they are added as int16 (at most 8 * 3810 = 30480 < 2^15) and scaled once:
  *     9 multiplies a super-block and row where AVX2 otherwise needs 16 and 8 adds. Lane p
  *     holds sub-block p, scaled. A VNNI build keeps the file's order: with vpdpwssd folding
- *     the adds, lane order measured no faster there at 1 to 4 rows (docs/log.md).
+ *     the adds, lane order measured no faster there at 1 to 4 rows.
  *
  * Either way every lane's sum is an exact integer below 2^24, but the two orders put
  * different integers in the lanes, so their floats round differently: the two builds give a

@@ -14,7 +14,7 @@ from specbench.bench.plot import CHARTS, plot_results
 from specbench.bench.runs_file import REQUIRED_COLUMNS, as_runs, load_runs, read_rows
 from specbench.bench.summary import summarize
 from specbench.bench.theory import estimate_alpha
-from specbench.cli import commands as cli
+from specbench.cli import app
 from specbench.core.stats import expected_tokens_per_round
 from specbench.errors import ResultsError
 
@@ -137,16 +137,16 @@ def test_malformed_meta_is_a_clear_error(results_dir):
 
 
 def test_plot_command(results_dir, tmp_path):
-    result = CliRunner().invoke(cli.app, ["plot", str(results_dir)])
+    result = CliRunner().invoke(app, ["plot", str(results_dir)])
     assert result.exit_code == 0 and f"wrote {len(CHARTS)} charts" in result.output
-    missing = CliRunner().invoke(cli.app, ["plot", str(tmp_path / "nope")])
+    missing = CliRunner().invoke(app, ["plot", str(tmp_path / "nope")])
     assert (
         missing.exit_code == 2
         and len(missing.output.strip().splitlines()) == 1
         and "no results directory" in missing.output
     )
     (tmp_path / "taken").write_text("not a folder")
-    blocked = CliRunner().invoke(cli.app, ["plot", str(results_dir), "--out", str(tmp_path / "taken")])
+    blocked = CliRunner().invoke(app, ["plot", str(results_dir), "--out", str(tmp_path / "taken")])
     assert (
         blocked.exit_code == 2 and len(blocked.output.strip().splitlines()) == 1 and "cannot write to" in blocked.output
     )
@@ -169,7 +169,7 @@ def test_plot_command_says_why_there_is_nothing_to_chart(tmp_path):
             "tokens_per_second": 2.0,
         },
     )
-    result = CliRunner().invoke(cli.app, ["plot", str(tmp_path)])
+    result = CliRunner().invoke(app, ["plot", str(tmp_path)])
     assert (
         result.exit_code == 2 and len(result.output.strip().splitlines()) == 1 and "nothing to chart" in result.output
     )
@@ -178,7 +178,7 @@ def test_plot_command_says_why_there_is_nothing_to_chart(tmp_path):
 def test_plot_imports_no_torch():
     """Charts must work where torch is absent or slow to import."""
     code = (
-        "import specbench.bench.plot, specbench.bench.results, specbench.bench.prompts, sys;"
+        "import specbench.bench.plot, specbench.bench.runs_file, specbench.bench.summary, specbench.bench.prompts, sys;"
         " assert 'torch' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -191,7 +191,7 @@ def test_sweep_summary_table_fits_80_columns_and_flags_differences():
     from rich.console import Console
 
     from specbench.bench.summary import Summary
-    from specbench.cli import commands as cli
+    from specbench.cli.report import summary_table
 
     summaries = [
         Summary(
@@ -202,7 +202,7 @@ def test_sweep_summary_table_fits_80_columns_and_flags_differences():
         Summary("measured", "specbench", f"model@{LONG_MODEL}", "fixed", 3, 8, 0.7, 3.1, 4.0, 1.1, 1.0, 0, 8),
     ]
     out = io.StringIO()
-    Console(file=out, width=80, no_color=True).print(cli.summary_table(summaries, greedy=True))
+    Console(file=out, width=80, no_color=True).print(summary_table(summaries, greedy=True))
     text = out.getvalue()
     assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
     assert f"model@{LONG_MODEL}" in _column_text(text)  # folded over lines, never cut
@@ -226,7 +226,7 @@ def test_predicted_table_folds_a_long_drafter_model_name():
     import pandas as pd
     from rich.console import Console
 
-    from specbench.cli import commands as cli
+    from specbench.cli.report import predicted_table
 
     frame = pd.DataFrame(
         [
@@ -244,7 +244,7 @@ def test_predicted_table_folds_a_long_drafter_model_name():
     )
     shares = pd.DataFrame(columns=["drafter", "policy", "gamma", "share"])
     out = io.StringIO()
-    Console(file=out, width=80, no_color=True).print(cli.predicted_table(frame, shares))
+    Console(file=out, width=80, no_color=True).print(predicted_table(frame, shares))
     text = out.getvalue()
     assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
     assert f"model@{LONG_MODEL}" in _column_text(text)
@@ -258,7 +258,7 @@ def test_predicted_table_gives_no_share_of_the_oracle_to_a_policy_slower_than_pl
     import pandas as pd
     from rich.console import Console
 
-    from specbench.cli import commands as cli
+    from specbench.cli.report import predicted_table
 
     rows = [("fixed", 2, 0.90, -5.0), ("cost", 3, 1.02, 0.4)]
     frame = pd.DataFrame(
@@ -278,7 +278,7 @@ def test_predicted_table_gives_no_share_of_the_oracle_to_a_policy_slower_than_pl
     )
     shares = pd.DataFrame([{"drafter": "model", "policy": p, "gamma": g, "share": share} for p, g, _, share in rows])
     out = io.StringIO()
-    Console(file=out, width=100, no_color=True).print(cli.predicted_table(frame, shares))
+    Console(file=out, width=100, no_color=True).print(predicted_table(frame, shares))
     lines = out.getvalue().splitlines()
     assert next(line for line in lines if "model fixed" in line).rstrip("│ ").endswith("< 0%")
     assert next(line for line in lines if "model cost" in line).rstrip("│ ").endswith("40%")

@@ -20,7 +20,7 @@ from specbench.bench.prompts import Prompt
 from specbench.bench.reprice import reprice
 from specbench.bench.runs_file import read_rows
 from specbench.bench.sweep import sweep
-from specbench.cli import commands as cli
+from specbench.cli import app
 from specbench.errors import ResultsError
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -157,7 +157,7 @@ def test_costs_with_random_weights_write_a_file_predict_reads(swept, tmp_path):
         "--out",
         str(costs_file),
     ]
-    result = CliRunner().invoke(cli.app, args)
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     costs, raw = read_costs_meta(costs_file)
     assert (
@@ -173,14 +173,14 @@ def test_costs_with_random_weights_write_a_file_predict_reads(swept, tmp_path):
     )
     assert raw["machine"]["cpu_count"] and raw["versions"]["torch"] and raw["created"]
     out = tmp_path / "priced"
-    result = CliRunner().invoke(cli.app, ["predict", str(swept), "--costs", str(costs_file), "--out", str(out)])
+    result = CliRunner().invoke(app, ["predict", str(swept), "--costs", str(costs_file), "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert (
         f"priced with the costs in {costs_file}" in result.output
         and "keep the drafts the sweep's costs chose" in result.stderr
     )
     assert all(float(r["c"]) == pytest.approx(costs.c, rel=1e-5) for r in rows_of(out, ("predicted",)))
-    charts = CliRunner().invoke(cli.app, ["plot", str(out)])
+    charts = CliRunner().invoke(app, ["plot", str(out)])
     assert charts.exit_code == 0 and "speedup_vs_gamma.png" in charts.output
 
 
@@ -220,7 +220,7 @@ def older(swept, tmp_path):
 def test_bad_input_is_one_line(swept, older, tmp_path, args, message):
     (tmp_path / "empty.json").write_text("{}")
     names = {"tmp": tmp_path, "swept": swept, "older": older}
-    result = CliRunner().invoke(cli.app, [arg.format(**names) for arg in args])
+    result = CliRunner().invoke(app, [arg.format(**names) for arg in args])
     lines = result.stderr.strip().splitlines()
     assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error:"), result.output
     assert message in lines[0] and not (tmp_path / "o").exists()

@@ -15,27 +15,29 @@ from transformers import PreTrainedTokenizerFast
 from typer.testing import CliRunner
 
 from specbench.bench import runner as bench_runner
+from specbench.bench.gammas import GammaRangeError, parse_gammas
 from specbench.bench.plan import PlannedRun, SweepConfig, chosen_gammas, needs_drafter_model, plan_runs
 from specbench.bench.prompts import Prompt
-from specbench.bench.results import (
+from specbench.bench.rows import Baseline, Measurement, make_row, predicted_speedup
+from specbench.bench.runner import DrafterModel, HFDrafter, hf_sampling_defect, hf_tells_apart
+from specbench.bench.runs_file import (
     COLUMNS,
     KEY_COLUMNS,
     REQUIRED_COLUMNS,
-    GammaRangeError,
     append_row,
     output_hash,
-    parse_gammas,
     read_rows,
     row_key,
 )
-from specbench.bench.rows import Baseline, Measurement, make_row, predicted_speedup
-from specbench.bench.runner import DrafterModel, HFDrafter, hf_sampling_defect, hf_tells_apart
 from specbench.bench.sweep import sweep
-from specbench.cli import commands as cli
+from specbench.cli import app
 from specbench.core.generate import GenerationConfig, plain_generate
 from specbench.core.stats import RoundCounts, RunStats, walltime_speedup
 from specbench.errors import ModelError, SpecbenchError, SweepError
-from specbench.models import LoadedModel, LoadedPair, ModelSpec, encode_prompt
+from specbench.models.loading import LoadedPair
+from specbench.models.model import LoadedModel
+from specbench.models.specs import ModelSpec
+from specbench.models.text import encode_prompt
 
 SPECIALS = ("<unk>", "<|im_start|>", "<|im_end|>")
 CHARS = "abcdefghijklmnopqrstuvwxyz0123456789Ġ.,:;!?'\"()[]{}=+-*/_#<>|"  # Ġ: byte-level space
@@ -440,7 +442,9 @@ def test_sweep_writes_results(close_pair, tokenizer, tmp_path):
     for row in predicted:  # replayed, not timed: no parity check, no seconds
         assert row["identical_to_baseline"] == "" and row["decode_seconds"] == "" and float(row["speedup"]) > 0
     # greedy predictions count what the runs counted (the tiny pair has no near ties)
-    from specbench.bench.results import load_positions, load_runs, prediction_accuracy, prediction_check
+    from specbench.bench.accuracy import prediction_accuracy, prediction_check
+    from specbench.bench.positions import load_positions
+    from specbench.bench.runs_file import load_runs
 
     accuracy = prediction_accuracy(prediction_check(load_runs(out)))
     assert accuracy["n"] == 2 * len(PROMPTS) * 2 and accuracy["forwards_equal_share"] == 1.0
@@ -878,7 +882,7 @@ def test_sweep_command_end_to_end(patched_models, tmp_path):
         "--timing-repeats",
         "1",
     ]
-    result = CliRunner().invoke(cli.app, args)
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert (
         "Predicted on every prompt" in result.output
@@ -889,9 +893,9 @@ def test_sweep_command_end_to_end(patched_models, tmp_path):
     rows = read_rows(out / "runs.csv")
     # plain, 2 drafters x (2 gammas + the oracle) predicted; plain again and each drafter at its best gamma measured
     assert len(rows) == 1 + 2 * 3 + 1 + 2 and {r["category"] for r in rows} == {"code"}
-    again = CliRunner().invoke(cli.app, args)
+    again = CliRunner().invoke(app, args)
     assert again.exit_code == 2 and "--resume" in again.output
-    resumed = CliRunner().invoke(cli.app, args + ["--resume"])
+    resumed = CliRunner().invoke(app, args + ["--resume"])
     assert resumed.exit_code == 0 and "0 row(s) written, 10 already there" in resumed.output
 
 
@@ -916,7 +920,7 @@ def test_prompt_ids_and_categories_with_brackets_are_text(patched_models, tmp_pa
         "--out",
         str(tmp_path / "o"),
     ]
-    result = CliRunner().invoke(cli.app, args)
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert {r["prompt_id"] for r in read_rows(tmp_path / "o" / "runs.csv")} == {"p[/x]"}
 
@@ -941,26 +945,26 @@ def test_a_sweep_of_a_users_target_with_model_free_drafters_loads_no_drafter_mod
         "--timing-repeats",
         "1",
     ]
-    result = CliRunner().invoke(cli.app, base + ["--target", str(tmp_path), "--out", str(tmp_path / "a")])
+    result = CliRunner().invoke(app, base + ["--target", str(tmp_path), "--out", str(tmp_path / "a")])
     assert result.exit_code == 0, result.output
     assert "hf-assisted: not run: no --drafter-model given for this target" in result.output
     assert patched_models[-1] == (str(tmp_path), "none")
     assert {r["method"] for r in read_rows(tmp_path / "a" / "runs.csv")} == {"plain", "specbench"}
     named = CliRunner().invoke(
-        cli.app,
+        app,
         base
         + ["--target", str(tmp_path), "--drafter-model", "default", "--out", str(tmp_path / "b"), "--measure", "1"],
     )
     assert named.exit_code == 0, named.output
     assert patched_models[-1] == (str(tmp_path), "default") and "hf-assisted: not run" not in named.output
     assert "hf-assisted" in {r["method"] for r in read_rows(tmp_path / "b" / "runs.csv")}
-    assert CliRunner().invoke(cli.app, base + ["--out", str(tmp_path / "c"), "--measure", "1"]).exit_code == 0
+    assert CliRunner().invoke(app, base + ["--out", str(tmp_path / "c"), "--measure", "1"]).exit_code == 0
     assert patched_models[-1] == ("default", "default")
-    none = CliRunner().invoke(cli.app, base + ["--drafter-model", "none", "--out", str(tmp_path / "d")])
+    none = CliRunner().invoke(app, base + ["--drafter-model", "none", "--out", str(tmp_path / "d")])
     assert none.exit_code == 0, none.output  # was "drafts with the drafter model but none was given"
     assert "hf-assisted: not run: --drafter-model none" in none.output and patched_models[-1] == ("default", "none")
     model = CliRunner().invoke(
-        cli.app,
+        app,
         [
             "sweep",
             "--drafter",
@@ -1000,7 +1004,7 @@ def test_a_sweep_of_a_users_target_with_model_free_drafters_loads_no_drafter_mod
 def test_sweep_command_rejects_bad_input_in_one_line(patched_models, args, message, tmp_path, monkeypatch):
     """User errors are one line on stderr, exit 2, and come before any model loads."""
     monkeypatch.chdir(tmp_path)  # the default --out is results/ under the working directory
-    result = CliRunner().invoke(cli.app, ["sweep", *args])
+    result = CliRunner().invoke(app, ["sweep", *args])
     assert result.exit_code == 2
     assert message in result.output and len(result.output.strip().splitlines()) == 1
     assert patched_models == []
@@ -1011,7 +1015,7 @@ def test_sweep_command_refuses_an_out_it_cannot_write_before_loading(patched_mod
     taken = tmp_path / "taken"
     taken.write_text("not a folder")
     for out in (taken, taken / "below"):
-        result = CliRunner().invoke(cli.app, ["sweep", "--prompts", "quick", "--gamma", "2", "--out", str(out)])
+        result = CliRunner().invoke(app, ["sweep", "--prompts", "quick", "--gamma", "2", "--out", str(out)])
         assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
         assert f"cannot write to {out}" in result.output.replace("\n", "")
     assert patched_models == []
@@ -1023,20 +1027,20 @@ def test_sweep_command_model_error_is_one_line(monkeypatch, tmp_path):
 
     monkeypatch.chdir(tmp_path)  # the default --out is results/ under the working directory
     monkeypatch.setattr("specbench.cli.sweep.load_pair_with_progress", broken)
-    result = CliRunner().invoke(cli.app, ["sweep", "--prompts", "quick", "--gamma", "2"])
+    result = CliRunner().invoke(app, ["sweep", "--prompts", "quick", "--gamma", "2"])
     assert result.exit_code == 2 and result.output.strip() == "error: cannot load target /nowhere: no such folder"
     assert not (tmp_path / "results").exists()  # no empty results/sweep-* folder left
-    result = CliRunner().invoke(cli.app, ["sweep", "--prompts", "quick", "--gamma", "2", "--out", "a/b/c"])
+    result = CliRunner().invoke(app, ["sweep", "--prompts", "quick", "--gamma", "2", "--out", "a/b/c"])
     assert result.exit_code == 2 and not (tmp_path / "a").exists()
     kept = tmp_path / "kept"
     kept.mkdir()
-    result = CliRunner().invoke(cli.app, ["sweep", "--prompts", "quick", "--gamma", "2", "--out", str(kept)])
+    result = CliRunner().invoke(app, ["sweep", "--prompts", "quick", "--gamma", "2", "--out", str(kept)])
     assert result.exit_code == 2 and kept.is_dir()  # a folder the user made is the user's
 
 
 def test_sweep_command_loads_local_folders(close_pair, tokenizer, tmp_path):
     """The real loading path: tiny models and the tokenizer saved as local folders, loaded by
-    models.load_pair, swept by the command (catches drift between the CLI and models.py)."""
+    loading.load_pair, swept by the command (catches drift between the CLI and models/)."""
     folders = []
     for name, model in zip(("target", "drafter"), close_pair):
         folder = tmp_path / name
@@ -1067,7 +1071,7 @@ def test_sweep_command_loads_local_folders(close_pair, tokenizer, tmp_path):
         "--out",
         str(out),
     ]
-    result = CliRunner().invoke(cli.app, args)
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     rows = read_rows(out / "runs.csv")
     measured = [(r["method"], r["policy"]) for r in rows if r["source"] == "measured"]
@@ -1224,7 +1228,7 @@ def test_the_sampling_probe_says_what_hf_does():
     assert faithful == (hf_sampling_defect(chars, merges, 64) is None)
     import transformers
 
-    if transformers.__version__ == "5.24.0":  # the release examined (docs/log.md); a later one may mend it
+    if transformers.__version__ == "5.24.0":  # the release examined; a later one may mend it
         assert not faithful
     assert "fails on this pair" in hf_sampling_defect(merges, chars, 96)
     with pytest.raises(AttributeError):
@@ -1311,7 +1315,7 @@ def test_sweep_command_with_a_drafter_of_another_tokenizer_and_early_exit(tmp_pa
         "--out",
         str(out),
     ]
-    result = CliRunner().invoke(cli.app, args)
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     rows = read_rows(out / "runs.csv")
     measured = {(r["method"], r["drafter"]) for r in rows if r["source"] == "measured"}
@@ -1335,7 +1339,7 @@ def test_sweep_command_with_a_drafter_of_another_tokenizer_and_early_exit(tmp_pa
         *args[args.index("--gamma") : -1],
         str(out),
     ]
-    result = CliRunner().invoke(cli.app, args)
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     methods = {r["method"] for r in read_rows(out / "runs.csv")}
     if hf_sampling_defect(char_tokenizer(), merge_tokenizer(), 64):
@@ -1562,7 +1566,7 @@ def test_sweep_command_compares_two_drafter_models(tmp_path):
         "--out",
         str(out),
     ]
-    result = CliRunner().invoke(cli.app, args)
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     rows = read_rows(out / "runs.csv")
     measured = {(r["method"], r["drafter"]) for r in rows if r["source"] == "measured"}
@@ -1582,7 +1586,7 @@ def test_sweep_command_compares_two_drafter_models(tmp_path):
     sweep_meta = json.loads((out / "meta.json").read_text())["sweep"]
     assert sweep_meta["drafter_models"] == ["same", "merged"] and sweep_meta["translated"] == ["merged"]
     twin = save_tiny(tmp_path / "elsewhere" / "same", layers=1, seed=6)  # another folder of the same name
-    again = CliRunner().invoke(cli.app, [*args[:7], "--drafter-model", str(twin), *args[7:-1], str(tmp_path / "dup")])
+    again = CliRunner().invoke(app, [*args[:7], "--drafter-model", str(twin), *args[7:-1], str(tmp_path / "dup")])
     assert again.exit_code == 2 and "share a name" in again.output and len(again.output.strip().splitlines()) == 1
 
 

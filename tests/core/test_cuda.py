@@ -33,7 +33,7 @@ from typer.testing import CliRunner
 
 import specbench.core.verify
 from specbench import paths
-from specbench.cli import commands as cli
+from specbench.cli import app
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
 from specbench.core.sampling import SamplingConfig
 from specbench.drafters import DRAFTERS, make_drafter
@@ -123,7 +123,7 @@ def temp_cache(tmp_path, monkeypatch):
 
 def generate_ids(target: str, *args: str) -> dict:
     result = runner.invoke(
-        cli.app,
+        app,
         [
             "generate",
             "write a sorting function",
@@ -175,7 +175,7 @@ def test_sweep_on_cuda_checks_every_run(folders, tmp_path):
         "--out",
         str(out),
     ]
-    result = runner.invoke(cli.app, args)
+    result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     runs = pd.read_csv(out / "runs.csv")
     measured = runs[(runs["source"] == "measured") & (runs["method"] == "specbench")]

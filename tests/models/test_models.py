@@ -20,9 +20,16 @@ import torch
 from conftest import tiny_model
 from tiny_hf import EOS, char_tokenizer, char_vocab, merge_tokenizer, one_thread, save_tiny, write_tiny_gguf
 
-from specbench import models, paths
+from specbench import paths
+from specbench.errors import ModelError, OptionError, PromptError, VocabMismatch
 from specbench.models import defaults, prepare
+from specbench.models.dtypes import parse_dtype
+from specbench.models.loading import PairConfig, load_pair, validate_pair_config
+from specbench.models.model import LoadedModel, load_model, tokenizer_digest
+from specbench.models.pairing import check_vocab, eos_token_ids, first_vocab_difference
 from specbench.models.prepared import prepared_path
+from specbench.models.specs import ModelSpec, check_device, drafter_kind, parse_model_spec
+from specbench.models.text import TextStream, check_prompt_fits, encode_prompt
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,13 +46,11 @@ def _one_thread():
 def test_parse_model_spec_kinds(tmp_path):
     folder = save_tiny(tmp_path / "m")
     gguf = write_tiny_gguf(tmp_path / "m.gguf")
-    assert models.parse_model_spec("default") == models.ModelSpec("default", "default")
-    assert models.parse_model_spec(str(folder)).kind == "dir"
-    assert models.parse_model_spec(str(gguf)).kind == "gguf"
-    assert models.parse_model_spec("Qwen/Qwen2.5-0.5B-Instruct") == models.ModelSpec(
-        "hub", "Qwen/Qwen2.5-0.5B-Instruct"
-    )
-    assert models.parse_model_spec("gpt2").kind == "hub"
+    assert parse_model_spec("default") == ModelSpec("default", "default")
+    assert parse_model_spec(str(folder)).kind == "dir"
+    assert parse_model_spec(str(gguf)).kind == "gguf"
+    assert parse_model_spec("Qwen/Qwen2.5-0.5B-Instruct") == ModelSpec("hub", "Qwen/Qwen2.5-0.5B-Instruct")
+    assert parse_model_spec("gpt2").kind == "hub"
 
 
 @pytest.mark.parametrize(
@@ -61,17 +66,17 @@ def test_parse_model_spec_kinds(tmp_path):
 )
 def test_parse_model_spec_errors(spec, message):
     """A typo in a path must say so, not fall through to a hub lookup."""
-    with pytest.raises(models.ModelError, match=message):
-        models.parse_model_spec(spec)
+    with pytest.raises(ModelError, match=message):
+        parse_model_spec(spec)
 
 
 def test_parse_model_spec_rejects_folders_and_files_that_are_not_models(tmp_path):
     (tmp_path / "empty").mkdir()
     (tmp_path / "notes.txt").write_text("hi")
-    with pytest.raises(models.ModelError, match="without config.json"):
-        models.parse_model_spec(str(tmp_path / "empty"))
-    with pytest.raises(models.ModelError, match="not a .gguf model"):
-        models.parse_model_spec(str(tmp_path / "notes.txt"))
+    with pytest.raises(ModelError, match="without config.json"):
+        parse_model_spec(str(tmp_path / "empty"))
+    with pytest.raises(ModelError, match="not a .gguf model"):
+        parse_model_spec(str(tmp_path / "notes.txt"))
 
 
 def test_a_cut_weights_file_is_one_model_error(tmp_path):
@@ -80,30 +85,30 @@ def test_a_cut_weights_file_is_one_model_error(tmp_path):
     folder = save_tiny(tmp_path / "cut")
     weights = folder / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
-    with pytest.raises(models.ModelError, match="cannot load target cut"):
-        models.load_model(models.parse_model_spec(str(folder)), role="target", dtype="float32")
+    with pytest.raises(ModelError, match="cannot load target cut"):
+        load_model(parse_model_spec(str(folder)), role="target", dtype="float32")
 
 
 def test_drafter_kind():
-    assert models.drafter_kind("none") == "none"
-    assert models.drafter_kind("ngram") == "ngram"
-    assert models.drafter_kind("prompt-lookup") == "prompt-lookup"
-    assert models.drafter_kind("default") == "model"
-    assert models.drafter_kind("./my-drafter") == "model"
+    assert drafter_kind("none") == "none"
+    assert drafter_kind("ngram") == "ngram"
+    assert drafter_kind("prompt-lookup") == "prompt-lookup"
+    assert drafter_kind("default") == "model"
+    assert drafter_kind("./my-drafter") == "model"
 
 
 def test_dtype_and_device_errors():
-    assert models.parse_dtype("bf16") is torch.bfloat16
-    assert models.parse_dtype("float32") is torch.float32
-    with pytest.raises(models.ModelError, match="unknown dtype"):
-        models.parse_dtype("int3")
-    with pytest.raises(models.ModelError, match="unknown device"):
-        models.check_device("tpu")
-    with pytest.raises(models.ModelError, match="unknown device 'cpu:0'"):
-        models.check_device("cpu:0")
+    assert parse_dtype("bf16") is torch.bfloat16
+    assert parse_dtype("float32") is torch.float32
+    with pytest.raises(ModelError, match="unknown dtype"):
+        parse_dtype("int3")
+    with pytest.raises(ModelError, match="unknown device"):
+        check_device("tpu")
+    with pytest.raises(ModelError, match="unknown device 'cpu:0'"):
+        check_device("cpu:0")
     if not torch.cuda.is_available():
-        with pytest.raises(models.ModelError, match="--device cuda:1: PyTorch sees no CUDA device"):
-            models.check_device("cuda:1")
+        with pytest.raises(ModelError, match="--device cuda:1: PyTorch sees no CUDA device"):
+            check_device("cuda:1")
 
 
 def hub_cache(tmp_path, monkeypatch) -> Path:
@@ -123,7 +128,7 @@ def test_hub_id_loads_from_the_local_cache(tmp_path, monkeypatch):
     save_tiny(repo / "snapshots" / commit)
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(commit)
-    loaded = models.load_model(models.parse_model_spec("tiny-org/tiny-model"), role="target", dtype="float32")
+    loaded = load_model(parse_model_spec("tiny-org/tiny-model"), role="target", dtype="float32")
     assert loaded.name == "tiny-org/tiny-model" and loaded.tokenizer.eos_token == EOS
     assert torch.equal(loaded.model.lm_head.weight, tiny_model(0).lm_head.weight)
 
@@ -131,8 +136,8 @@ def test_hub_id_loads_from_the_local_cache(tmp_path, monkeypatch):
 def test_hub_id_missing_from_local_cache_is_one_clear_line(tmp_path, monkeypatch):
     """Offline: a hub id that is not cached must fail fast, saying specbench never downloads."""
     hub_cache(tmp_path, monkeypatch)
-    with pytest.raises(models.ModelError, match="not in the local Hugging Face cache") as info:
-        models.load_model(models.ModelSpec("hub", "nobody/no-such-model"), role="target", dtype="float32")
+    with pytest.raises(ModelError, match="not in the local Hugging Face cache") as info:
+        load_model(ModelSpec("hub", "nobody/no-such-model"), role="target", dtype="float32")
     assert "\n" not in str(info.value)
 
 
@@ -160,8 +165,8 @@ def folders(tmp_path_factory):
     }
 
 
-def load(folder: Path, role: str = "target", dtype: str = "float32", **kw) -> models.LoadedModel:
-    return models.load_model(models.parse_model_spec(str(folder)), role=role, dtype=dtype, **kw)
+def load(folder: Path, role: str = "target", dtype: str = "float32", **kw) -> LoadedModel:
+    return load_model(parse_model_spec(str(folder)), role=role, dtype=dtype, **kw)
 
 
 def test_load_folder_with_dtype(folders):
@@ -172,68 +177,68 @@ def test_load_folder_with_dtype(folders):
 
 
 def test_vocab_check_accepts_a_matching_pair(folders):
-    models.check_vocab(load(folders["target"]), load(folders["drafter"], role="drafter"))
+    check_vocab(load(folders["target"]), load(folders["drafter"], role="drafter"))
 
 
 def test_vocab_check_names_the_first_differing_id(folders):
-    with pytest.raises(models.VocabMismatch) as info:
-        models.check_vocab(load(folders["target"]), load(folders["swapped"], role="drafter"))
+    with pytest.raises(VocabMismatch) as info:
+        check_vocab(load(folders["target"]), load(folders["swapped"], role="drafter"))
     first = char_vocab()["a"]
     assert f"first at id {first}: target 'a', drafter 'b'" in str(info.value)
 
 
 def test_vocab_check_catches_a_different_logits_width(folders):
-    with pytest.raises(models.VocabMismatch, match="scores 64 token ids, the drafter wider 80"):
-        models.check_vocab(load(folders["target"]), load(folders["wider"], role="drafter"))
+    with pytest.raises(VocabMismatch, match="scores 64 token ids, the drafter wider 80"):
+        check_vocab(load(folders["target"]), load(folders["wider"], role="drafter"))
 
 
 def test_vocab_check_catches_a_different_eos(folders):
     with pytest.raises(
-        models.VocabMismatch, match=r"EOS differs: target '<\|im_end\|>' \(id 2\), drafter '<\|im_start\|>' \(id 1\)"
+        VocabMismatch, match=r"EOS differs: target '<\|im_end\|>' \(id 2\), drafter '<\|im_start\|>' \(id 1\)"
     ):
-        models.check_vocab(load(folders["target"]), load(folders["other_eos"], role="drafter"))
+        check_vocab(load(folders["target"]), load(folders["other_eos"], role="drafter"))
 
 
 def test_drafter_without_tokenizer_is_checked_by_width_and_eos(folders):
     drafter = load(folders["no_tokenizer"], role="drafter", require_tokenizer=False)
     assert drafter.tokenizer is None
-    models.check_vocab(load(folders["target"]), drafter)
+    check_vocab(load(folders["target"]), drafter)
 
 
 def test_first_vocab_difference():
     vocab = {"a": 0, "b": 1}
-    assert models.first_vocab_difference(vocab, dict(vocab)) is None
+    assert first_vocab_difference(vocab, dict(vocab)) is None
     assert (
-        models.first_vocab_difference(vocab, {"a": 0, "b": 1, "c": 2})
+        first_vocab_difference(vocab, {"a": 0, "b": 1, "c": 2})
         == "first at id 2: target no token, drafter 'c' (2 vs 3 tokens)"
     )
 
 
 def test_load_pair_with_a_model_free_drafter_loads_no_drafter(folders):
-    pair = models.load_pair(models.PairConfig(target=str(folders["target"]), drafter="ngram"))
+    pair = load_pair(PairConfig(target=str(folders["target"]), drafter="ngram"))
     assert pair.drafter_model is None and pair.drafter_name == "ngram"
     assert pair.new_drafter().name == "ngram"
-    assert models.load_pair(models.PairConfig(target=str(folders["target"]), drafter="none")).new_drafter() is None
+    assert load_pair(PairConfig(target=str(folders["target"]), drafter="none")).new_drafter() is None
 
 
 def test_a_model_drafter_copies_from_the_context_unless_told_not_to(folders):
-    config = models.PairConfig(target=str(folders["target"]), drafter=str(folders["drafter"]))
-    assert models.load_pair(config).new_drafter().name == "model+lookup"  # --lookup, the default
-    no_lookup = models.load_pair(models.PairConfig(target=config.target, drafter=config.drafter, lookup=False))
+    config = PairConfig(target=str(folders["target"]), drafter=str(folders["drafter"]))
+    assert load_pair(config).new_drafter().name == "model+lookup"  # --lookup, the default
+    no_lookup = load_pair(PairConfig(target=config.target, drafter=config.drafter, lookup=False))
     assert no_lookup.new_drafter().name == "model"
     # in generate, --drafter names the model; the sweep's drafter names get a pointer
     for name in ("model", "model+lookup"):
-        with pytest.raises(models.ModelError, match="give the drafter model instead"):
-            models.validate_pair_config(models.PairConfig(drafter=name))
+        with pytest.raises(ModelError, match="give the drafter model instead"):
+            validate_pair_config(PairConfig(drafter=name))
 
 
 def test_identical_tokenizer_files_share_one_tokenizer(folders):
     """The default pair's tokenizers are byte-identical: load (and compare) one, not two."""
-    pair = models.load_pair(models.PairConfig(target=str(folders["target"]), drafter=str(folders["drafter"])))
+    pair = load_pair(PairConfig(target=str(folders["target"]), drafter=str(folders["drafter"])))
     assert pair.drafter_model.tokenizer is pair.target.tokenizer
-    assert pair.target.tokenizer_digest == models.tokenizer_digest(str(folders["drafter"]))
-    assert models.tokenizer_digest(str(folders["swapped"])) != pair.target.tokenizer_digest
-    assert models.tokenizer_digest(str(folders["no_tokenizer"])) is None
+    assert pair.target.tokenizer_digest == tokenizer_digest(str(folders["drafter"]))
+    assert tokenizer_digest(str(folders["swapped"])) != pair.target.tokenizer_digest
+    assert tokenizer_digest(str(folders["no_tokenizer"])) is None
 
 
 @pytest.mark.parametrize("drafter", ["swapped", "wider", "other_eos", "merges"])
@@ -243,9 +248,7 @@ def test_a_drafter_with_another_tokenizer_is_translated(folders, drafter):
     from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
     from specbench.policies import FixedGamma
 
-    pair = models.load_pair(
-        models.PairConfig(target=str(folders["target"]), drafter=str(folders[drafter]), lookup=False)
-    )
+    pair = load_pair(PairConfig(target=str(folders["target"]), drafter=str(folders[drafter]), lookup=False))
     assert pair.translated and pair.draft_vocab == 0 and "translated through text" in pair.mapping
     made = pair.new_drafter()
     assert type(made).__name__ == "TranslatedDrafter"
@@ -259,24 +262,24 @@ def test_a_pair_that_cannot_work_is_one_line(folders):
     """No tokenizer to translate through, or no common text: VocabMismatch, one line."""
     cases = {"wider_no_tokenizer": "drafter has no tokenizer", "capitals": "no common text"}
     for drafter, message in cases.items():
-        with pytest.raises(models.VocabMismatch, match=message) as info:
-            models.load_pair(models.PairConfig(target=str(folders["target"]), drafter=str(folders[drafter])))
+        with pytest.raises(VocabMismatch, match=message) as info:
+            load_pair(PairConfig(target=str(folders["target"]), drafter=str(folders[drafter])))
         assert "\n" not in str(info.value)
 
 
 def test_a_shared_tokenizer_is_not_translated(folders):
-    pair = models.load_pair(models.PairConfig(target=str(folders["target"]), drafter=str(folders["drafter"])))
+    pair = load_pair(PairConfig(target=str(folders["target"]), drafter=str(folders["drafter"])))
     assert not pair.translated and pair.mapping == "tokenizer shared: draft ids are the target's"
 
 
 def test_early_exit_drafter_spec(folders):
-    pair = models.load_pair(models.PairConfig(target=str(folders["target"]), drafter="early-exit:1"))
+    pair = load_pair(PairConfig(target=str(folders["target"]), drafter="early-exit:1"))
     assert pair.drafter_model is None and pair.new_drafter().name == "early-exit:1"
     assert pair.mapping.startswith("early exit: the target's first 1 of 2 layers")
-    with pytest.raises(models.ModelError, match="choose N from 1 to 1"):
-        models.load_pair(models.PairConfig(target=str(folders["target"]), drafter="early-exit:2"))
-    with pytest.raises(models.OptionError, match="N >= 1"):
-        models.validate_pair_config(models.PairConfig(target=str(folders["target"]), drafter="early-exit:0"))
+    with pytest.raises(ModelError, match="choose N from 1 to 1"):
+        load_pair(PairConfig(target=str(folders["target"]), drafter="early-exit:2"))
+    with pytest.raises(OptionError, match="N >= 1"):
+        validate_pair_config(PairConfig(target=str(folders["target"]), drafter="early-exit:0"))
 
 
 def test_device_auto_places_the_target_with_accelerate(folders, monkeypatch):
@@ -291,9 +294,7 @@ def test_device_auto_places_the_target_with_accelerate(folders, monkeypatch):
         return original(cls, *args, **kwargs)
 
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", classmethod(spy))
-    pair = models.load_pair(
-        models.PairConfig(target=str(folders["target"]), drafter=str(folders["drafter"]), device="auto")
-    )
+    pair = load_pair(PairConfig(target=str(folders["target"]), drafter=str(folders["drafter"]), device="auto"))
     target_device = next(pair.target.model.parameters()).device
     assert placements == ["auto", None if target_device.type == "cpu" else str(target_device)]
     assert next(pair.drafter_model.model.parameters()).device == target_device
@@ -315,17 +316,17 @@ def test_gguf_spec_loads_the_same_weights(tmp_path, capsys):
 def test_eos_token_ids_unites_tokenizer_and_configs(folders):
     loaded = load(folders["target"])
     loaded.model.generation_config.eos_token_id = [2, 5]
-    assert models.eos_token_ids(loaded.model, loaded.tokenizer) == (2, 5)
+    assert eos_token_ids(loaded.model, loaded.tokenizer) == (2, 5)
 
 
 def test_encode_prompt_chat_template_raw_and_empty():
     tokenizer = char_tokenizer()
-    chat = models.encode_prompt(tokenizer, "hi")
+    chat = encode_prompt(tokenizer, "hi")
     assert tokenizer.decode(chat) == "<|im_start|>user:hi<|im_end|><|im_start|>assistant:"
-    assert models.encode_prompt(tokenizer, "hi", raw=True) == [char_vocab()["h"], char_vocab()["i"]]
-    assert models.encode_prompt(char_tokenizer(chat_template=None), "hi") == [char_vocab()["h"], char_vocab()["i"]]
-    with pytest.raises(models.PromptError, match="empty"):
-        models.encode_prompt(tokenizer, "  \n")
+    assert encode_prompt(tokenizer, "hi", raw=True) == [char_vocab()["h"], char_vocab()["i"]]
+    assert encode_prompt(char_tokenizer(chat_template=None), "hi") == [char_vocab()["h"], char_vocab()["i"]]
+    with pytest.raises(PromptError, match="empty"):
+        encode_prompt(tokenizer, "  \n")
 
 
 def test_a_chat_template_that_refuses_the_messages_is_one_prompt_error():
@@ -335,9 +336,9 @@ def test_a_chat_template_that_refuses_the_messages_is_one_prompt_error():
         "{{ raise_exception('System role not supported') }}{% endif %}{{ m['content'] }}{% endfor %}"
     )
     tokenizer = char_tokenizer(chat_template=no_system)
-    with pytest.raises(models.PromptError, match="refused the prompt: System role not supported"):
-        models.encode_prompt(tokenizer, [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}])
-    assert models.encode_prompt(tokenizer, "hi") == [char_vocab()["h"], char_vocab()["i"]]
+    with pytest.raises(PromptError, match="refused the prompt: System role not supported"):
+        encode_prompt(tokenizer, [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}])
+    assert encode_prompt(tokenizer, "hi") == [char_vocab()["h"], char_vocab()["i"]]
 
 
 def test_encode_prompt_one_rule_for_strings_and_messages():
@@ -346,23 +347,23 @@ def test_encode_prompt_one_rule_for_strings_and_messages():
     one, a single turn is its text alone and a conversation a User:/Assistant: transcript."""
     vocab, tokenizer = char_vocab(), char_tokenizer()
     turn = [{"role": "user", "content": "hi"}]
-    assert models.encode_prompt(tokenizer, turn) == models.encode_prompt(tokenizer, "hi")
+    assert encode_prompt(tokenizer, turn) == encode_prompt(tokenizer, "hi")
     talk = [*turn, {"role": "assistant", "content": "yo"}, {"role": "user", "content": "ok"}]
-    assert tokenizer.decode(models.encode_prompt(tokenizer, talk)).endswith(
+    assert tokenizer.decode(encode_prompt(tokenizer, talk)).endswith(
         "<|im_start|>user:ok<|im_end|><|im_start|>assistant:"
     )
     plain = char_tokenizer(chat_template=None)
-    assert models.encode_prompt(plain, turn) == [vocab["h"], vocab["i"]]
+    assert encode_prompt(plain, turn) == [vocab["h"], vocab["i"]]
     transcript = "User: hi\n\nAssistant: yo\n\nUser: ok\n\nAssistant:"
-    assert models.encode_prompt(plain, talk) == plain(transcript)["input_ids"]
-    with pytest.raises(models.PromptError, match="empty"):
-        models.encode_prompt(tokenizer, [{"role": "user", "content": " "}])
+    assert encode_prompt(plain, talk) == plain(transcript)["input_ids"]
+    with pytest.raises(PromptError, match="empty"):
+        encode_prompt(tokenizer, [{"role": "user", "content": " "}])
 
 
 def test_check_prompt_fits():
-    models.check_prompt_fits([1] * 9, 10)
-    with pytest.raises(models.PromptError, match="the prompt is 10 tokens; the model's context holds 10"):
-        models.check_prompt_fits([1] * 10, 10)
+    check_prompt_fits([1] * 9, 10)
+    with pytest.raises(PromptError, match="the prompt is 10 tokens; the model's context holds 10"):
+        check_prompt_fits([1] * 10, 10)
 
 
 def test_text_stream_holds_back_half_a_character():
@@ -371,7 +372,7 @@ def test_text_stream_holds_back_half_a_character():
     halves = ["Ã", "©"]  # the two byte-level tokens of "é"
     vocab.update({h: len(vocab) + i for i, h in enumerate(halves)})
     tokenizer = char_tokenizer(vocab)
-    stream = models.TextStream(tokenizer)
+    stream = TextStream(tokenizer)
     assert stream.push([vocab["c"], vocab["a"], vocab["f"]]) == "caf"
     assert stream.push([vocab["Ã"]]) == ""
     assert stream.push([vocab["©"], vocab[EOS]]) == "é"
@@ -453,8 +454,8 @@ def test_cache_round_trip(tmp_path, monkeypatch):
     model, _ = _fake_pair_model(tmp_path, monkeypatch)
     monkeypatch.setattr(defaults, "TARGET", model)
     tasks = []
-    loaded = models.load_model(
-        models.ModelSpec("default", "default"), role="target", dtype="float32", progress=lambda t, d, n: tasks.append(t)
+    loaded = load_model(
+        ModelSpec("default", "default"), role="target", dtype="float32", progress=lambda t, d, n: tasks.append(t)
     )
     assert defaults.is_cached(model)
     entry = defaults.cached_dir(model)
@@ -463,13 +464,13 @@ def test_cache_round_trip(tmp_path, monkeypatch):
     assert any(t.startswith("dequantizing") for t in tasks) and any(t.startswith("writing") for t in tasks)
     expected = tiny_model(0).state_dict()
     assert all(torch.equal(expected[k], v) for k, v in loaded.model.state_dict().items())
-    assert models.eos_token_ids(loaded.model, loaded.tokenizer) == (2, 5)
+    assert eos_token_ids(loaded.model, loaded.tokenizer) == (2, 5)
 
     def no_conversion(*args, **kwargs):
         raise AssertionError("a cached model must not be converted again")
 
     monkeypatch.setattr(defaults, "_convert", no_conversion)
-    again = models.load_model(models.ModelSpec("default", "default"), role="target", dtype="bfloat16")
+    again = load_model(ModelSpec("default", "default"), role="target", dtype="bfloat16")
     assert next(again.model.parameters()).dtype is torch.bfloat16
     assert again.tokenizer.get_vocab() == loaded.tokenizer.get_vocab()
 
@@ -489,11 +490,11 @@ def test_an_entry_without_weights_gets_them_when_asked(tmp_path, monkeypatch):
     assert (entry / model.gguf_name).is_file() and (entry / "tokenizer.json").is_file()
     assert json.loads((entry / "generation_config.json").read_text())["eos_token_id"] == [2, 5]
     monkeypatch.setattr(defaults, "TARGET", model)
-    loaded = models.load_model(models.ModelSpec("default", "default"), role="target", dtype="float32")
+    loaded = load_model(ModelSpec("default", "default"), role="target", dtype="float32")
     assert defaults.has_weights(entry) and sorted(p.name for p in paths.models_dir().iterdir()) == [entry.name]
     expected = tiny_model(0).state_dict()
     assert all(torch.equal(expected[k], v) for k, v in loaded.model.state_dict().items())
-    assert models.eos_token_ids(loaded.model, loaded.tokenizer) == (2, 5)
+    assert eos_token_ids(loaded.model, loaded.tokenizer) == (2, 5)
 
 
 @pytest.mark.needs_kernel("q4k", "linear")
@@ -507,8 +508,8 @@ def test_the_default_q4k_target_is_prepared_from_its_gguf_without_float32_weight
     model, _ = _fake_pair_model(tmp_path, monkeypatch, gguf=gguf)
     monkeypatch.setattr(defaults, "TARGET", model)
     tasks = []
-    first = models.load_model(
-        models.ModelSpec("default", "default"), role="target", dtype="q4k", progress=lambda t, d, n: tasks.append(t)
+    first = load_model(
+        ModelSpec("default", "default"), role="target", dtype="q4k", progress=lambda t, d, n: tasks.append(t)
     )
     entry = defaults.cached_dir(model)
     assert sorted(p.name for p in entry.glob("*.safetensors")) == [
@@ -519,8 +520,8 @@ def test_the_default_q4k_target_is_prepared_from_its_gguf_without_float32_weight
     )
     assert sum(isinstance(m, Q4KLinear) for m in first.model.modules()) == 2 * 7 + 1 - len(Q4_K_M_LIKE)
     assert sum(isinstance(m, Q6KLinear) for m in first.model.modules()) == len(Q4_K_M_LIKE)
-    assert models.eos_token_ids(first.model, first.tokenizer) == (2, 5)
-    again = models.load_model(models.ModelSpec("default", "default"), role="target", dtype="q4k")
+    assert eos_token_ids(first.model, first.tokenizer) == (2, 5)
+    again = load_model(ModelSpec("default", "default"), role="target", dtype="q4k")
     ids = torch.tensor([[1, 5, 9, 12, 3, 40]])
     assert torch.equal(again.model(input_ids=ids).logits, first.model(input_ids=ids).logits)
     close = (first.model(input_ids=ids).logits - reference(input_ids=ids).logits).abs().max()
@@ -537,8 +538,8 @@ def test_the_default_q4k_drafter_is_prepared_once_and_mapped_after(tmp_path, mon
     model = defaults.EmbeddedModel(**{**model.__dict__, "role": "drafter"})
     monkeypatch.setattr(defaults, "DRAFTER", model)
     tasks = []
-    first = models.load_model(
-        models.ModelSpec("default", "default"), role="drafter", dtype="q4k", progress=lambda t, d, n: tasks.append(t)
+    first = load_model(
+        ModelSpec("default", "default"), role="drafter", dtype="q4k", progress=lambda t, d, n: tasks.append(t)
     )
     entry = defaults.cached_dir(model)
     assert sorted(p.name for p in entry.glob("*.safetensors")) == [
@@ -553,7 +554,7 @@ def test_the_default_q4k_drafter_is_prepared_once_and_mapped_after(tmp_path, mon
         raise AssertionError("a prepared drafter must be mapped, not prepared again")
 
     monkeypatch.setattr(prepare, "_prepare", no_preparing)
-    again = models.load_model(models.ModelSpec("default", "default"), role="drafter", dtype="q4k")
+    again = load_model(ModelSpec("default", "default"), role="drafter", dtype="q4k")
     ids = torch.tensor([[1, 5, 9, 12, 3, 40]])
     assert torch.equal(again.model(input_ids=ids).logits, first.model(input_ids=ids).logits)
     assert next(again.model.parameters()).dtype is torch.bfloat16
@@ -567,9 +568,9 @@ def test_an_encoder_is_refused_in_one_line_and_an_encoder_decoder_s_decoder_is_n
     BertLMHeadModel(
         BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, **small)
     ).save_pretrained(tmp_path / "bert")
-    with pytest.raises(models.ModelError, match="bert encoder attends both ways"):
-        models.load_model(
-            models.ModelSpec("folder", str(tmp_path / "bert")), role="drafter", dtype="float32", require_tokenizer=False
+    with pytest.raises(ModelError, match="bert encoder attends both ways"):
+        load_model(
+            ModelSpec("folder", str(tmp_path / "bert")), role="drafter", dtype="float32", require_tokenizer=False
         )
     bart = dict(
         d_model=16,
@@ -585,8 +586,8 @@ def test_an_encoder_is_refused_in_one_line_and_an_encoder_decoder_s_decoder_is_n
     (tmp_path / "bart" / "config.json").write_text(
         json.dumps({**config, "is_decoder": False})
     )  # as a seq2seq checkpoint says
-    loaded = models.load_model(
-        models.ModelSpec("folder", str(tmp_path / "bart")), role="drafter", dtype="float32", require_tokenizer=False
+    loaded = load_model(
+        ModelSpec("folder", str(tmp_path / "bart")), role="drafter", dtype="float32", require_tokenizer=False
     )
     assert loaded.model.config.is_decoder
 

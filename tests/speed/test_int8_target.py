@@ -17,7 +17,9 @@ from tiny_hf import save_tiny
 
 from specbench.core.attention import ROWS
 from specbench.core.sampling import SamplingConfig
-from specbench.models.loading import ModelError, load_model, parse_target_dtype
+from specbench.errors import ModelError
+from specbench.models.dtypes import parse_target_dtype
+from specbench.models.model import load_model
 from specbench.models.specs import parse_model_spec
 from specbench.speed import native, quantize
 from specbench.speed.quantize import Int8TargetLinear, exact_int8_linear, quantize_rows, quantize_target

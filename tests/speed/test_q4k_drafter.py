@@ -17,7 +17,7 @@ from conftest import accepted_with_greedy_parity, tiny_model
 from gguf_tiny import q4k_reference as reference
 from tiny_hf import save_tiny
 
-from specbench.models.loading import load_model
+from specbench.models.model import load_model
 from specbench.models.specs import parse_model_spec
 from specbench.speed.gguf_blocks import QK, Q4KLinear, dequantize, quantize_q4k
 from specbench.speed.quantize import Int8Linear

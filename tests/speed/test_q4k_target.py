@@ -35,7 +35,9 @@ from gguf_tiny import (
 from tiny_hf import save_tiny
 
 from specbench.core.sampling import SamplingConfig
-from specbench.models.loading import ModelError, load_model, parse_draft_dtype, parse_target_dtype
+from specbench.errors import ModelError
+from specbench.models.dtypes import parse_draft_dtype, parse_target_dtype
+from specbench.models.model import load_model
 from specbench.models.specs import parse_model_spec
 from specbench.speed import gguf_blocks, native
 from specbench.speed.gguf_blocks import QK, Q4KLinear, Q6KLinear, dequantize, dequantize_q6k, repack, repack_q6k
@@ -366,7 +368,8 @@ def test_without_the_kernel_a_q4k_target_is_refused_with_the_reason(monkeypatch)
 
 
 def test_auto_is_q4k_for_a_gguf_target_with_q4k_layers_int8_for_others_float32_without_kernels(monkeypatch, tmp_path):
-    from specbench.models.loading import PairConfig, resolve_target_dtype
+    from specbench.models.dtypes import resolve_target_dtype
+    from specbench.models.loading import PairConfig
 
     _, q4k_file = q4k_model_and_file(tmp_path)
     folder = save_tiny(tmp_path / "tiny")

@@ -9,14 +9,9 @@ from conftest import PROMPTS, noisy_copy, tiny_model
 from specbench.bench.meta import model_meta
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
 from specbench.drafters import ModelDrafter, make_drafter
-from specbench.models.loading import (
-    ModelError,
-    PairConfig,
-    parse_draft_dtype,
-    parse_dtype,
-    parse_target_dtype,
-    resolve_draft_dtype,
-)
+from specbench.errors import ModelError
+from specbench.models.dtypes import parse_draft_dtype, parse_dtype, parse_target_dtype, resolve_draft_dtype
+from specbench.models.loading import PairConfig
 from specbench.policies import FixedGamma
 from specbench.speed import draft_vocab, native
 from specbench.speed.draft_vocab import restricted_head

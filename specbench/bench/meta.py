@@ -32,7 +32,7 @@ from specbench.bench.costs import METHOD as COSTS_METHOD
 from specbench.bench.costs import Costs
 from specbench.bench.plan import SweepConfig
 from specbench.bench.prompts import Prompt
-from specbench.bench.results import summary_frame
+from specbench.bench.summary import summary_frame
 from specbench.errors import ResultsError, SweepError
 from specbench.speed import native
 from specbench.speed.gguf_blocks import Q4KLinear

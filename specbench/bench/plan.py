@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specbench.bench.prompts import Prompt
-from specbench.bench.results import (
+from specbench.bench.gammas import parse_gammas
+from specbench.bench.labels import (
     BASELINE_METHOD,
     FIXED_POLICY,
     MEASURED,
@@ -25,15 +25,13 @@ from specbench.bench.results import (
     ORACLE_POLICY,
     PREDICTED,
     PROFILE,
-    best_gammas,
     drafter_label,
     label_parts,
-    parse_gammas,
-    row_key,
-    run_key,
-    summary_frame,
 )
+from specbench.bench.prompts import Prompt
+from specbench.bench.runs_file import row_key, run_key
 from specbench.bench.shards import Shard, check_shardable, shard_prompt_ids
+from specbench.bench.summary import best_gammas, summary_frame
 from specbench.core.generate import GenerationConfig
 from specbench.core.sampling import SamplingConfig
 from specbench.drafters import DRAFTERS, is_drafter, parse_early_exit, uses_model

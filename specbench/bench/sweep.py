@@ -74,6 +74,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from specbench.bench.costs import Costs
+from specbench.bench.labels import PREDICTED, PROFILE
 from specbench.bench.meta import (
     add_costs_meta,
     build_meta,
@@ -82,6 +83,7 @@ from specbench.bench.meta import (
     closing_meta,
     set_sweep_costs,
 )
+from specbench.bench.meta_file import read_meta, write_meta
 from specbench.bench.plan import (
     PlannedRun,
     SweepConfig,
@@ -95,23 +97,11 @@ from specbench.bench.plan import (
 from specbench.bench.pricing import (
     CostBook,
     cost_models,
-    costs_key,
-    costs_model,
-    costs_summary,
-    price_blocks,
     pricing_line,
 )
 from specbench.bench.prompts import Prompt
-from specbench.bench.records import PATHS_JSONL, ROUNDS_JSONL, prepare_out_dir, read_paths, read_rounds
-from specbench.bench.results import (
-    PREDICTED,
-    PROFILE,
-    RUNS_CSV,
-    read_meta,
-    read_rows,
-    write_meta,
-)
-from specbench.bench.rows import baseline_key, baselines_from_rows, late_runs, predicted_price
+from specbench.bench.records import prepare_out_dir, read_paths
+from specbench.bench.rows import baselines_from_rows, late_runs
 from specbench.bench.runner import (
     DrafterModel,
     SweepRunner,
@@ -119,28 +109,11 @@ from specbench.bench.runner import (
     encode_prompts,
     run_plan,
     target_layers,
-    why_no_hf_universal,
 )
+from specbench.bench.runs_file import RUNS_CSV, read_rows
 from specbench.drafters import parse_early_exit
 from specbench.drafters.early_exit import check_early_exit
 from specbench.errors import SweepError, reraise_as
-
-__all__ = [  # what callers elsewhere (cli/commands.py, reprice.py) import from here, moved to the step modules
-    "PATHS_JSONL",
-    "ROUNDS_JSONL",
-    "DrafterModel",
-    "baseline_key",
-    "baselines_from_rows",
-    "costs_key",
-    "costs_model",
-    "costs_summary",
-    "predicted_price",
-    "price_blocks",
-    "pricing_line",
-    "read_rounds",
-    "sweep",
-    "why_no_hf_universal",
-]
 
 
 @dataclass

@@ -22,13 +22,14 @@ def merge_command(
     """Join the shards of one sweep into one results directory. Needs no models."""
     from pathlib import Path
 
-    from specbench.bench import results as sweep_results
     from specbench.bench.merge import merge
+    from specbench.bench.runs_file import load_runs
+    from specbench.bench.summary import summarize
 
     merged = merge(Path(out), [Path(s) for s in shards], command=ui.command_line())
-    runs = sweep_results.load_runs(merged.out_dir)
+    runs = load_runs(merged.out_dir)
     render_predicted(runs)
-    measured = [s for s in sweep_results.summarize(runs) if s.source == "measured"]
+    measured = [s for s in summarize(runs) if s.source == "measured"]
     if measured:
         greedy = bool((runs["temperature"] == 0).all())
         ui.console.print(summary_table(measured, greedy, title="Measured (each prompt on its shard's machine)"))

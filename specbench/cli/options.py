@@ -16,15 +16,15 @@ from typing import Annotated
 
 import typer
 
-from specbench.models import defaults
+from specbench.models import options as model_options
 
 TARGET = "default"
 DEVICE = "cpu"
 KERNELS = "auto"
-DTYPE = defaults.DEFAULT_DTYPE
-DRAFT_DTYPE = defaults.DEFAULT_DRAFT_DTYPE
-DRAFT_VOCAB = defaults.DEFAULT_DRAFT_VOCAB
-LOOKUP = defaults.DEFAULT_LOOKUP
+DTYPE = model_options.DEFAULT_DTYPE
+DRAFT_DTYPE = model_options.DEFAULT_DRAFT_DTYPE
+DRAFT_VOCAB = model_options.DEFAULT_DRAFT_VOCAB
+LOOKUP = model_options.DEFAULT_LOOKUP
 TEMPERATURE = 0.0
 TOP_K = 0
 TOP_P = 1.0

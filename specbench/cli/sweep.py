@@ -19,7 +19,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from specbench.bench import prompts as prompt_sets
-from specbench.bench import results as sweep_results
+from specbench.bench.gammas import parse_gammas
+from specbench.bench.labels import FIXED_POLICY, MODEL_DRAFTER, drafter_label, drafter_model_name
+from specbench.bench.runs_file import RUNS_CSV, make_dir
 from specbench.bench.shards import parse_shard
 from specbench.cli import options as o
 from specbench.cli import ui
@@ -64,9 +66,9 @@ def sweep_command(
 
     # 1. everything that can be checked before minutes of model loading
     config = plan.SweepConfig(
-        gammas=tuple(sweep_results.parse_gammas(gamma)),
-        drafters=tuple(drafter or (sweep_results.MODEL_DRAFTER,)),
-        policies=tuple(gamma_policy or (sweep_results.FIXED_POLICY,)),
+        gammas=tuple(parse_gammas(gamma)),
+        drafters=tuple(drafter or (MODEL_DRAFTER,)),
+        policies=tuple(gamma_policy or (FIXED_POLICY,)),
         temperature=temperature,
         max_new_tokens=max_new_tokens,
         repeats=repeats,
@@ -113,7 +115,7 @@ def sweep_command(
 
 def _check_new_sweep(out_dir: Path, resume: bool) -> None:
     """A sweep without --resume never writes into another sweep's rows."""
-    runs_csv = out_dir / sweep_results.RUNS_CSV
+    runs_csv = out_dir / RUNS_CSV
     if not resume and runs_csv.exists():
         raise SweepError(f"{runs_csv} already exists: pass --resume to continue that sweep, or choose another --out")
 
@@ -156,7 +158,7 @@ def _out_folder(out_dir: Path) -> Iterator[Path]:
     not load, Ctrl-C while loading), with the parents it made: a failed start leaves no
     empty results folder behind."""
     made = [folder for folder in (out_dir, *out_dir.parents) if not folder.exists()]  # deepest first
-    sweep_results.make_dir(out_dir, SweepError)
+    make_dir(out_dir, SweepError)
     try:
         yield out_dir
     except BaseException:
@@ -181,7 +183,7 @@ def _more_drafters(pair, pair_config, specs: list[str], kernels: str, hint: str)
             (pair.drafter_model, pair.translated),
             *load_drafters(pair_config, pair.target, specs, kernels, report),
         ]
-    named = {sweep_results.drafter_model_name(d.name): (d, translated) for d, translated in loaded}
+    named = {drafter_model_name(d.name): (d, translated) for d, translated in loaded}
     if len(named) < len(loaded):
         raise OptionError(
             f"two drafter models would share a name in labels ({', '.join(d.name for d, _ in loaded)}); give each once"
@@ -193,7 +195,7 @@ def _drafter_settings(pair, drafters: dict, temperature: float) -> dict:
     """SweepConfig's drafter_models, translated and hf_refuses for the loaded drafters: one
     unnamed model (the pair's), or several by name. A drafter model left without its
     hf-universal baseline is said in one line, with why."""
-    from specbench.bench.sweep import why_no_hf_universal
+    from specbench.bench.runner import why_no_hf_universal
 
     drafter_models = _drafter_models(pair, drafters)
     translated = tuple(name for name, (_, is_translated) in drafter_models.items() if is_translated)
@@ -203,7 +205,7 @@ def _drafter_settings(pair, drafters: dict, temperature: float) -> dict:
         why = why_no_hf_universal(pair.target.model, drafter.model, pair.tokenizer, drafter.tokenizer, temperature)
         if why:
             refuses.append(name)
-            label = sweep_results.drafter_label(sweep_results.MODEL_DRAFTER, name)
+            label = drafter_label(MODEL_DRAFTER, name)
             ui.say(f"[dim]no hf-universal beside {escape(label)}: {escape(why)}[/]", markup=True, stderr=True)
     settings = {"translated": translated, "hf_refuses": tuple(refuses)}
     return {"drafter_models": tuple(drafter_models), **settings} if drafters else settings
@@ -240,7 +242,8 @@ def _run_sweep(
 ) -> None:
     """Run the sweep on a loaded pair under a progress bar; Ctrl-C keeps the finished rows;
     then the table. drafters: _more_drafters', for a sweep of several drafter models."""
-    from specbench.bench.sweep import DrafterModel, sweep
+    from specbench.bench.runner import DrafterModel
+    from specbench.bench.sweep import sweep
 
     drafter_models = _drafter_models(pair, drafters)
     model = {name: DrafterModel(d.model, d.tokenizer if t else None) for name, (d, t) in drafter_models.items()}
@@ -275,8 +278,7 @@ def _run_sweep(
         except KeyboardInterrupt:
             progress.stop()
             ui.say(
-                f"interrupted: {written} new row(s) kept in {out_dir / sweep_results.RUNS_CSV}; add --resume to finish"
-                " the sweep",
+                f"interrupted: {written} new row(s) kept in {out_dir / RUNS_CSV}; add --resume to finish the sweep",
                 stderr=True,
             )
             raise typer.Exit(130) from None

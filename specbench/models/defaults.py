@@ -26,10 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specbench.errors import ChecksumError, DefaultModelError
-from specbench.models.options import DEFAULT_DRAFT_DTYPE as DEFAULT_DRAFT_DTYPE
-from specbench.models.options import DEFAULT_DRAFT_VOCAB as DEFAULT_DRAFT_VOCAB
-from specbench.models.options import DEFAULT_DTYPE as DEFAULT_DTYPE
-from specbench.models.options import DEFAULT_LOOKUP as DEFAULT_LOOKUP
 from specbench.models.progress import Progress, no_progress
 from specbench.paths import CACHE_ENV, models_dir, own_dirs
 

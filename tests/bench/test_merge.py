@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from specbench.bench.plan import SweepConfig
 from specbench.bench.prompts import load_prompts
 from specbench.bench.reprice import CHOOSE_BY_COSTS
-from specbench.bench.results import KEY_COLUMNS, read_rows, row_key
+from specbench.bench.runs_file import KEY_COLUMNS, read_rows, row_key
 from specbench.bench.shards import Shard, parse_shard, shard_prompt_ids
 from specbench.bench.sweep import sweep
 from specbench.cli import app

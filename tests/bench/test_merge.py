@@ -22,7 +22,9 @@ from specbench.bench.shards import Shard, parse_shard, shard_prompt_ids
 from specbench.bench.sweep import sweep
 from specbench.cli import app
 from specbench.errors import SweepError
-from specbench.models import LoadedModel, LoadedPair, ModelSpec
+from specbench.models.loading import LoadedPair
+from specbench.models.model import LoadedModel
+from specbench.models.specs import ModelSpec
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

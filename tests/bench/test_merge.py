@@ -298,3 +298,40 @@ def test_the_readmes_slurm_and_ray_examples_call_the_cli_as_it_is():
         assert context.params["shard"] == "1/4" and context.params["measure"] == "all"
     merge = command.commands["merge"].make_context("merge", ["merged", "shards/1", "shards/2"])
     assert merge.params["shards"] == ["shards/1", "shards/2"]
+
+
+@pytest.mark.ray
+def test_the_readmes_ray_example_runs_on_a_local_ray(tmp_path, monkeypatch):
+    """The README's Ray job, as written, on a local Ray instance: only its sweep arguments are
+    swapped for tiny models saved as folders (and `specbench` for this interpreter's CLI)."""
+    ray = pytest.importorskip("ray")
+    import ast
+    import sys
+
+    from tiny_hf import save_tiny
+
+    target = save_tiny(tmp_path / "target", seed=0)
+    drafter = save_tiny(tmp_path / "drafter", seed=1)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(
+        "".join(json.dumps({"id": f"p{i}", "category": "code", "turns": [f"print({i})"]}) + "\n" for i in range(3))
+    )
+    cli = [sys.executable, "-c", "from specbench.cli import app; app()"]
+    tiny = [
+        *("--target", target, "--drafter-model", drafter, "--dtype", "float32", "--draft-dtype", "float32"),
+        *("--prompts", prompts, "--max-new-tokens", "4", "--timing-repeats", "1", "--no-hf-assisted"),
+    ]
+    code = readme_block("python", "ray.remote")
+    head = next(line for line in code.splitlines() if line.startswith("N, SWEEP = "))
+    sweep_args = ast.literal_eval(head.split("= ", 1)[1])[1]
+    code = code.replace(head, f"N, SWEEP = 2, {[*cli, *sweep_args[1:], *[str(a) for a in tiny]]!r}")
+    code = code.replace('["specbench", "merge"', f"[*{cli!r}, 'merge'")
+    monkeypatch.chdir(tmp_path)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        exec(compile(code, "README.md", "exec"), {})
+    finally:
+        ray.shutdown()
+    meta = json.loads((tmp_path / "merged" / "meta.json").read_text())
+    assert [s["shard"] for s in meta["shards"]] == ["1/2", "2/2"] and meta["finished"]
+    assert {r["prompt_id"] for r in read_rows(tmp_path / "merged" / "runs.csv")} == {"p0", "p1", "p2"}

@@ -154,6 +154,7 @@ class ForwardTimer:
     def seconds(self, k: int) -> float:
         """One forward over k new tokens."""
         new = torch.tensor([(self.context * k)[:k]], device=self.device)  # [1, k] ordinary token ids
+        sync(self.device)  # nothing queued before the clock starts (the crop, the copy of `new`)
         start = time.perf_counter()
         if self.step is not None:
             choose(self.step(self.model, new, self.cache), self.sampling, self.generator)
@@ -179,6 +180,7 @@ class ForwardTimer:
         if self.step is not None:
             raise ValueError("plain steps are the target's")
         token, times = self.context[-1], []
+        sync(self.device)
         for _ in range(n):
             start = time.perf_counter()
             new = torch.tensor([[token]], device=self.device)  # [1, 1]

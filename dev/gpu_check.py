@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import torch
+from shapes import SHAPES as REAL
 
 import specbench.core.generate as generate_module
 from specbench.bench.hf_assisted import measure_hf_assisted
@@ -46,32 +47,7 @@ QWEN2 = dict(
     bos_token_id=151643,
     eos_token_id=151645,
 )
-SHAPES = {
-    "qwen2-0.5b": dict(
-        hidden_size=896,
-        intermediate_size=4864,
-        num_hidden_layers=24,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-    ),
-    "qwen2-1.5b": dict(
-        hidden_size=1536,
-        intermediate_size=8960,
-        num_hidden_layers=28,
-        num_attention_heads=12,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-    ),
-    "qwen2-7b": dict(
-        hidden_size=3584,
-        intermediate_size=18944,
-        num_hidden_layers=28,
-        num_attention_heads=28,
-        num_key_value_heads=4,
-        tie_word_embeddings=False,
-    ),
-}
+SHAPES = {f"qwen2-{size}": REAL[size].config() for size in ("0.5b", "1.5b", "7b")}
 TINY = dict(vocab_size=512, max_position_embeddings=1024, bos_token_id=1, eos_token_id=2)
 TINY_SHAPES = {
     "qwen2-0.5b": dict(

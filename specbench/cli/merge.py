@@ -3,36 +3,23 @@ one results directory, then its tables; no models loaded."""
 
 from __future__ import annotations
 
-from typing import Annotated
-
-import typer
 from rich.markup import escape
 
+from specbench.cli import options as o
 from specbench.cli import ui
-from specbench.cli.report import render_predicted, summary_table
+from specbench.cli.report import render_tables
 
 
-def merge_command(
-    out: Annotated[str, typer.Argument(help="The merged results directory to write (a new one).", show_default=False)],
-    shards: Annotated[
-        list[str],
-        typer.Argument(help="The shards' results directories (`sweep --shard I/N --out DIR`).", show_default=False),
-    ],
-) -> None:
+def merge_command(out: o.MergeOut, shards: o.Shards) -> None:
     """Join the shards of one sweep into one results directory. Needs no models."""
-    from pathlib import Path
-
     from specbench.bench.merge import merge
     from specbench.bench.runs_file import load_runs
-    from specbench.bench.summary import summarize
 
-    merged = merge(Path(out), [Path(s) for s in shards], command=ui.command_line())
+    merged = merge(out, shards, command=ui.command_line())
     runs = load_runs(merged.out_dir)
-    render_predicted(runs)
-    measured = [s for s in summarize(runs) if s.source == "measured"]
-    if measured:
-        greedy = bool((runs["temperature"] == 0).all())
-        ui.console.print(summary_table(measured, greedy, title="Measured (each prompt on its shard's machine)"))
+    render_tables(
+        runs, greedy=bool((runs["temperature"] == 0).all()), title="Measured (each prompt on its shard's machine)"
+    )
     if len(merged.machines) > 1:
         ui.say(
             f"[bold yellow]note:[/] the shards ran on {len(merged.machines)} machines: "

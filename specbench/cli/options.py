@@ -296,6 +296,13 @@ Steps = Annotated[bool, typer.Option("--steps", help="Also write every speculati
 ResultsDirectory = Annotated[
     Path, typer.Argument(help="A results directory written by `specbench sweep`.", show_default=False)
 ]
+MergeOut = Annotated[
+    Path, typer.Argument(help="The merged results directory to write (a new one).", show_default=False)
+]
+Shards = Annotated[
+    list[Path],
+    typer.Argument(help="The shards' results directories (`sweep --shard I/N --out DIR`).", show_default=False),
+]
 PredictOut = Annotated[
     Path,
     typer.Option("--out", help="The results directory to write (charts: specbench plot DIR).", show_default=False),

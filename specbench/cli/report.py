@@ -166,15 +166,22 @@ def render_predicted(runs) -> None:
         ui.console.print(predicted_table(chosen, oracle_share(frame)))
 
 
+def render_tables(runs, greedy: bool, title: str = "Measured") -> list:
+    """A results directory's tables (load_runs): predicted, if it has predictions, and the
+    measured summary; returns the measured Summary rows."""
+    render_predicted(runs)
+    summaries = [s for s in summarize(runs) if s.source == "measured"]
+    ui.console.print(summary_table(summaries, greedy, title))
+    return summaries
+
+
 def render_sweep_end(out_dir: Path, result, config) -> None:
     """The tables after a sweep: predicted (best gamma per configuration, share of the
     oracle), measured, and prediction against measurement at each measured point; then what
     it priced with, its warnings, and where the rows went."""
     runs = load_runs(out_dir)
-    render_predicted(runs)
-    summaries = [s for s in summarize(runs) if s.source == "measured"]
     greedy = config.temperature == 0
-    ui.console.print(summary_table(summaries, greedy))
+    summaries = render_tables(runs, greedy)
     check = prediction_check(runs)
     if len(check):
         ui.console.print(prediction_table(check))

@@ -146,8 +146,7 @@ class PathDrafter:
         prompt: torch.Tensor,  # [n] ids
         target_cache=None,
     ) -> None:
-        self._observe(prompt)
-        self.cache_len = max(self.cache_len, prompt.shape[0])
+        self._observe(prompt)  # ModelDrafter.prefill feeds nothing: the first model round reads the prompt
 
     def _observe(self, context: torch.Tensor) -> None:
         if not self._started:

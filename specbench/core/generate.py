@@ -191,9 +191,10 @@ def speculative_generate(
             on_step(record)
         return reason
 
-    # 1. first-target pass: prefill the prompt and take the first token from the target;
-    # the drafter reads the prompt too, so that prefill time is prefill for both (it is offered
-    # the target's cache, which a drafter that shares the target's first layers reads)
+    # 1. first-target pass: prefill the prompt and take the first token from the target; the
+    # drafter is shown the prompt (and offered the target's cache, which a drafter that shares
+    # the target's first layers reads); a model drafter defers its own prefill to its first
+    # round, where it is paid as draft time, so that no speedup leaves it out
     start = time.perf_counter()
     logits = _target_forward(target, seq, cache, 1)[0]
     token, probs = choose(logits, sampling, generator)

@@ -15,8 +15,9 @@ Drafter
         a new generation begins: drop all state; use the SAME sampling processor as the target
         (rejection sampling is lossless only then) and draw from the given generator.
     prefill(prompt, target_cache)
-        read the prompt before the first round (counted as prefill time, as the target's is);
-        optional work: propose catches up on anything unread. target_cache is the target's
+        the prompt, before the first round; reading it now is optional (prefill time), since
+        propose catches up on anything unread (draft time): the model drafter defers it to
+        the first round that drafts with the model. target_cache is the target's
         KV cache, which holds the prompt by then: a drafter that runs the target's own first
         layers (drafters/early_exit.py) reads and extends those layers there, and must leave
         the cache as it found it before each propose returns; every other drafter ignores it.

@@ -1,12 +1,12 @@
 """The model drafter: a small causal LM drafting over its own KV cache, and model+lookup.
 
-ModelDrafter feeds only what its cache has not seen (the prompt on its first round, then what
-the target accepted or emitted since), draws each draft with the target's sampling processor,
-and crops its cache back on commit. Each forward is its draft step's (step.py): the model's
-own forward unless a faster step is plugged in (make_drafter plugs in specbench/speed's for
---draft-vocab). LookupFirstDrafter copies from the context when the context repeats itself
-and asks the model otherwise. Neither knows about the target, about verification, or about
-how a step makes its logits.
+ModelDrafter feeds only what its cache has not seen (the prompt on its first round, which
+is not read ahead: see prefill; then what the target accepted or emitted since), draws each
+draft with the target's sampling processor, and crops its cache back on commit. Each
+forward is its draft step's (step.py): the model's own forward unless a faster step is
+plugged in (make_drafter plugs in specbench/speed's for --draft-vocab). LookupFirstDrafter
+copies from the context when the context repeats itself and asks the model otherwise.
+Neither knows about the target, about verification, or about how a step makes its logits.
 
 The draft loop itself (draft_loop) is one function for every drafter that drafts row by
 row: it asks a RowSource for each draft's row and token, and the keep_drafting callback
@@ -128,17 +128,16 @@ class ModelDrafter:
             self.step.observe(context[self._context_len :])
         self._context_len = context.shape[0]
 
-    @torch.inference_mode()
     def prefill(
         self,
         prompt: torch.Tensor,  # [n] ids
         target_cache=None,
     ) -> None:
-        """Feed the prompt into the cache; the first propose then feeds only what followed."""
+        """Tell the step about the prompt, and feed nothing yet: the cache reads the prompt in
+        the first round that drafts with the model (its first forward feeds everything
+        unread), so a generation that never needs the model never pays for its prefill,
+        and one that does pays it as that round's draft time."""
         self._observe(prompt)
-        unread = prompt[cache_length(self.cache) :]
-        if unread.shape[0] > 0 and prompt.shape[0] <= self.limit:
-            self._forward(unread)
 
     @torch.inference_mode()
     def propose(

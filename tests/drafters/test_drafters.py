@@ -247,9 +247,10 @@ def test_make_drafter_model(tiny_pair):
 
 
 def test_model_plus_lookup_copies_without_a_forward_and_catches_up_after(tiny_pair):
-    """A context whose last 3 tokens occurred before is copied (no q, no forward); the next
-    model round feeds everything the drafter's cache missed in one forward, and its drafts
-    are what a fresh model drafter drafts on the same context."""
+    """A context whose last 3 tokens occurred before is copied (no q, no forward); the model
+    reads nothing before it drafts (its prefill is deferred), so the first model round feeds
+    the whole context in one forward, and its drafts are what a fresh model drafter drafts
+    on the same context."""
     from specbench.core.cache import cache_length
 
     _, drafter_model = tiny_pair
@@ -261,16 +262,16 @@ def test_model_plus_lookup_copies_without_a_forward_and_catches_up_after(tiny_pa
         drafter = LookupFirstDrafter(ModelDrafter(drafter_model))
         prompt = torch.tensor([3, 17, 42, 8, 29, 5, 3, 17])
         drafter.prefill(prompt)
-        assert cache_length(drafter.model.cache) == 8 and len(fed) == 1
+        assert cache_length(drafter.model.cache) == 0 and fed == []  # deferred to the first model round
         copy = drafter.propose(torch.cat([prompt, torch.tensor([42])]), 4, lambda step, q, token=None: True)
-        assert copy.tokens.tolist() == [8, 29, 5, 3] and copy.probs is None and len(fed) == 1
+        assert copy.tokens.tolist() == [8, 29, 5, 3] and copy.probs is None and fed == []
         drafter.commit(2)  # 8, 29 kept, then the target emitted 11: no 3-token repeat follows
         context = torch.tensor([3, 17, 42, 8, 29, 5, 3, 17, 42, 8, 29, 11])
         drafted = drafter.propose(context, 3, lambda step, q, token=None: True)
     finally:
         hook.remove()
-    assert drafted.probs is not None and fed[1] == 4  # the copy's 42, 8, 29 and 11 in one forward
-    assert copy.feeds == [] and drafted.feeds == fed[1:] == [4, 1, 1]  # the record the walltime model prices
+    assert drafted.probs is not None and fed[0] == 12  # the prompt, the copy's 42, 8, 29 and 11 in one forward
+    assert copy.feeds == [] and drafted.feeds == fed == [12, 1, 1]  # the record the walltime model prices
     fresh = ModelDrafter(drafter_model).propose(context, 3, lambda step, q, token=None: True)
     assert drafted.tokens.tolist() == fresh.tokens.tolist()
 
@@ -319,36 +320,37 @@ def test_model_drafter_records_every_forward_it_feeds(tiny_pair):
         last = drafter.propose(context, 1, always)
     finally:
         hook.remove()
-    assert first.feeds == [1, 1, 1]
+    assert first.feeds == [7, 1, 1]  # the prompt (prefill is deferred) and the first token, then drafts
     assert refused.feeds == [2, 1] and refused.tokens.shape == (1,)  # catch-up, then the refused row
     assert last.feeds == [1]
-    assert fed[1:] == first.feeds + refused.feeds + last.feeds  # fed[0]: the prefill
+    assert fed == first.feeds + refused.feeds + last.feeds
 
 
 # ---------------------------------------------------------------------------- prefill
 
 
-def test_model_drafter_prefill_reads_the_prompt_and_changes_no_draft(tiny_pair):
-    """prefill puts the prompt in the cache, so the first propose feeds one token; the drafts
-    are the ones a lazy first propose gives."""
+def test_model_drafter_defers_its_prefill_to_the_first_draft(tiny_pair):
+    """prefill feeds nothing (a generation that never drafts with the model never pays for
+    it); the first propose reads the prompt and the target's first token in one forward, and
+    drafts what a drafter never shown the prompt drafts."""
     from specbench.core.cache import cache_length
 
     _, drafter_model = tiny_pair
     prompt = torch.tensor([3, 17, 42, 8, 29, 5])
     context = torch.cat([prompt, torch.tensor([11])])  # the prompt + the target's first token
     lazy = ModelDrafter(drafter_model)
-    eager = ModelDrafter(drafter_model)
-    eager.prefill(prompt)
-    assert cache_length(eager.cache) == len(prompt)
+    shown = ModelDrafter(drafter_model)
     fed = []
     hook = drafter_model.register_forward_hook(
         lambda m, args, kwargs, out: fed.append(kwargs["input_ids"].shape[1]), with_kwargs=True
     )
     try:
-        drafted = eager.propose(context, 4, always)
+        shown.prefill(prompt)
+        assert cache_length(shown.cache) == 0 and fed == []
+        drafted = shown.propose(context, 4, always)
     finally:
         hook.remove()
-    assert fed[0] == 1
+    assert fed == [len(context), 1, 1, 1] == drafted.feeds
     expected = lazy.propose(context, 4, always)
     assert drafted.tokens.tolist() == expected.tokens.tolist() and len(expected.tokens) == 4
     assert torch.allclose(drafted.probs, expected.probs, atol=1e-5)
@@ -367,7 +369,8 @@ def test_table_drafter_prefill_then_propose_equals_lazy_propose(make):
 @pytest.mark.parametrize("name", ["model", "model+lookup"])
 def test_generation_records_each_drafter_forward(close_pair, name):
     """Across a whole generation (rejections, bonus tokens, copies, a refusing policy), the
-    rounds' drafter_feeds are exactly the drafter forwards a hook sees after the prefill."""
+    rounds' drafter_feeds are exactly the drafter forwards a hook sees, the deferred prefill
+    of the prompt in the first model round's first one."""
     from specbench.core.generate import GenerationConfig, speculative_generate
     from specbench.policies import CostAwareGamma
 
@@ -384,7 +387,7 @@ def test_generation_records_each_drafter_forward(close_pair, name):
                 target, make_drafter(name, drafter_model), prompt, GenerationConfig(max_new_tokens=40), policy
             )
             feeds = [n for step in result.steps for n in step.drafter_feeds]
-            assert fed[0] == len(prompt) and fed[1:] == feeds
+            assert fed[0] > len(prompt) and fed == feeds
             assert any(n >= 2 for n in feeds)  # some forward caught up on more than one token
     finally:
         hook.remove()

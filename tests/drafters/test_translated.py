@@ -79,7 +79,8 @@ class CheckedCache(TranslatedDrafter):
 def test_drafts_realign_after_rejections(tokenizers_, pair):
     """After every round the drafter's cache holds exactly the target's accepted text
     re-encoded in the drafter's ids (then its own fed drafts), and only what changed is fed:
-    each round's first drafter forward feeds a few ids, never the context again. Guards the
+    each round's first drafter forward after the first (which reads the prompt) feeds a few
+    ids, never the context again. Guards the
     parity test: the scripted drafter's rounds both accept and reject."""
     target_tok, draft_tok = pairs(tokenizers_)[pair]
     target = tiny_model(0, vocab=96)
@@ -90,7 +91,8 @@ def test_drafts_realign_after_rejections(tokenizers_, pair):
     rounds = result.steps[1:]
     assert {r.emitted_kind for r in rounds} == {"bonus", "correction"}
     assert result.stats.acceptance_rate > 0.4, result.stats.acceptance_rate
-    assert max(r.drafter_feeds[0] for r in rounds if r.drafter_feeds) <= 6
+    firsts = [r.drafter_feeds[0] for r in rounds if r.drafter_feeds]
+    assert firsts[0] > 6 >= max(firsts[1:])  # the deferred prefill (the prompt in drafter ids), then what changed
     assert result.token_ids == plain_generate(target, prompt, config).token_ids
 
 

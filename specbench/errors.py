@@ -54,6 +54,10 @@ class ResultsError(SpecbenchError, ValueError):
     """A results directory or one of its files is missing or malformed."""
 
 
+class CalibrationError(SpecbenchError, ValueError):
+    """A cost-policy calibration file that belongs to another model pair or settings."""
+
+
 class TraceFileError(SpecbenchError, ValueError):
     """A trace file that is missing or not what `specbench trace` can read."""
 

@@ -374,7 +374,7 @@ CACHE_FORMAT = 3  # v(k) and u(n) fitted isotonic, never below 1; a file of anot
 def load_cached(folder: Path, key: str) -> Costs | None:
     """Costs measured earlier for `key` (a description of models and settings) and fitted the
     way this version fits them (CACHE_FORMAT), if any."""
-    path = folder / f"{_slug(key)}.json"
+    path = folder / f"{slug(key)}.json"
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -388,10 +388,11 @@ def save_cached(folder: Path, key: str, costs: Costs) -> None:
     fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         json.dump({"key": key, "format": CACHE_FORMAT, "costs": costs.as_meta()}, handle, indent=1)
-    os.replace(tmp, folder / f"{_slug(key)}.json")
+    os.replace(tmp, folder / f"{slug(key)}.json")
 
 
-def _slug(key: str) -> str:
+def slug(key: str) -> str:
+    """A short file name for a cache key."""
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 

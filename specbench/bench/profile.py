@@ -19,7 +19,7 @@ replay.py says.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -43,6 +43,7 @@ from specbench.drafters import LookupFirstDrafter, make_drafter, uses_model
 from specbench.drafters.model import drafts_within
 from specbench.models.pairing import output_vocab_size
 from specbench.policies import make_policy
+from specbench.policies.calibration import Evidence, mean_evidence
 from specbench.speed.draft_vocab import path_logits
 
 
@@ -127,6 +128,7 @@ class Prediction:
     stats: RunStats
     steps: list[StepRecord]  # every replay's rounds, for the walltime model (pooled)
     positions: dict[int, tuple[float, float]]  # position_counts, averaged over replays
+    evidence: Evidence | None = None  # the cost policy's own calibration evidence, averaged over replays
 
 
 def predict(
@@ -138,9 +140,12 @@ def predict(
     *,
     costs=None,
     draft_vocab: int = 0,
+    warm: Evidence | None = None,
 ) -> Prediction:
     """Replay `drafter` with `policy` at `gamma` (policy ORACLE_POLICY: the oracle, drafting
-    up to gamma) on the path. costs feed the cost policy, as in a real run."""
+    up to gamma) on the path. costs and warm (the calibration to start from) feed the cost
+    policy, as in a real run."""
+    policies = []
 
     def make(acceptance: Acceptance):
         made = _drafter(path, drafter, gen, draft_vocab)
@@ -148,7 +153,8 @@ def predict(
             return OracleDrafter(made, acceptance, len(path.prompt_ids), oracle_pays(costs)), make_policy(
                 "fixed", gamma
             )
-        return made, make_policy(policy, gamma, costs=costs)
+        policies.append(make_policy(policy, gamma, costs=costs, warm=warm))
+        return made, policies[-1]
 
     if gen.sampling.greedy:
         acceptance = Acceptance(path)
@@ -156,7 +162,7 @@ def predict(
         results = [replay(path, made, chosen, gen, acceptance)]
     else:
         results = replay_sampled(path, make, gen, REPLICAS, gen.seed)
-    return _pool(results)
+    return replace(_pool(results), evidence=mean_evidence(policies))
 
 
 def oracle_pays(costs) -> Callable[[int, int], bool] | None:

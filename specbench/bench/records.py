@@ -1,6 +1,7 @@
 """The files a sweep writes beside runs.csv as it goes, and reads back on --resume:
 paths.jsonl (each plain output of phase 1, what predictions replay), rounds.jsonl (each
-predicted run's rounds, what `specbench predict` prices again), positions.csv and, when
+predicted run's rounds, what `specbench predict` prices again, and a cost policy's
+calibration evidence, what later prompts start warm from), positions.csv and, when
 asked, steps.jsonl. Each line is appended and closed as its run finishes, so an interrupted
 sweep loses only the run in progress; a half-written last line is skipped on reading.
 """
@@ -17,6 +18,7 @@ from specbench.bench.rows import Measurement, position_rows, step_lines
 from specbench.bench.runs_file import KEY_COLUMNS, RUNS_CSV, STEPS_JSONL, append_row, make_dir, read_rows, row_key
 from specbench.core.stats import RoundCounts
 from specbench.errors import ResultsError, SweepError
+from specbench.policies.calibration import Evidence
 
 PATHS_JSONL = "paths.jsonl"  # each plain run's output ids, what predictions replay
 ROUNDS_JSONL = "rounds.jsonl"  # each predicted run's rounds (RoundCounts), what `specbench predict` prices again
@@ -48,6 +50,8 @@ def write_run(out_dir: Path, run: PlannedRun, m: Measurement, row: dict, write_s
         _append_lines(out_dir / PATHS_JSONL, [json.dumps(path)])
     if run.source == PREDICTED:
         rounds = {"run": dict(zip(KEY_COLUMNS, run.key)), "rounds": RoundCounts.of(m.steps).as_json()}
+        if m.evidence is not None:
+            rounds["calibration"] = m.evidence.as_json()
         _append_lines(out_dir / ROUNDS_JSONL, [json.dumps(rounds)])
     append_row(out_dir / RUNS_CSV, row)
     if m.positions:
@@ -89,3 +93,20 @@ def read_rounds(out_dir: Path) -> dict[tuple[str, ...], RoundCounts]:
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
             continue
     return rounds
+
+
+def read_evidence(out_dir: Path) -> dict[tuple[str, int, str, int], Evidence]:
+    """The calibration evidence of the predicted runs an interrupted sweep recorded
+    (rounds.jsonl), by warm.WarmKey; lines without it, or half-written, are skipped."""
+    path = Path(out_dir) / ROUNDS_JSONL
+    found = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                item = json.loads(line)
+                run = item["run"]
+                key = (run["drafter"], int(float(run["gamma"])), str(run["prompt_id"]), int(float(run["repeat"])))
+                found[key] = Evidence.from_json(item["calibration"])
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                continue
+    return found

@@ -17,6 +17,7 @@ from specbench.bench.labels import BASELINE_METHOD, MEASURED, PREDICTED, PROFILE
 from specbench.bench.plan import SPECBENCH, PlannedRun
 from specbench.bench.runs_file import KEY_COLUMNS, output_hash
 from specbench.core.stats import RoundCounts, RunStats, StepRecord, verify_cost_at, walltime_speedup
+from specbench.policies.calibration import Evidence
 
 
 @dataclass
@@ -27,6 +28,7 @@ class Measurement:
     steps: list[StepRecord] = field(default_factory=list)
     stop_reason: str | None = None
     positions: dict[int, tuple[float, float]] | None = None  # replay.position_counts (specbench runs)
+    evidence: Evidence | None = None  # a predicted cost-policy run's calibration evidence (warm.py)
 
 
 @dataclass(frozen=True)

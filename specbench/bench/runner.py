@@ -41,12 +41,14 @@ from specbench.bench.prompts import Prompt
 from specbench.bench.records import write_run
 from specbench.bench.replay import RecordedPath, position_counts
 from specbench.bench.rows import Baseline, Measurement, baseline_key, make_row
+from specbench.bench.warm import WarmBook
 from specbench.core.generate import GenerationConfig, context_limit, plain_generate, speculative_generate
 from specbench.drafters import make_drafter, parse_early_exit, uses_model
 from specbench.errors import PromptError, SweepError
 from specbench.models.pairing import output_vocab_size, timing_ids
 from specbench.models.text import check_prompt_fits, encode_prompt
 from specbench.policies import make_policy
+from specbench.policies.calibration import Evidence
 from specbench.speed.kernels import stock_kernels
 
 
@@ -112,15 +114,18 @@ def measure_specbench(
     costs: Costs | None = None,
     draft_vocab: int = 0,
     translate: tuple | None = None,
+    warm: Evidence | None = None,
 ) -> Measurement:
-    """costs feed the "cost" policy (drafter_costs gives the drafter's own c).
+    """costs feed the "cost" policy (drafter_costs gives the drafter's own c), and warm is
+    the calibration it starts from (warm.py).
     draft_vocab > 0 restricts the model drafter's head (draft_vocab.py; gen's EOS ids stay in);
     translate: make_drafter's, for a drafter model with another tokenizer."""
     costs = drafter_costs(costs, drafter, target_layers(target))
     made = make_drafter(
         drafter, drafter_model, draft_vocab, gen.eos_token_ids, target_model=target, translate=translate
     )
-    result = speculative_generate(target, made, prompt_ids, gen, make_policy(policy, gamma, costs=costs))
+    chosen = make_policy(policy, gamma, costs=costs, warm=warm)
+    result = speculative_generate(target, made, prompt_ids, gen, chosen)
     return Measurement(
         result.token_ids,
         result.stats,
@@ -131,15 +136,26 @@ def measure_specbench(
 
 
 def predicted_measurement(
-    path: RecordedPath, run: PlannedRun, gen: GenerationConfig, costs: Costs | None, draft_vocab: int
+    path: RecordedPath,
+    run: PlannedRun,
+    gen: GenerationConfig,
+    costs: Costs | None,
+    draft_vocab: int,
+    warm: Evidence | None = None,
 ) -> Measurement:
-    """A predicted run: the replay's counts and rounds on the prompt's path (profile.predict)."""
+    """A predicted run: the replay's counts, rounds and calibration evidence on the prompt's
+    path (profile.predict), its cost policy started from warm."""
     kind = label_parts(run.drafter)[0]
     if costs is not None:
         costs = for_drafter(costs, kind)
-    prediction = predict(path, kind, run.policy, run.gamma, gen, costs=costs, draft_vocab=draft_vocab)
+    prediction = predict(path, kind, run.policy, run.gamma, gen, costs=costs, draft_vocab=draft_vocab, warm=warm)
     return Measurement(
-        path.output, prediction.stats, steps=prediction.steps, stop_reason=None, positions=prediction.positions
+        path.output,
+        prediction.stats,
+        steps=prediction.steps,
+        stop_reason=None,
+        positions=prediction.positions,
+        evidence=prediction.evidence,
     )
 
 
@@ -250,9 +266,11 @@ class SweepRunner:
         ids: dict[str, list[int]],
         costs: CostBook,
         outputs: dict[tuple[str, int], list[int]] | None = None,
+        warm: WarmBook | None = None,
     ):
         self.target, self.drafters, self.tokenizer, self.config = target, dict(drafters), tokenizer, config
         self.eos_ids, self.ids, self.costs = tuple(eos_ids), ids, costs
+        self.warm = warm if warm is not None else WarmBook(list(ids))
         models = {name: d.model for name, d in self.drafters.items()}
         first = first_predicted_model(config, self.drafters)
         self.paths = PathBook(target, models, config.draft_vocab, first, outputs or {})
@@ -273,9 +291,12 @@ class SweepRunner:
     def measure(self, run: PlannedRun, max_new_tokens: int | None = None) -> Measurement:
         ids = self.prompt_ids(run.prompt)
         gen = generation_config(self.config, self.eos_ids, run.repeat, max_new_tokens)
+        warm = self.warm.start(run)
         if run.source == PREDICTED:
             path = self.paths.path(run, ids, gen)
-            return predicted_measurement(path, run, gen, self.costs.for_run(run), self.config.draft_vocab)
+            m = predicted_measurement(path, run, gen, self.costs.for_run(run), self.config.draft_vocab, warm)
+            self.warm.add(run, m.evidence)
+            return m
         if run.method == BASELINE_METHOD:
             m = measure_plain(self.target, ids, gen)
             if max_new_tokens is None and run.source == PROFILE:
@@ -285,7 +306,7 @@ class SweepRunner:
         if run.method == SPECBENCH:
             kind, vocab = label_parts(run.drafter)[0], self.config.draft_vocab
             costs, translate = self.costs.for_pricing(run), self.translation(name)
-            args = (kind, run.policy, run.gamma, costs, vocab, translate)
+            args = (kind, run.policy, run.gamma, costs, vocab, translate, warm)
             return measure_specbench(self.target, self.drafter_model(name), ids, gen, *args)
         if run.method in HF_METHODS:  # the stock-kernels run is HF's defaults (gamma None)
             chosen = hf_drafter(run, self.tokenizer, self.drafters)

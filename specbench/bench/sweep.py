@@ -100,7 +100,7 @@ from specbench.bench.pricing import (
     pricing_line,
 )
 from specbench.bench.prompts import Prompt
-from specbench.bench.records import prepare_out_dir, read_paths
+from specbench.bench.records import prepare_out_dir, read_evidence, read_paths
 from specbench.bench.rows import baselines_from_rows, late_runs
 from specbench.bench.runner import (
     DrafterModel,
@@ -111,6 +111,7 @@ from specbench.bench.runner import (
     target_layers,
 )
 from specbench.bench.runs_file import RUNS_CSV, read_rows
+from specbench.bench.warm import WarmBook
 from specbench.drafters import parse_early_exit
 from specbench.drafters.early_exit import check_early_exit
 from specbench.errors import SweepError, reraise_as
@@ -295,7 +296,10 @@ def plan(
         recorded={key: Costs.from_meta(raw) for key, raw in old_meta.get("costs_by_block", {}).items()},
         on_measured=cost_recorder(meta, out_dir, status),
     )
-    runner = SweepRunner(target, drafters, tokenizer, config, eos_ids, ids=ids, costs=book, outputs=read_paths(out_dir))
+    warm = WarmBook([prompt.id for prompt in prompts], read_evidence(out_dir))
+    runner = SweepRunner(
+        target, drafters, tokenizer, config, eos_ids, ids=ids, costs=book, outputs=read_paths(out_dir), warm=warm
+    )
     return Session(config, out_dir, meta, done_rows, runner, status, on_row), everything
 
 

@@ -46,6 +46,7 @@ def generate_command(
     kernels: o.Kernels = o.KERNELS,
     trace: o.Trace = False,
     trace_out: o.TraceOut = None,
+    calibration: o.CalibrationFile = None,
 ) -> None:
     """Generate text with speculative decoding, streaming it as the target accepts tokens."""
     from specbench.models.run import check_policy, generation_config
@@ -83,7 +84,9 @@ def generate_command(
     prompt_ids = encode_prompt(pair.tokenizer, prompt, raw=raw)
     check_prompt_fits(prompt_ids, pair.context_limit)
     config = replace(config, eos_token_ids=pair.eos_token_ids)
-    policy = _generate_policy(pair, pair_config, kernels, prompt_ids, config, gamma_policy, gamma, knobs)
+    policy, keeper = _generate_policy(
+        pair, pair_config, kernels, prompt_ids, config, gamma_policy, gamma, knobs, calibration
+    )
 
     # 3. generate, streaming unless --json or --trace; 4. the ending
     settings = dict(
@@ -101,6 +104,8 @@ def generate_command(
     result, tracer = _run_traced(
         pair, prompt, prompt_ids, config, policy, on_tokens, settings, trace=trace, trace_out=trace_out
     )
+    if keeper is not None:
+        keeper(policy.calibration.evidence())
     if tracer is not None:
         tracer.finish(result.stats)
     elif as_json:
@@ -154,21 +159,47 @@ def generation_json(result, pair, prompt_ids: list[int], settings: dict) -> dict
 
 
 def _generate_policy(
-    pair, pair_config, kernels: str, prompt_ids: list[int], config, name: str, gamma: int, knobs: dict
+    pair,
+    pair_config,
+    kernels: str,
+    prompt_ids: list[int],
+    config,
+    name: str,
+    gamma: int,
+    knobs: dict,
+    calibration: str | None,
 ):
-    """The gamma policy of the run; None for plain decoding, which runs none. The cost
-    policy gets its costs from the cache or a measurement (_pair_costs)."""
+    """The gamma policy of the run (None for plain decoding, which runs none) and what keeps
+    its calibration afterwards (None: nothing is kept). The cost policy gets its costs from
+    the cache or a measurement (_pair_costs) and starts warm from the calibration file
+    (_warm_start)."""
     from specbench.models.run import gamma_policy
     from specbench.models.specs import NONE
 
     if pair.drafter_name == NONE:
-        return None
-    costs = (
-        _pair_costs(pair, pair_config, kernels, prompt_ids, config.max_new_tokens, config.sampling)
-        if name == "cost"
-        else None
-    )
-    return gamma_policy(name, gamma, costs=costs, **knobs)
+        return None, None
+    if name != "cost":
+        return gamma_policy(name, gamma, **knobs), None
+    from specbench.bench.cost_cache import cost_key
+
+    costs = _pair_costs(pair, pair_config, kernels, prompt_ids, config.max_new_tokens, config.sampling)
+    warm, keeper = _warm_start(cost_key(pair, pair_config, kernels, config.sampling), pair.drafter_kind, calibration)
+    return gamma_policy(name, gamma, costs=costs, warm=warm, **knobs), keeper
+
+
+def _warm_start(key: str, drafter: str, calibration: str | None):
+    """The Evidence the cost policy starts from and a function that keeps the run's own, from
+    the file `calibration` names (None: the cache folder's for key; "none": neither). A note
+    goes to stderr when the file was unusable; one of another pair is a CalibrationError."""
+    from specbench.bench.calibration_cache import default_path, read_calibration, write_calibration
+
+    if calibration is not None and calibration.lower() == "none":
+        return None, None
+    path = default_path(key) if calibration is None else Path(calibration)
+    warm, note = read_calibration(path, key, drafter)
+    if note or warm is not None:
+        ui.say(f"[dim]{escape(note or f'calibration: warm, from {path}')}[/]", markup=True, stderr=True)
+    return warm, lambda evidence: write_calibration(path, key, drafter, evidence)
 
 
 def _pair_costs(pair, pair_config, kernels: str, prompt_ids: list[int], max_new_tokens: int, sampling):

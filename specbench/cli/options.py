@@ -185,6 +185,15 @@ TraceOut = Annotated[
     Path | None,
     typer.Option("--trace-out", help="Save the rounds as JSONL for `specbench trace FILE`.", show_default=False),
 ]
+CalibrationFile = Annotated[
+    str | None,
+    typer.Option(
+        "--calibration",
+        help="Where the cost policy keeps what it learns between runs: a file, or none to start cold and keep"
+        " nothing. Default: the cache folder's, one per model pair and settings.",
+        show_default=False,
+    ),
+]
 TraceFile = Annotated[
     Path, typer.Argument(help="A trace file written by `specbench generate --trace-out`.", show_default=False)
 ]

@@ -143,15 +143,20 @@ class LoadedPair:
         """How the drafter maps to the target, in a few words (for the trace and --json)."""
         return drafter_mapping(self.drafter_name, self.translated, self.target.model)
 
+    @property
+    def drafter_kind(self) -> str:
+        """The name make_drafter builds this pair's drafter by: model+lookup for the model
+        drafter with lookup on, else drafter_name."""
+        return "model+lookup" if self.lookup and self.drafter_name == "model" else self.drafter_name
+
     def new_drafter(self) -> Drafter | None:
         """A fresh drafter for one generation (None: plain decoding)."""
         if self.drafter_name == NONE:
             return None
         model = self.drafter_model.model if self.drafter_model is not None else None
-        name = "model+lookup" if self.lookup and self.drafter_name == "model" else self.drafter_name
         with reraise_as(ModelError):
             return make_drafter(
-                name,
+                self.drafter_kind,
                 model,
                 self.draft_vocab,
                 self.eos_token_ids,

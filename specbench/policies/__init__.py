@@ -44,7 +44,8 @@ caches.
 from __future__ import annotations
 
 from specbench.core.protocols import GammaPolicy, Keep
-from specbench.policies.cost import Calibration, CostAwareGamma
+from specbench.policies.calibration import Calibration, Evidence
+from specbench.policies.cost import CostAwareGamma
 from specbench.policies.simple import (
     EntropyGuidedGamma,
     FixedGamma,
@@ -66,6 +67,7 @@ __all__ = [
     "default_gamma",
     "DEFAULT_THRESHOLDS",
     "EntropyGuidedGamma",
+    "Evidence",
     "FixedGamma",
     "GammaPolicy",
     "HeuristicGamma",
@@ -101,6 +103,7 @@ def make_policy(
     egag_beta: float = 0.0,
     threshold: float | None = None,
     costs=None,
+    warm: Evidence | None = None,
 ) -> GammaPolicy:
     """A fresh policy by name (policies keep state: make one per generation).
 
@@ -109,7 +112,8 @@ def make_policy(
     egag's lower end and heuristic's floor. egag_beta is egag's EMA weight; threshold is the
     stop policies' threshold (default DEFAULT_THRESHOLDS). A policy ignores the arguments it
     does not use, but every argument is checked, so a bad value fails whatever the policy.
-    costs (anything with .c and .verify_cost, e.g. costs.Costs) is required by "cost".
+    costs (anything with .c and .verify_cost, e.g. costs.Costs) is required by "cost";
+    warm (Evidence of earlier generations of the pair and drafter) starts its calibration.
     """
     _check_gamma("gamma", gamma)
     _check_range(gamma_min, gamma_max)
@@ -131,5 +135,5 @@ def make_policy(
     if name == "cost":
         if costs is None or costs.c is None:
             raise ValueError("the cost policy needs measured costs (c and v(k)) of a model drafter")
-        return CostAwareGamma(upper, costs.c, costs.verify_cost)
+        return CostAwareGamma(upper, costs.c, costs.verify_cost, warm)
     raise ValueError(f"unknown gamma policy {name!r}; choose from {', '.join(POLICIES)}")

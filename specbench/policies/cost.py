@@ -1,10 +1,11 @@
 """The cost policy: draft a token only while its calibrated chance of surviving beats its cost.
 
-Two parts: Calibration observes this generation's verdicts and gives rates (how often a
+Two parts: Calibration (calibration.py) observes verdicts and gives rates (how often a
 draft of a given confidence survives, how often the forward after it pays, how many tokens
-a unit of cost has bought so far); CostAwareGamma reads those rates and the measured costs
-to answer each draft step. Costs come measured (bench/costs.py): the drafter step c and the
-verify curve v(k), both in target steps. Knows nothing about models or caches.
+a unit of cost has bought so far), starting warm from earlier generations' Evidence when
+given it; CostAwareGamma reads those rates and the measured costs to answer each draft
+step. Costs come measured (bench/costs.py): the drafter step c and the verify curve v(k),
+both in target steps. Knows nothing about models or caches.
 
 The rule, in units of one target single-token forward. d_i = v(i + 2) - v(i + 1) is what
 verifying draft i adds (on CPUs v(2) is far above 1 while v(3..9) add little). m_i =
@@ -58,119 +59,8 @@ import torch
 
 from specbench.core.protocols import Keep
 from specbench.core.stats import verify_cost_at
-from specbench.policies.simple import _check_gamma, top_prob
-
-# ---------------------------------------------------------------------------- calibration
-
-
-class Tally:
-    """Per-bin successes over trials, each bin starting from `weight` pseudo-trials at its
-    midpoint: bin b of `bins` starts at rate (b + 0.5) / bins (a calibrated drafter's top
-    probability is its chance of matching). There is one bin past the last, for drafts
-    without q, which have no confidence to start from: it starts at 1/2 (with weight 2,
-    Laplace's rule of succession): a start by the formula, a little above 1, would make
-    every step of an untried table look surer than the last, so each generation's first
-    table rounds would draft to gamma_max and mostly be rejected at their first draft."""
-
-    def __init__(self, bins: int, weight: float):
-        self.successes = [weight * (b + 0.5) / bins for b in range(bins)] + [weight * 0.5]
-        self.trials = [weight] * (bins + 1)
-
-    def rate(self, b: int) -> float:
-        return self.successes[b] / self.trials[b]
-
-    def add(self, b: int, success: int) -> None:
-        self.trials[b] += 1
-        self.successes[b] += success
-
-
-class Calibration:
-    """What the cost policy has learned from this generation's verdicts; it observes, it
-    decides nothing.
-
-    Confidences fall into BINS equal bins of [0, 1]; drafts without q share bin BINS.
-      acceptance(step, b)        a(m): how often a draft whose row's top q is in bin b
-                                 survived; step 0 has its own table, the steps after it share
-                                 one (a round starts right after a rejection, where text is
-                                 harder to guess, and a draft behind accepted drafts is in an
-                                 easier stretch: pooled, deep drafts looked worse than they were);
-      drawn_acceptance(step, b)  the same, binned by the drawn token's own q;
-      follow_acceptance(b)       f(m): of the forwards run after an accepted draft from bin b,
-                                 how often the next draft was accepted (a row the policy
-                                 refused counts as a forward that yielded none);
-      further_after_first()      R: mean further accepted drafts in rounds whose first draft
-                                 was accepted (prior: 1 round with 1);
-      rate()                     lambda: tokens / cost over the rounds so far, never below 1
-                                 (prior: RATE_PRIOR rounds of 1 token for 1 target step).
-    """
-
-    BINS = 10
-    PRIOR_WEIGHT = 2.0
-    RATE_PRIOR = 2.0
-
-    def __init__(self):
-        tally = lambda: Tally(self.BINS, self.PRIOR_WEIGHT)
-        self.by_top = [tally(), tally()]  # [depth]: step 0, the later steps
-        self.by_drawn = [tally(), tally()]
-        self.follow = tally()
-        self._after_first = [1.0, 1.0]  # further accepted drafts, rounds with the first accepted
-        self._tokens, self._cost = self.RATE_PRIOR, self.RATE_PRIOR
-
-    def bin(self, draft_probs: torch.Tensor | None, token: int | None = None) -> int:
-        """The bin of the row's top q, or of q(token) when a token is given; BINS without q."""
-        if draft_probs is None:
-            return self.BINS
-        q = top_prob(draft_probs) if token is None else float(draft_probs[token])
-        return min(self.BINS - 1, int(q * self.BINS))  # [0, 0.1) -> 0, ..., [0.9, 1] -> 9
-
-    def depth(self, step: int) -> int:
-        return min(step, 1)
-
-    def acceptance(self, step: int, b: int) -> float:
-        return self.by_top[self.depth(step)].rate(b)
-
-    def drawn_acceptance(self, step: int, b: int) -> float:
-        return self.by_drawn[self.depth(step)].rate(b)
-
-    def follow_acceptance(self, b: int) -> float:
-        return self.follow.rate(b)
-
-    def further_after_first(self) -> float:
-        return self._after_first[0] / self._after_first[1]
-
-    def rate(self) -> float:
-        return max(1.0, self._tokens / self._cost)
-
-    def observe(
-        self, bins: list[int], drawn_bins: list[int], n_accepted: int, n_drafted: int, refused_next: bool
-    ) -> None:
-        """One round's verdicts: bins and drawn_bins per kept draft; refused_next says the
-        drafter ran a forward after the last kept draft and its row was refused."""
-        for i, (b, drawn) in enumerate(zip(bins[:n_drafted], drawn_bins)):
-            if i > n_accepted:
-                break  # never checked: an earlier draft was rejected
-            self.observe_verdict(i, b, drawn, 1 if i < n_accepted else 0)
-        # the forwards that followed an accepted draft: the next kept draft, or a refused row
-        forwards_after = n_drafted - 1 + (1 if refused_next else 0)
-        for i in range(min(n_accepted, forwards_after, len(bins))):
-            self.follow.add(bins[i], 1 if i + 1 < n_accepted else 0)
-        if n_accepted >= 1:
-            self._after_first[0] += n_accepted - 1
-            self._after_first[1] += 1
-
-    def observe_verdict(self, step: int, b: int, drawn: int, survived: int) -> None:
-        """One draft's verdict at `step`, its row's bin b and its token's bin drawn: a kept
-        draft's (from observe), or the one a refused draft without q would have had (the
-        cost policy learns it from the next token; see the module docstring)."""
-        depth = self.depth(step)
-        self.by_top[depth].add(b, survived)
-        self.by_drawn[depth].add(drawn, survived)
-
-    def observe_cost(self, tokens: int, cost: float) -> None:
-        """One round's yield and price (in target steps), for rate()."""
-        self._tokens += tokens
-        self._cost += cost
-
+from specbench.policies.calibration import Calibration, Evidence
+from specbench.policies.simple import _check_gamma
 
 # ---------------------------------------------------------------------------- the policy
 
@@ -207,7 +97,8 @@ class CostAwareGamma(SkipBackoff):
     (SkipBackoff).
 
     gamma_max caps a round; c (a drafter step) and verify_cost ({k: v(k)}, a target forward
-    over k tokens) are measured once per model pair, and v is read relative to v(1).
+    over k tokens) are measured once per model pair, and v is read relative to v(1). warm:
+    earlier generations' Evidence to start the calibration from (None: even chances).
 
     info(): {"p_all": P at the last decision (for "draft i + 1?": P_i * f(m_i)), "cost":
     its threshold (lambda included), "stopped_at": the first step not drafted (None if the
@@ -216,13 +107,13 @@ class CostAwareGamma(SkipBackoff):
 
     name = "cost"
 
-    def __init__(self, gamma_max: int, c: float, verify_cost: dict[int, float]):
+    def __init__(self, gamma_max: int, c: float, verify_cost: dict[int, float], warm: Evidence | None = None):
         _check_gamma("gamma-max", gamma_max)
         if not c >= 0:
             raise ValueError(f"the drafter cost ratio c must be >= 0, got {c}")
         self.gamma_max, self.c = gamma_max, c
         self.v = verify_curve(verify_cost, gamma_max + 1)
-        self.calibration = Calibration()
+        self.calibration = Calibration(warm)
         self.next_gamma()
 
     def next_gamma(self) -> int:

@@ -18,6 +18,7 @@ from specbench.bench import runner as bench_runner
 from specbench.bench.gammas import GammaRangeError, parse_gammas
 from specbench.bench.plan import PlannedRun, SweepConfig, chosen_gammas, needs_drafter_model, plan_runs
 from specbench.bench.prompts import Prompt
+from specbench.bench.records import read_evidence
 from specbench.bench.rows import Baseline, Measurement, make_row, predicted_speedup
 from specbench.bench.runner import DrafterModel, HFDrafter, hf_sampling_defect, hf_tells_apart
 from specbench.bench.runs_file import (
@@ -503,6 +504,9 @@ def test_cost_policy_gets_the_measured_costs(close_pair, tokenizer, tmp_path):
     assert {r["drafter"] for r in spec} == {"model", "ngram"} and all(r["policy"] == "cost" for r in spec)
     assert all(r["identical_to_baseline"] == "true" for r in spec)
     predicted = [r for r in rows if r["source"] == "predicted" and r["policy"] == "cost"]
+    # each predicted cost run keeps its calibration evidence, what later prompts start warm from
+    evidence = read_evidence(tmp_path / "cost")
+    assert set(evidence) == {(r["drafter"], int(r["gamma"]), r["prompt_id"], int(r["repeat"])) for r in predicted}
     assert {r["drafter"] for r in predicted} == {"model", "ngram"} and all(float(r["speedup"]) > 0 for r in predicted)
 
 

@@ -220,6 +220,32 @@ def test_cost_policy_measures_costs_once_then_reads_the_cache(tiny):
     assert json.loads(first.stdout)["token_ids"] == json.loads(second.stdout)["token_ids"]
 
 
+def test_the_cost_policy_starts_warm_from_what_earlier_runs_kept(tiny, tmp_path):
+    """The first run starts cold and keeps its calibration; the next starts warm from it
+    (and says so); --calibration none starts cold; another pair's file is refused in one
+    line, a corrupt one is ignored and replaced."""
+    args = ("--drafter", tiny["drafter"], "--max-new-tokens", "12")
+    first = run("generate", "write a sorting function", "--target", tiny["target"], *args, "--json")
+    assert first.exit_code == 0, first.output
+    assert "calibration" not in first.stderr
+    kept = list(paths.costs_dir().glob("*.calibration.json"))
+    assert len(kept) == 1 and "model+lookup" in json.loads(kept[0].read_text())["drafters"]
+    second = run("generate", "write a sorting function", "--target", tiny["target"], *args, "--json")
+    assert "calibration: warm, from" in second.stderr
+    cold = run("generate", "hello", "--target", tiny["target"], *args, "--calibration", "none", "--json")
+    assert cold.exit_code == 0 and "calibration" not in cold.stderr
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"key": "another pair", "format": 1, "drafters": {}}))
+    refused = run("generate", "hello", "--target", tiny["target"], *args, "--calibration", str(other))
+    assert refused.exit_code == 2 and "another model pair" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()[-1]) > 20 and "Traceback" not in refused.output
+    corrupt = tmp_path / "corrupt.json"
+    corrupt.write_text("{ cut")
+    used = run("generate", "hello", "--target", tiny["target"], *args, "--calibration", str(corrupt), "--json")
+    assert used.exit_code == 0 and "starting cold" in used.stderr
+    assert json.loads(corrupt.read_text())["format"] == 1
+
+
 def test_the_default_policy_is_cost_with_gamma_up_to_12(tiny):
     """The recommended settings are the defaults; a given --gamma still wins, and plain
     decoding (--drafter none) measures no costs."""

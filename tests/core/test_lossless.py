@@ -161,6 +161,24 @@ def test_cost_policy_reading_the_drawn_token_keeps_the_target_distribution(model
     assert per_round["told"] < 0.95 * per_round["blind"], per_round
 
 
+def test_a_warm_cost_policy_keeps_the_target_distribution(models):
+    """A warm start (the evidence an earlier generation kept, fixed before these begin)
+    changes what the policy believes, not what the output follows."""
+    target, drafter = models
+    sampling = SETTINGS["temperature"]
+    earlier = CostAwareGamma(**COST)
+    config = GenerationConfig(max_new_tokens=40, sampling=sampling, seed=123)
+    speculative_generate(target, ModelDrafter(drafter), PROMPT, config, earlier)
+    warm = earlier.calibration.evidence()
+    started = CostAwareGamma(**COST, warm=warm).calibration
+    assert any(started.acceptance(0, b) != earlier.calibration.acceptance(0, b) for b in range(10)) or (
+        started.rate() != CostAwareGamma(**COST).calibration.rate()
+    )
+    outputs = sample_speculative(target, drafter, sampling, policy=lambda: CostAwareGamma(**COST, warm=warm))
+    found = pvalues(outputs, exact_joint(target, sampling), VIEWS)
+    assert min(found.values()) > 1e-3, found
+
+
 def test_the_check_fails_for_a_policy_that_keeps_drafts_by_their_token(models):
     """Power check: keeping a draft only when its token came out likely is biased, and caught."""
     target, drafter = models

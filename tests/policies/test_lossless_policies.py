@@ -33,6 +33,7 @@ from specbench.core.sampling import SamplingConfig, logits_to_probs, sample
 from specbench.core.verify import BONUS, Verdict
 from specbench.drafters import DRAFTERS, make_drafter
 from specbench.policies import POLICIES, Calibration, make_policy
+from specbench.policies.calibration import keep
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -94,6 +95,29 @@ def test_greedy_parity(pairs, drafter_name, pair, policy_name):
         assert result.token_ids == want, (drafter_name, pair, policy_name, prompt)
         for step in result.steps[1:]:
             assert len(step.draft_tokens) <= step.gamma
+
+
+@pytest.mark.parametrize("drafter_name", ["model", "model+lookup"])
+def test_greedy_parity_of_a_warm_cost_policy(pairs, drafter_name):
+    """Started warm from what its runs on every prompt kept, the cost policy still decodes
+    each prompt token for token as plain greedy decoding."""
+    target, drafter_model, expected = pairs["close_pair"]
+    kept = None
+    for _, chosen in _cost_runs(target, drafter_model, drafter_name, None):
+        kept = keep(kept, chosen.calibration.evidence())
+    for (result, _), want in zip(_cost_runs(target, drafter_model, drafter_name, kept), expected):
+        assert result.token_ids == want
+
+
+def _cost_runs(target, drafter_model, drafter_name, warm):
+    config = GenerationConfig(max_new_tokens=MAX_NEW)
+    runs = []
+    for prompt in PROMPTS:
+        chosen = make_policy("cost", 3, gamma_max=6, costs=COSTS, warm=warm)
+        runs.append(
+            (speculative_generate(target, make_drafter(drafter_name, drafter_model), prompt, config, chosen), chosen)
+        )
+    return runs
 
 
 def test_parity_runs_exercise_the_policies(pairs):

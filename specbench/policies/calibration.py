@@ -1,0 +1,263 @@
+"""What the cost policy learns from verdicts (Calibration), and what it keeps between
+generations (Evidence).
+
+Calibration observes one generation's verdicts and gives rates: how often a draft of a
+given confidence survives, how often the forward after it pays, how many tokens a unit of
+cost has bought. It decides nothing; policies/cost.py reads it.
+
+A generation that starts from even chances spends its first rounds learning what the pair
+already showed in the last one: short answers end before the table is any good. So a
+Calibration can start warm from Evidence, the verdicts of earlier generations of the same
+pair and drafter with the priors taken out. The warm start is capped (WARM_TRIALS per bin,
+WARM_ROUNDS rounds, WARM_COST target steps, each scaled down with its rate kept), so the
+generation's own verdicts still move it within a few rounds; what is kept is capped more
+loosely (KEEP_*), so older generations fade as new ones are added. Evidence is fixed before
+a generation starts and is only added to after it ends, so a warm start decides nothing
+from the tokens of its own generation and losslessness is each generation's own, as before.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from specbench.policies.simple import top_prob
+
+TABLES = ("first", "later", "first_drawn", "later_drawn", "follow")  # Evidence's tables, in Calibration's order
+WARM_TRIALS, WARM_ROUNDS, WARM_COST = 16.0, 16.0, 32.0  # the most a warm start brings
+KEEP_TRIALS, KEEP_ROUNDS, KEEP_COST = 256.0, 256.0, 1024.0  # the most kept between generations
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Verdicts observed, priors excluded. tables: name (TABLES) -> per bin (BINS + 1 of
+    them) [successes, trials]; further: [further accepted drafts, rounds whose first draft
+    was accepted]; rate: [tokens, cost in target steps]."""
+
+    tables: dict[str, tuple[tuple[float, float], ...]]
+    further: tuple[float, float]
+    rate: tuple[float, float]
+
+    def __add__(self, other: Evidence) -> Evidence:
+        tables = {
+            name: tuple((s + s2, t + t2) for (s, t), (s2, t2) in zip(self.tables[name], other.tables[name]))
+            for name in TABLES
+        }
+        return Evidence(tables, _add(self.further, other.further), _add(self.rate, other.rate))
+
+    def capped(self, trials: float, rounds: float, cost: float) -> Evidence:
+        """Each bin scaled down to at most `trials` trials (its rate kept), further to at most
+        `rounds` rounds and rate to at most `cost` target steps."""
+        tables = {name: tuple(_cap(pair, trials) for pair in self.tables[name]) for name in TABLES}
+        return Evidence(tables, _cap(self.further, rounds), _cap(self.rate, cost))
+
+    def scaled(self, factor: float) -> Evidence:
+        """Every count times factor (the mean of n replays' evidence is their sum scaled by 1/n)."""
+        tables = {name: tuple((s * factor, t * factor) for s, t in self.tables[name]) for name in TABLES}
+        scale = lambda pair: (pair[0] * factor, pair[1] * factor)
+        return Evidence(tables, scale(self.further), scale(self.rate))
+
+    def kept(self) -> Evidence:
+        """As kept between generations: capped at KEEP_*."""
+        return self.capped(KEEP_TRIALS, KEEP_ROUNDS, KEEP_COST)
+
+    def warm(self) -> Evidence:
+        """As a generation starts from it: capped at WARM_*."""
+        return self.capped(WARM_TRIALS, WARM_ROUNDS, WARM_COST)
+
+    def as_json(self) -> dict:
+        return {
+            "tables": {name: [list(pair) for pair in self.tables[name]] for name in TABLES},
+            "further": list(self.further),
+            "rate": list(self.rate),
+        }
+
+    @classmethod
+    def from_json(cls, raw) -> Evidence:
+        """Evidence.as_json read back; anything else (a missing table, a bin count that is not
+        this version's, a negative or non-finite count, more successes than trials) is a
+        ValueError."""
+        try:
+            tables = {name: tuple(_pair(pair) for pair in raw["tables"][name]) for name in TABLES}
+            further, rate = _pair(raw["further"]), _pair(raw["rate"])
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"not calibration evidence: {exc!r}") from None
+        if any(len(bins) != Calibration.BINS + 1 for bins in tables.values()):
+            raise ValueError(f"calibration tables need {Calibration.BINS + 1} bins")
+        if any(s > t for bins in tables.values() for s, t in bins):
+            raise ValueError("calibration bins with more successes than trials")
+        return cls(tables, further, rate)
+
+    @classmethod
+    def empty(cls) -> Evidence:
+        return cls({name: ((0.0, 0.0),) * (Calibration.BINS + 1) for name in TABLES}, (0.0, 0.0), (0.0, 0.0))
+
+
+def _add(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    return (a[0] + b[0], a[1] + b[1])
+
+
+def _cap(pair: tuple[float, float], most: float) -> tuple[float, float]:
+    hits, count = pair
+    return (hits * most / count, most) if count > most else (hits, count)
+
+
+def _pair(raw) -> tuple[float, float]:
+    first, second = (float(x) for x in raw)
+    if not (math.isfinite(first) and math.isfinite(second)) or first < 0 or second < 0:
+        raise ValueError(f"calibration counts must be finite and >= 0, got {raw!r}")
+    return (first, second)
+
+
+def mean_evidence(policies) -> Evidence | None:
+    """The mean of the policies' own evidence (calibration.evidence()), for the replays of
+    one run; None when none of them keeps a calibration (a policy other than cost)."""
+    found = [p.calibration.evidence() for p in policies if getattr(p, "calibration", None) is not None]
+    if not found:
+        return None
+    total = found[0]
+    for evidence in found[1:]:
+        total = total + evidence
+    return total.scaled(1.0 / len(found))
+
+
+def keep(kept: Evidence | None, new: Evidence) -> Evidence:
+    """What is kept after a generation whose evidence is `new`, given what was kept before
+    it (None: nothing): the sum, capped at KEEP_*. The one rule for `generate`'s cache and a
+    sweep's prompts alike."""
+    return (new if kept is None else kept + new).kept()
+
+
+class Tally:
+    """Per-bin successes over trials, each bin starting from `weight` pseudo-trials at its
+    midpoint: bin b of `bins` starts at rate (b + 0.5) / bins (a calibrated drafter's top
+    probability is its chance of matching). There is one bin past the last, for drafts
+    without q, which have no confidence to start from: it starts at 1/2 (with weight 2,
+    Laplace's rule of succession): a start by the formula, a little above 1, would make
+    every step of an untried table look surer than the last, so each generation's first
+    table rounds would draft to gamma_max and mostly be rejected at their first draft.
+    `warm` ([successes, trials] per bin) is added to those starts."""
+
+    def __init__(self, bins: int, weight: float, warm=None):
+        self.successes = [weight * (b + 0.5) / bins for b in range(bins)] + [weight * 0.5]
+        self.trials = [weight] * (bins + 1)
+        for b, (hits, count) in enumerate(warm or ()):
+            self.successes[b] += hits
+            self.trials[b] += count
+        self._start = (list(self.successes), list(self.trials))
+
+    def rate(self, b: int) -> float:
+        return self.successes[b] / self.trials[b]
+
+    def add(self, b: int, success: int) -> None:
+        self.trials[b] += 1
+        self.successes[b] += success
+
+    def observed(self) -> tuple[tuple[float, float], ...]:
+        """[successes, trials] per bin added since the start (priors and warm start out)."""
+        s0, t0 = self._start
+        return tuple((s - s_0, t - t_0) for s, t, s_0, t_0 in zip(self.successes, self.trials, s0, t0))
+
+
+class Calibration:
+    """What the cost policy has learned from verdicts, this generation's and, when it starts
+    warm, earlier ones'; it observes, it decides nothing.
+
+    Confidences fall into BINS equal bins of [0, 1]; drafts without q share bin BINS.
+      acceptance(step, b)        a(m): how often a draft whose row's top q is in bin b
+                                 survived; step 0 has its own table, the steps after it share
+                                 one (a round starts right after a rejection, where text is
+                                 harder to guess, and a draft behind accepted drafts is in an
+                                 easier stretch: pooled, deep drafts looked worse than they were);
+      drawn_acceptance(step, b)  the same, binned by the drawn token's own q;
+      follow_acceptance(b)       f(m): of the forwards run after an accepted draft from bin b,
+                                 how often the next draft was accepted (a row the policy
+                                 refused counts as a forward that yielded none);
+      further_after_first()      R: mean further accepted drafts in rounds whose first draft
+                                 was accepted (prior: 1 round with 1);
+      rate()                     lambda: tokens / cost over the rounds so far, never below 1
+                                 (prior: RATE_PRIOR rounds of 1 token for 1 target step).
+    evidence() is this generation's own verdicts, what is kept for the next (Evidence).
+    """
+
+    BINS = 10
+    PRIOR_WEIGHT = 2.0
+    RATE_PRIOR = 2.0
+
+    def __init__(self, warm: Evidence | None = None):
+        start = warm.warm() if warm is not None else None
+        tables = start.tables if start is not None else {}
+        tally = lambda name: Tally(self.BINS, self.PRIOR_WEIGHT, tables.get(name))
+        self.by_top = [tally("first"), tally("later")]  # [depth]: step 0, the later steps
+        self.by_drawn = [tally("first_drawn"), tally("later_drawn")]
+        self.follow = tally("follow")
+        further, rate = (start.further, start.rate) if start is not None else ((0.0, 0.0), (0.0, 0.0))
+        # further accepted drafts, rounds with the first accepted
+        self._after_first = [1.0 + further[0], 1.0 + further[1]]
+        self._tokens, self._cost = self.RATE_PRIOR + rate[0], self.RATE_PRIOR + rate[1]
+        self._start = (list(self._after_first), self._tokens, self._cost)
+
+    def bin(self, draft_probs: torch.Tensor | None, token: int | None = None) -> int:
+        """The bin of the row's top q, or of q(token) when a token is given; BINS without q."""
+        if draft_probs is None:
+            return self.BINS
+        q = top_prob(draft_probs) if token is None else float(draft_probs[token])
+        return min(self.BINS - 1, int(q * self.BINS))  # [0, 0.1) -> 0, ..., [0.9, 1] -> 9
+
+    def depth(self, step: int) -> int:
+        return min(step, 1)
+
+    def acceptance(self, step: int, b: int) -> float:
+        return self.by_top[self.depth(step)].rate(b)
+
+    def drawn_acceptance(self, step: int, b: int) -> float:
+        return self.by_drawn[self.depth(step)].rate(b)
+
+    def follow_acceptance(self, b: int) -> float:
+        return self.follow.rate(b)
+
+    def further_after_first(self) -> float:
+        return self._after_first[0] / self._after_first[1]
+
+    def rate(self) -> float:
+        return max(1.0, self._tokens / self._cost)
+
+    def observe(
+        self, bins: list[int], drawn_bins: list[int], n_accepted: int, n_drafted: int, refused_next: bool
+    ) -> None:
+        """One round's verdicts: bins and drawn_bins per kept draft; refused_next says the
+        drafter ran a forward after the last kept draft and its row was refused."""
+        for i, (b, drawn) in enumerate(zip(bins[:n_drafted], drawn_bins)):
+            if i > n_accepted:
+                break  # never checked: an earlier draft was rejected
+            self.observe_verdict(i, b, drawn, 1 if i < n_accepted else 0)
+        # the forwards that followed an accepted draft: the next kept draft, or a refused row
+        forwards_after = n_drafted - 1 + (1 if refused_next else 0)
+        for i in range(min(n_accepted, forwards_after, len(bins))):
+            self.follow.add(bins[i], 1 if i + 1 < n_accepted else 0)
+        if n_accepted >= 1:
+            self._after_first[0] += n_accepted - 1
+            self._after_first[1] += 1
+
+    def observe_verdict(self, step: int, b: int, drawn: int, survived: int) -> None:
+        """One draft's verdict at `step`, its row's bin b and its token's bin drawn: a kept
+        draft's (from observe), or the one a refused draft without q would have had (the
+        cost policy learns it from the next token; see policies/cost.py)."""
+        depth = self.depth(step)
+        self.by_top[depth].add(b, survived)
+        self.by_drawn[depth].add(drawn, survived)
+
+    def observe_cost(self, tokens: int, cost: float) -> None:
+        """One round's yield and price (in target steps), for rate()."""
+        self._tokens += tokens
+        self._cost += cost
+
+    def evidence(self) -> Evidence:
+        """The verdicts observed since the start: priors and the warm start left out."""
+        tallies = (*self.by_top, *self.by_drawn, self.follow)
+        after_first, tokens, cost = self._start
+        further = (self._after_first[0] - after_first[0], self._after_first[1] - after_first[1])
+        tables = {name: t.observed() for name, t in zip(TABLES, tallies)}
+        return Evidence(tables, further, (self._tokens - tokens, self._cost - cost))

@@ -153,7 +153,7 @@ def predict(
             return OracleDrafter(made, acceptance, len(path.prompt_ids), oracle_pays(costs)), make_policy(
                 "fixed", gamma
             )
-        policies.append(make_policy(policy, gamma, costs=costs, warm=warm))
+        policies.append(make_policy(policy, gamma, costs=costs, warm=warm, max_new_tokens=gen.max_new_tokens))
         return made, policies[-1]
 
     if gen.sampling.greedy:

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specbench.core.generate import GenerationConfig, GenerationResult, Stopper
-from specbench.core.protocols import Draft, Drafter, GammaPolicy, Keep, KeepDrafting
+from specbench.core.protocols import Draft, Drafter, ForwardPays, GammaPolicy, Keep, KeepDrafting
 from specbench.core.sampling import SamplingConfig, greedy_tokens, logits_to_probs, sample_from_cdf
 from specbench.core.stats import BONUS, CORRECTION, FIRST, RunStats, StepRecord
 from specbench.drafters.model import draft_loop
@@ -162,10 +162,11 @@ class PathDrafter:
         context: torch.Tensor,  # [n] ids
         max_tokens: int,
         keep_drafting: KeepDrafting,
+        forward_pays: ForwardPays | None = None,
     ) -> Draft:
         """ModelDrafter.propose over the recorded rows: the same draft_loop, the same bound."""
         self._observe(context)
-        draft = draft_loop(self, context, max_tokens, keep_drafting, self.path.draft_limit)
+        draft = draft_loop(self, context, max_tokens, keep_drafting, self.path.draft_limit, forward_pays)
         if draft.feeds:  # the cache now holds the context and every draft fed
             self.cache_len = context.shape[0] + len(draft.feeds) - 1
         return draft
@@ -294,7 +295,10 @@ class OracleDrafter:
         context: torch.Tensor,  # [n] ids
         max_tokens: int,
         keep_drafting: KeepDrafting,
+        forward_pays: ForwardPays | None = None,
     ) -> Draft:
+        """Every draft inner makes (neither the policy's keep nor its price is asked), cut
+        to what the target accepts."""
         draft = self.inner.propose(context, max_tokens, lambda *_: Keep.YES)
         n = self.acceptance.accepted(context.shape[0] - self.prompt_len, draft)
         if n and self.pays is not None and not self.pays(n, len(draft.feeds[:n])):
@@ -341,7 +345,7 @@ def replay(
     while reason is None and len(output) < len(output_path):
         position = len(output)
         gamma = min(policy.next_gamma(), stopper.room(len(seq), position))
-        draft = drafter.propose(torch.tensor(seq, dtype=torch.long), gamma, policy.keep_drafting)
+        draft = drafter.propose(torch.tensor(seq, dtype=torch.long), gamma, policy.keep_drafting, policy.forward_pays)
         k = draft.tokens.shape[0]
         n = min(acceptance.accepted(position, draft), len(output_path) - 1 - position)
         drafter.commit(n)

@@ -124,7 +124,7 @@ def measure_specbench(
     made = make_drafter(
         drafter, drafter_model, draft_vocab, gen.eos_token_ids, target_model=target, translate=translate
     )
-    chosen = make_policy(policy, gamma, costs=costs, warm=warm)
+    chosen = make_policy(policy, gamma, costs=costs, warm=warm, max_new_tokens=gen.max_new_tokens)
     result = speculative_generate(target, made, prompt_ids, gen, chosen)
     return Measurement(
         result.token_ids,

@@ -184,7 +184,8 @@ def _generate_policy(
 
     costs = _pair_costs(pair, pair_config, kernels, prompt_ids, config.max_new_tokens, config.sampling)
     warm, keeper = _warm_start(cost_key(pair, pair_config, kernels, config.sampling), pair.drafter_kind, calibration)
-    return gamma_policy(name, gamma, costs=costs, warm=warm, **knobs), keeper
+    chosen = gamma_policy(name, gamma, costs=costs, warm=warm, max_new_tokens=config.max_new_tokens, **knobs)
+    return chosen, keeper
 
 
 def _warm_start(key: str, drafter: str, calibration: str | None):

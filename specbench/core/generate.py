@@ -211,7 +211,7 @@ def speculative_generate(
     while reason is None:
         # 2. draft up to gamma tokens (the policy may stop the draft early)
         gamma = min(policy.next_gamma(), stopper.room(seq.shape[0], len(output)))
-        draft = drafter.propose(seq, gamma, policy.keep_drafting)
+        draft = drafter.propose(seq, gamma, policy.keep_drafting, policy.forward_pays)
         k = draft.tokens.shape[0]
 
         # 3. verify [last token] + drafts in ONE target forward over the cache

@@ -5,12 +5,15 @@ or policy it holds. Implementations live outside core/ (specbench/drafters, spec
 and import these types; core/ imports nothing of theirs.
 
 Drafter
-    propose(context, max_tokens, keep_drafting) -> Draft
+    propose(context, max_tokens, keep_drafting, forward_pays=None) -> Draft
         context: [n] every token so far (prompt + output); max_tokens: the policy's gamma;
         keep_drafting(step, probs, token): the policy's per-step say (a Keep or a bool):
         drop the token and stop, keep it and go on, or keep it and stop. Every drafter passes
         the token: model drafters the one they drew from probs, table drafters (probs None)
-        the one their table predicts.
+        the one their table predicts. forward_pays(step, feed): asked by a drafter that runs
+        a forward before the forward that would make draft `step`, feeding `feed` ids; False
+        ends the round's drafting there, with nothing paid (None: every forward is run).
+        Drafters that run none never ask.
     start(sampling, generator)
         a new generation begins: drop all state; use the SAME sampling processor as the target
         (rejection sampling is lossless only then) and draw from the given generator.
@@ -27,6 +30,9 @@ Drafter
 
 GammaPolicy, asked three things a round, in this order:
     next_gamma()                      the most tokens it may draft this round;
+    forward_pays(step, feed)          before a drafter forward for draft `step` that feeds
+                                      `feed` ids: whether to run it (a policy that prices
+                                      no forward says True);
     keep_drafting(step, probs, token) for each draft token, with the drafter's row q for it
                                       (None for drafters without one) and the token drawn
                                       from it: a Keep (or a bool: True is YES, False is NO);
@@ -72,6 +78,8 @@ class GammaPolicy(Protocol):
 
     def next_gamma(self) -> int: ...
 
+    def forward_pays(self, step: int, feed: int) -> bool: ...
+
     def keep_drafting(self, step: int, draft_probs: torch.Tensor | None, token: int | None = None) -> Keep | bool: ...
 
     def update(self, n_accepted: int, n_drafted: int, next_token: int | None = None) -> None: ...
@@ -80,6 +88,7 @@ class GammaPolicy(Protocol):
 
 
 KeepDrafting = Callable[..., "Keep | bool"]  # (step, probs, token=None)
+ForwardPays = Callable[[int, int], bool]  # (step, feed)
 
 
 @dataclass
@@ -95,7 +104,13 @@ class Draft:
 class Drafter(Protocol):
     name: str
 
-    def propose(self, context: torch.Tensor, max_tokens: int, keep_drafting: KeepDrafting) -> Draft: ...
+    def propose(
+        self,
+        context: torch.Tensor,
+        max_tokens: int,
+        keep_drafting: KeepDrafting,
+        forward_pays: ForwardPays | None = None,
+    ) -> Draft: ...
 
     def commit(self, n_accepted: int) -> None: ...
 

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 import torch
 
 from specbench.core.cache import cache_keyword, cache_length, crop_cache, leading_layers
-from specbench.core.protocols import Draft, KeepDrafting
+from specbench.core.protocols import Draft, ForwardPays, KeepDrafting
 from specbench.drafters.model import ModelDrafter
 
 PREFIX = "early-exit:"  # a drafter name: early-exit:N drafts with the target's first N layers
@@ -127,9 +127,10 @@ class EarlyExitDrafter(ModelDrafter):
         context: torch.Tensor,  # [n] ids
         max_tokens: int,
         keep_drafting: KeepDrafting,
+        forward_pays: ForwardPays | None = None,
     ) -> Draft:
         held = cache_length(self.cache)  # shared: the target's, every token but the last
-        draft = super().propose(context, max_tokens, keep_drafting)
+        draft = super().propose(context, max_tokens, keep_drafting, forward_pays)
         if self._shared:
             crop_cache(self.cache, held)  # leave the target's layers as the loop left them
         return draft

@@ -23,7 +23,7 @@ import torch
 
 from specbench.core.cache import cache_length, crop_cache, new_cache
 from specbench.core.generate import context_limit
-from specbench.core.protocols import Draft, Keep, KeepDrafting
+from specbench.core.protocols import Draft, ForwardPays, Keep, KeepDrafting
 from specbench.core.sampling import SamplingConfig, choose
 from specbench.drafters.step import DraftStep, ModelForward
 from specbench.drafters.tables import PromptLookupDrafter, table_draft
@@ -66,11 +66,14 @@ def draft_loop(
     max_tokens: int,
     keep_drafting: KeepDrafting,
     limit: int | None = None,
+    forward_pays: ForwardPays | None = None,
 ) -> Draft:
     """Draft up to max_tokens after context ([n] ids), no more than a model attending over
     `limit` positions can (drafts_within; None: no bound), one row at a time from source,
-    while keep_drafting(step, row, token) says so. Draft.feeds counts what each forward fed;
-    the tokens are on context's device and seconds is 0 (the caller times the round)."""
+    while forward_pays(step, feed) agrees to each row's forward before it runs and
+    keep_drafting(step, row, token) keeps its draft after. Draft.feeds counts what each
+    forward fed; the tokens are on context's device and seconds is 0 (the caller times
+    the round)."""
     if limit is not None:
         max_tokens = min(max_tokens, drafts_within(limit, context.shape[0]))
     tokens: list[int] = []
@@ -78,6 +81,8 @@ def draft_loop(
     feeds: list[int] = []
     fed, previous = (source.unread(context) if max_tokens > 0 else 0), None
     for step in range(max_tokens):
+        if forward_pays is not None and not forward_pays(step, fed):
+            break
         probs, token = source.row(context, step, previous)
         feeds.append(fed)
         say = keep_drafting(step, probs, token)
@@ -145,11 +150,12 @@ class ModelDrafter:
         context: torch.Tensor,  # [n] ids
         max_tokens: int,
         keep_drafting: KeepDrafting,
+        forward_pays: ForwardPays | None = None,
     ) -> Draft:
         """Up to max_tokens drafts after context ([n] ids), each a forward of this model."""
         start = time.perf_counter()
         self._observe(context)  # also moves _context_len on to this context
-        draft = draft_loop(self, context, max_tokens, keep_drafting, self.limit)
+        draft = draft_loop(self, context, max_tokens, keep_drafting, self.limit, forward_pays)
         draft.seconds = time.perf_counter() - start
         return draft
 
@@ -229,12 +235,13 @@ class LookupFirstDrafter:
         context: torch.Tensor,  # [n] ids
         max_tokens: int,
         keep_drafting: KeepDrafting,
+        forward_pays: ForwardPays | None = None,
     ) -> Draft:
         start = time.perf_counter()
         copy = self.lookup.predict(context, max_tokens)
         self._model_round = not copy
         if self._model_round:
-            return self.model.propose(context, max_tokens, keep_drafting)
+            return self.model.propose(context, max_tokens, keep_drafting, forward_pays)
         return table_draft(copy, keep_drafting, context.device, start)
 
     def commit(self, n_accepted: int) -> None:

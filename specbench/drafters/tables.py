@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from specbench.core.protocols import Draft, Keep, KeepDrafting
+from specbench.core.protocols import Draft, ForwardPays, Keep, KeepDrafting
 from specbench.core.sampling import SamplingConfig
 
 # ---------------------------------------------------------------------------- n-gram
@@ -210,7 +210,9 @@ class TableDrafter:
         context: torch.Tensor,  # [n] ids
         max_tokens: int,
         keep_drafting: KeepDrafting,
+        forward_pays: ForwardPays | None = None,
     ) -> Draft:
+        """The table's drafts, as the policy keeps them (no forward: forward_pays is never asked)."""
         start = time.perf_counter()
         return table_draft(self.predict(context, max_tokens), keep_drafting, context.device, start)
 

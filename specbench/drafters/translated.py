@@ -35,7 +35,7 @@ import time
 import torch
 
 from specbench.core.cache import cache_length, crop_cache
-from specbench.core.protocols import Draft, Keep, KeepDrafting
+from specbench.core.protocols import Draft, ForwardPays, Keep, KeepDrafting
 from specbench.core.sampling import SamplingConfig
 from specbench.drafters.model import ModelDrafter
 
@@ -150,6 +150,7 @@ class TranslatedDrafter:
         context: torch.Tensor,  # [n] ids
         max_tokens: int,
         keep_drafting: KeepDrafting,
+        forward_pays: ForwardPays | None = None,
     ) -> Draft:
         start = time.perf_counter()
         ids = self._sync(context.tolist()) if max_tokens > 0 else None
@@ -173,7 +174,7 @@ class TranslatedDrafter:
             at_eos = token in self.drafter.eos
             return Keep.LAST if at_eos or len(found) > max_tokens else say
 
-        draft = self.model.propose(torch.tensor(ids, dtype=torch.long), steps, counting)
+        draft = self.model.propose(torch.tensor(ids, dtype=torch.long), steps, counting, forward_pays)
         self.held = ids + drafted
         closed = found if at_eos or len(found) > max_tokens else found[:-1]  # the last may still grow
         tokens = torch.tensor(closed[:max_tokens], dtype=torch.long, device=context.device)

@@ -104,6 +104,7 @@ def make_policy(
     threshold: float | None = None,
     costs=None,
     warm: Evidence | None = None,
+    max_new_tokens: int | None = None,
 ) -> GammaPolicy:
     """A fresh policy by name (policies keep state: make one per generation).
 
@@ -112,8 +113,10 @@ def make_policy(
     egag's lower end and heuristic's floor. egag_beta is egag's EMA weight; threshold is the
     stop policies' threshold (default DEFAULT_THRESHOLDS). A policy ignores the arguments it
     does not use, but every argument is checked, so a bad value fails whatever the policy.
-    costs (anything with .c and .verify_cost, e.g. costs.Costs) is required by "cost";
-    warm (Evidence of earlier generations of the pair and drafter) starts its calibration.
+    costs (anything with .c and .verify_cost, e.g. costs.Costs, and optionally
+    .drafter_cost) is required by "cost"; warm (Evidence of earlier generations of the pair
+    and drafter) starts its calibration, and max_new_tokens is the horizon it weighs a long
+    catch-up against.
     """
     _check_gamma("gamma", gamma)
     _check_range(gamma_min, gamma_max)
@@ -135,5 +138,8 @@ def make_policy(
     if name == "cost":
         if costs is None or costs.c is None:
             raise ValueError("the cost policy needs measured costs (c and v(k)) of a model drafter")
-        return CostAwareGamma(upper, costs.c, costs.verify_cost, warm)
+        drafter_cost = getattr(costs, "drafter_cost", None)
+        return CostAwareGamma(
+            upper, costs.c, costs.verify_cost, warm, drafter_cost=drafter_cost, max_new_tokens=max_new_tokens
+        )
     raise ValueError(f"unknown gamma policy {name!r}; choose from {', '.join(POLICIES)}")

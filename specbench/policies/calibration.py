@@ -26,7 +26,9 @@ import torch
 from specbench.policies.simple import top_prob
 
 TABLES = ("first", "later", "first_drawn", "later_drawn", "follow")  # Evidence's tables, in Calibration's order
+PAIRS = ("further", "rate", "model", "model_extra", "share")  # Evidence's other counts
 WARM_TRIALS, WARM_ROUNDS, WARM_COST = 16.0, 16.0, 32.0  # the most a warm start brings
+WARM_MODEL_ROUNDS = 4.0  # ... of model rounds: a few bad rounds of this generation's must outweigh them
 KEEP_TRIALS, KEEP_ROUNDS, KEEP_COST = 256.0, 256.0, 1024.0  # the most kept between generations
 
 
@@ -34,30 +36,42 @@ KEEP_TRIALS, KEEP_ROUNDS, KEEP_COST = 256.0, 256.0, 1024.0  # the most kept betw
 class Evidence:
     """Verdicts observed, priors excluded. tables: name (TABLES) -> per bin (BINS + 1 of
     them) [successes, trials]; further: [further accepted drafts, rounds whose first draft
-    was accepted]; rate: [tokens, cost in target steps]."""
+    was accepted]; rate: [tokens, cost in target steps]; then the rounds that ran a drafter
+    forward ("model rounds"): model: [accepted drafts, rounds], model_extra: [their cost
+    above a plain step, rounds], share: [model rounds, tokens emitted]."""
 
     tables: dict[str, tuple[tuple[float, float], ...]]
     further: tuple[float, float]
     rate: tuple[float, float]
+    model: tuple[float, float] = (0.0, 0.0)
+    model_extra: tuple[float, float] = (0.0, 0.0)
+    share: tuple[float, float] = (0.0, 0.0)
+
+    def pairs(self) -> dict[str, tuple[float, float]]:
+        """The counts outside the tables, by name."""
+        return {name: getattr(self, name) for name in PAIRS}
 
     def __add__(self, other: Evidence) -> Evidence:
         tables = {
             name: tuple((s + s2, t + t2) for (s, t), (s2, t2) in zip(self.tables[name], other.tables[name]))
             for name in TABLES
         }
-        return Evidence(tables, _add(self.further, other.further), _add(self.rate, other.rate))
+        theirs = other.pairs()
+        return Evidence(tables, **{name: _add(pair, theirs[name]) for name, pair in self.pairs().items()})
 
-    def capped(self, trials: float, rounds: float, cost: float) -> Evidence:
+    def capped(self, trials: float, rounds: float, cost: float, model_rounds: float | None = None) -> Evidence:
         """Each bin scaled down to at most `trials` trials (its rate kept), further to at most
-        `rounds` rounds and rate to at most `cost` target steps."""
+        `rounds` rounds, rate to at most `cost` target steps and share to as many tokens,
+        model and model_extra to at most `model_rounds` rounds (default: rounds)."""
         tables = {name: tuple(_cap(pair, trials) for pair in self.tables[name]) for name in TABLES}
-        return Evidence(tables, _cap(self.further, rounds), _cap(self.rate, cost))
+        model_rounds = rounds if model_rounds is None else model_rounds
+        most = {"further": rounds, "rate": cost, "model": model_rounds, "model_extra": model_rounds, "share": cost}
+        return Evidence(tables, **{name: _cap(pair, most[name]) for name, pair in self.pairs().items()})
 
     def scaled(self, factor: float) -> Evidence:
         """Every count times factor (the mean of n replays' evidence is their sum scaled by 1/n)."""
         tables = {name: tuple((s * factor, t * factor) for s, t in self.tables[name]) for name in TABLES}
-        scale = lambda pair: (pair[0] * factor, pair[1] * factor)
-        return Evidence(tables, scale(self.further), scale(self.rate))
+        return Evidence(tables, **{name: (a * factor, b * factor) for name, (a, b) in self.pairs().items()})
 
     def kept(self) -> Evidence:
         """As kept between generations: capped at KEEP_*."""
@@ -65,13 +79,12 @@ class Evidence:
 
     def warm(self) -> Evidence:
         """As a generation starts from it: capped at WARM_*."""
-        return self.capped(WARM_TRIALS, WARM_ROUNDS, WARM_COST)
+        return self.capped(WARM_TRIALS, WARM_ROUNDS, WARM_COST, WARM_MODEL_ROUNDS)
 
     def as_json(self) -> dict:
         return {
             "tables": {name: [list(pair) for pair in self.tables[name]] for name in TABLES},
-            "further": list(self.further),
-            "rate": list(self.rate),
+            **{name: list(pair) for name, pair in self.pairs().items()},
         }
 
     @classmethod
@@ -81,14 +94,14 @@ class Evidence:
         ValueError."""
         try:
             tables = {name: tuple(_pair(pair) for pair in raw["tables"][name]) for name in TABLES}
-            further, rate = _pair(raw["further"]), _pair(raw["rate"])
+            pairs = {name: _pair(raw[name]) for name in PAIRS}
         except (KeyError, TypeError) as exc:
             raise ValueError(f"not calibration evidence: {exc!r}") from None
         if any(len(bins) != Calibration.BINS + 1 for bins in tables.values()):
             raise ValueError(f"calibration tables need {Calibration.BINS + 1} bins")
         if any(s > t for bins in tables.values() for s, t in bins):
             raise ValueError("calibration bins with more successes than trials")
-        return cls(tables, further, rate)
+        return cls(tables, **pairs)
 
     @classmethod
     def empty(cls) -> Evidence:
@@ -188,16 +201,19 @@ class Calibration:
 
     def __init__(self, warm: Evidence | None = None):
         start = warm.warm() if warm is not None else None
-        tables = start.tables if start is not None else {}
+        tables = start.tables if start is not None else {}  # the priors alone
         tally = lambda name: Tally(self.BINS, self.PRIOR_WEIGHT, tables.get(name))
         self.by_top = [tally("first"), tally("later")]  # [depth]: step 0, the later steps
         self.by_drawn = [tally("first_drawn"), tally("later_drawn")]
         self.follow = tally("follow")
-        further, rate = (start.further, start.rate) if start is not None else ((0.0, 0.0), (0.0, 0.0))
+        start = start if start is not None else Evidence.empty()
         # further accepted drafts, rounds with the first accepted
-        self._after_first = [1.0 + further[0], 1.0 + further[1]]
-        self._tokens, self._cost = self.RATE_PRIOR + rate[0], self.RATE_PRIOR + rate[1]
-        self._start = (list(self._after_first), self._tokens, self._cost)
+        self._after_first = [1.0 + start.further[0], 1.0 + start.further[1]]
+        self._tokens, self._cost = self.RATE_PRIOR + start.rate[0], self.RATE_PRIOR + start.rate[1]
+        # model rounds: accepted drafts, cost above a plain step, rounds; and [model rounds, tokens]
+        self._model = [start.model[0], start.model_extra[0], start.model[1]]
+        self._share = list(start.share)
+        self._start = start
 
     def bin(self, draft_probs: torch.Tensor | None, token: int | None = None) -> int:
         """The bin of the row's top q, or of q(token) when a token is given; BINS without q."""
@@ -253,11 +269,40 @@ class Calibration:
         """One round's yield and price (in target steps), for rate()."""
         self._tokens += tokens
         self._cost += cost
+        self._share[1] += tokens
+
+    def observe_model_round(self, accepted: int, extra: float) -> None:
+        """A round that ran a drafter forward: its accepted drafts and its cost above a plain
+        step, in target steps (its forwards and the verify rows its drafts added)."""
+        self._model[0] += accepted
+        self._model[1] += extra
+        self._model[2] += 1
+        self._share[0] += 1
+
+    def model_rounds(self) -> tuple[float, float, float]:
+        """Accepted drafts, cost above a plain step and number of the model rounds seen (warm
+        start included, no prior)."""
+        return tuple(self._model)
+
+    def saved_per_token(self, prior_rounds: float, prior_extra: float) -> float:
+        """Target steps model rounds have saved per token emitted: a model round's mean
+        accepted drafts less its mean extra cost (after prior_rounds rounds of one accepted
+        draft at prior_extra), times model rounds per token emitted (prior: one in two)."""
+        accepted, extra, rounds = self._model
+        saved = (prior_rounds + accepted - prior_rounds * prior_extra - extra) / (prior_rounds + rounds)
+        return saved * (1.0 + self._share[0]) / (2.0 + self._share[1])
 
     def evidence(self) -> Evidence:
         """The verdicts observed since the start: priors and the warm start left out."""
         tallies = (*self.by_top, *self.by_drawn, self.follow)
-        after_first, tokens, cost = self._start
-        further = (self._after_first[0] - after_first[0], self._after_first[1] - after_first[1])
+        start = self._start
         tables = {name: t.observed() for name, t in zip(TABLES, tallies)}
-        return Evidence(tables, further, (self._tokens - tokens, self._cost - cost))
+        accepted, extra, rounds = self._model
+        return Evidence(
+            tables,
+            further=(self._after_first[0] - 1.0 - start.further[0], self._after_first[1] - 1.0 - start.further[1]),
+            rate=(self._tokens - self.RATE_PRIOR - start.rate[0], self._cost - self.RATE_PRIOR - start.rate[1]),
+            model=(accepted - start.model[0], rounds - start.model[1]),
+            model_extra=(extra - start.model_extra[0], rounds - start.model_extra[1]),
+            share=(self._share[0] - start.share[0], self._share[1] - start.share[1]),
+        )

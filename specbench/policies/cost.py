@@ -66,54 +66,79 @@ from specbench.policies.simple import _check_gamma
 
 
 class SkipBackoff:
-    """The cost policy's back-off: a round that paid for drafter forwards and drafted nothing
-    wasted them (a refused step 0 with q; or a drafter that drops what it drafted, as the
-    translated one drops a last target token that the next drafter token could still
-    change), so the policy then skips the drafter for `_skip` rounds (plain target steps:
-    next_gamma() returns 0), doubling it after each consecutive such round up to MAX_SKIP
-    and resetting it after a round that drafts. `_skip_left`: the skipped rounds to come."""
+    """The cost policy's back-off: a round whose drafter forwards bought nothing (a refused
+    step 0 with q; or a drafter that drops what it drafted, as the translated one drops a
+    last target token that the next drafter token could still change), or a model round
+    expected to cost more than it yields (CostAwareGamma.round_gain), makes the policy
+    decline the drafter's first forward of the next `_skip` rounds that want one
+    (forward_pays says no; a model-free draft, such as model+lookup's copies, still goes
+    on). `_skip` doubles after each such event up to MAX_SKIP; the first forward after a
+    back-off is a probe, run whatever the estimate says, so the estimate can recover; a
+    round whose forwards bought an accepted draft resets it. `_skip_left`: the declines to
+    come."""
 
     MAX_SKIP = 16
     _skip = _skip_left = 0
+    _probe = False
 
-    def _skips_this_round(self) -> bool:
-        """Whether the round now starting is skipped (and one fewer then remains)."""
-        skipped = self._skip_left > 0
-        self._skip_left -= 1 if skipped else 0
-        return skipped
+    def _declines(self) -> bool:
+        """Whether this round's first forward is declined by a back-off (one fewer then remains)."""
+        declined = self._skip_left > 0
+        self._skip_left -= 1 if declined else 0
+        return declined
 
-    def _back_off(self, n_drafted: int, paid: int) -> None:
-        """After a round that was not skipped: drafted nothing for `paid` forwards, or drafted."""
-        if n_drafted == 0 and paid > 0:
-            self._skip = min(self.MAX_SKIP, max(1, 2 * self._skip))
-            self._skip_left = self._skip
-        elif n_drafted > 0:
+    def _back_off(self) -> None:
+        self._skip = min(self.MAX_SKIP, max(1, 2 * self._skip))
+        self._skip_left, self._probe = self._skip, True
+
+    def _after_round(self, n_accepted: int, n_drafted: int, paid: int) -> None:
+        """After a round that ran `paid` drafter forwards: wasted (nothing drafted), or paid."""
+        if paid and n_drafted == 0:
+            self._back_off()
+        elif paid and n_accepted > 0:
             self._skip = 0
 
 
 class CostAwareGamma(SkipBackoff):
     """Draft a token only while it is expected to pay for itself (policy "cost"; the rule is
-    in this module's docstring), backing off from a drafter that wastes its forwards
-    (SkipBackoff).
+    in this module's docstring), run a drafter forward only while a model round is expected
+    to pay (forward_pays), backing off from a drafter that wastes its forwards (SkipBackoff).
 
     gamma_max caps a round; c (a drafter step) and verify_cost ({k: v(k)}, a target forward
-    over k tokens) are measured once per model pair, and v is read relative to v(1). warm:
-    earlier generations' Evidence to start the calibration from (None: even chances).
+    over k tokens) are measured once per model pair, and v is read relative to v(1);
+    drafter_cost ({n: u(n)}, a drafter forward over n new tokens) prices a catch-up (None:
+    u(n) = 1). warm: earlier generations' Evidence to start the calibration from (None:
+    even chances). max_new_tokens: the generation's length cap, the horizon a catch-up of
+    many ids is weighed against (None: every catch-up is run).
 
     info(): {"p_all": P at the last decision (for "draft i + 1?": P_i * f(m_i)), "cost":
     its threshold (lambda included), "stopped_at": the first step not drafted (None if the
-    round drafted gamma_max), "rate": lambda}, or {"skipped": True} on a skipped round.
+    round drafted gamma_max), "rate": lambda}, or {"skipped": why} on a round whose drafter
+    forward was declined (why: "back-off", "estimate" or "catch-up").
     """
 
     name = "cost"
+    MODEL_PRIOR = 2.0  # model rounds of one accepted draft at the price of one draft, before any is seen
 
-    def __init__(self, gamma_max: int, c: float, verify_cost: dict[int, float], warm: Evidence | None = None):
+    def __init__(
+        self,
+        gamma_max: int,
+        c: float,
+        verify_cost: dict[int, float],
+        warm: Evidence | None = None,
+        *,
+        drafter_cost: dict[int, float] | None = None,
+        max_new_tokens: int | None = None,
+    ):
         _check_gamma("gamma-max", gamma_max)
         if not c >= 0:
             raise ValueError(f"the drafter cost ratio c must be >= 0, got {c}")
         self.gamma_max, self.c = gamma_max, c
         self.v = verify_curve(verify_cost, gamma_max + 1)
+        self.u = {int(n): float(x) for n, x in drafter_cost.items()} if drafter_cost else None
+        self.max_new_tokens = max_new_tokens
         self.calibration = Calibration(warm)
+        self._produced = 1  # the first-target pass's token
         self.next_gamma()
 
     def next_gamma(self) -> int:
@@ -123,8 +148,51 @@ class CostAwareGamma(SkipBackoff):
         self._rate = self.calibration.rate()
         self._p_all, self._threshold, self._stopped_at, self._wasted = 1.0, 0.0, None, False
         self._refused_free: int | None = None  # the token of a refused draft without q
-        self._skipped = self._skips_this_round()
-        return 0 if self._skipped else self.gamma_max
+        self._skipped: str | None = None  # why this round's drafter forward was declined
+        return self.gamma_max
+
+    def forward_pays(self, step: int, feed: int) -> bool:
+        """Before the forward for draft `step` feeding `feed` ids. Past step 0 the answer to
+        the last keep question (YES: go on) has priced it. The first forward of a round is
+        declined during a back-off, when it catches up on more ids than the rest of the
+        generation is expected to earn back (catch_up_pays), or when a model round is
+        expected to cost more than it yields (round_gain < 0: the back-off starts)."""
+        if step > 0:
+            return True
+        why = None
+        if self._declines():
+            why = "back-off"
+        elif not self.catch_up_pays(feed):
+            why = "catch-up"
+        elif self._probe:
+            self._probe = False
+        elif self.round_gain() < 0:
+            self._back_off()
+            self._skip_left -= 1  # this round is the first declined
+            why = "estimate"
+        self._skipped = why
+        return why is None
+
+    def round_gain(self) -> float:
+        """Expected accepted drafts of a model round less lambda times its cost above a plain
+        step (its forwards and the verify rows they add), from the model rounds seen so far
+        (warm start included) after MODEL_PRIOR rounds of one accepted draft at c + d_0."""
+        accepted, extra, rounds = self.calibration.model_rounds()
+        w = self.MODEL_PRIOR
+        mean_accepted = (w + accepted) / (w + rounds)
+        mean_extra = (w * (self.c + self._added(0)) + extra) / (w + rounds)
+        return mean_accepted - self._rate * mean_extra
+
+    def catch_up_pays(self, feed: int) -> bool:
+        """Whether a first forward over `feed` ids (the prompt, which the model drafter reads
+        only when first asked, or what a run of copies added) is worth what it costs above
+        one step, c * (u(feed) - 1): what model rounds have saved per token emitted so far
+        (warm start included), times the tokens max_new_tokens leaves, must cover it."""
+        if self.u is None or self.max_new_tokens is None or feed <= 1:
+            return True
+        above = self.c * (verify_cost_at(self.u, feed) - 1.0)
+        left = self.max_new_tokens - self._produced
+        return left * self.calibration.saved_per_token(self.MODEL_PRIOR, self.c + self._added(0)) >= above
 
     def keep_drafting(self, step: int, draft_probs: torch.Tensor | None, token: int | None = None) -> Keep:
         free = draft_probs is None  # a model-free draft (a table or a copy): no forward to pay
@@ -165,20 +233,24 @@ class CostAwareGamma(SkipBackoff):
         return self.v[step + 2] - self.v[step + 1]
 
     def update(self, n_accepted: int, n_drafted: int, next_token: int | None = None) -> None:
+        calibration = self.calibration
         refused_next = n_drafted > 0 and self._stopped_at == n_drafted and self._wasted
-        self.calibration.observe(self._bins, self._drawn_bins, n_accepted, n_drafted, refused_next)
+        calibration.observe(self._bins, self._drawn_bins, n_accepted, n_drafted, refused_next)
         if self._refused_free is not None and next_token is not None and n_accepted == n_drafted:
             # every kept draft survived, so next_token stands where the refused one would have
-            self.calibration.observe_verdict(
+            calibration.observe_verdict(
                 n_drafted, Calibration.BINS, Calibration.BINS, int(next_token == self._refused_free)
             )
-        self.calibration.observe_cost(n_accepted + 1, self._paid * self.c + self.v[n_drafted + 1])  # skipped: v(1) = 1
-        if not self._skipped:
-            self._back_off(n_drafted, self._paid)
+        price = self._paid * self.c + self.v[n_drafted + 1]  # a round without drafts: v(1) = 1
+        calibration.observe_cost(n_accepted + 1, price)
+        if self._paid:
+            calibration.observe_model_round(n_accepted, price - 1.0)
+        self._produced += n_accepted + 1
+        self._after_round(n_accepted, n_drafted, self._paid)
 
     def info(self) -> dict:
         if self._skipped:
-            return {"skipped": True}
+            return {"skipped": self._skipped}
         return {
             "p_all": round(self._p_all, 3),
             "cost": round(self._threshold, 3),

@@ -54,7 +54,14 @@ def confidence_to_gamma(confidence: float, gamma_min: int, gamma_max: int) -> in
 # ---------------------------------------------------------------------------- policies
 
 
-class FixedGamma:
+class Unpriced:
+    """forward_pays for the policies that price no drafter forward: every one is run."""
+
+    def forward_pays(self, step: int, feed: int) -> bool:
+        return True
+
+
+class FixedGamma(Unpriced):
     """Always gamma tokens."""
 
     name = "fixed"
@@ -76,7 +83,7 @@ class FixedGamma:
         return {}
 
 
-class HeuristicGamma:
+class HeuristicGamma(Unpriced):
     """HF assisted generation's "heuristic" schedule (transformers 5.23,
     AssistedCandidateGenerator.update_candidate_strategy):
 
@@ -127,7 +134,7 @@ class HeuristicGamma:
         return {"gamma": self._round_gamma, "next_gamma": self.gamma}
 
 
-class EntropyGuidedGamma:
+class EntropyGuidedGamma(Unpriced):
     """EGAG: entropy-guided adaptive gamma, decided at draft step 0 of each round.
 
     At step 0, keep_drafting receives q_0, the drafter's processed distribution for the
@@ -196,7 +203,7 @@ class EntropyGuidedGamma:
         return dict(self._round)
 
 
-class ThresholdStop:
+class ThresholdStop(Unpriced):
     """Draft up to gamma_max tokens; stop at the first step whose q looks too uncertain.
 
     Before draft step i, keep_drafting receives q_i (the drafter's processed row for that

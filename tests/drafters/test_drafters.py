@@ -459,3 +459,27 @@ def test_the_model_drafter_never_imports_the_speed_machinery():
         nodes = tree.body if path.name == "__init__.py" else list(ast.walk(tree))  # __init__: top level only
         assert not speed_imports(nodes), f"drafters/{path.name} imports {speed_imports(nodes)}"
     assert speed_imports(ast.walk(ast.parse((folder / "__init__.py").read_text())))  # the check sees the lazy one
+
+
+@pytest.mark.parametrize("name", ["model", "model+lookup"])
+def test_a_declined_forward_is_never_run(close_pair, name):
+    """A policy that declines every drafter forward (forward_pays) gets plain decoding from
+    the model drafter with no forward at all (its deferred prefill included), and
+    model+lookup still drafts its free copies; the output is plain greedy decoding's."""
+    from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
+
+    class Declining(FixedGamma):
+        def forward_pays(self, step, feed):
+            return False
+
+    target, drafter_model = close_pair
+    fed = []
+    hook = drafter_model.register_forward_hook(lambda m, args, out: fed.append(1))
+    prompt, config = [2, 2, 2, 2, 2, 2, 2, 2, 40, 13], GenerationConfig(max_new_tokens=40)
+    try:
+        result = speculative_generate(target, make_drafter(name, drafter_model), prompt, config, Declining(3))
+    finally:
+        hook.remove()
+    assert fed == [] and result.token_ids == plain_generate(target, prompt, config).token_ids
+    assert all(step.drafter_feeds == [] for step in result.steps)
+    assert (result.stats.drafted > 0) == (name == "model+lookup")

@@ -66,8 +66,8 @@ class CheckedCache(TranslatedDrafter):
     """Checks, at every propose, that the drafter's cache holds the context's text re-encoded
     in the drafter's ids (ScriptedLM keeps the ids it was fed as its cache's keys)."""
 
-    def propose(self, context, max_tokens, keep_drafting):
-        draft = super().propose(context, max_tokens, keep_drafting)
+    def propose(self, context, max_tokens, keep_drafting, forward_pays=None):
+        draft = super().propose(context, max_tokens, keep_drafting, forward_pays)
         text_ids = self.drafter.encode_context(self.target.decode(context.tolist()))
         cached = self.model.cache.layers[0].keys[0, 0, :, 0].long().tolist()
         assert self.held[: len(text_ids)] == text_ids
@@ -150,8 +150,8 @@ def exact_joint(model, sampling, prompt=PROMPT) -> dict[tuple, float]:
 class LyingQ(TranslatedDrafter):
     """Wrong on purpose: claims its drafts were drawn from a uniform q over the target's ids."""
 
-    def propose(self, context, max_tokens, keep_drafting):
-        draft = super().propose(context, max_tokens, keep_drafting)
+    def propose(self, context, max_tokens, keep_drafting, forward_pays=None):
+        draft = super().propose(context, max_tokens, keep_drafting, forward_pays)
         draft.probs = torch.full((draft.tokens.shape[0], self.target_vocab_size), 1.0 / self.target_vocab_size)
         return draft
 

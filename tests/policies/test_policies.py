@@ -64,11 +64,14 @@ def run_round(
 
     n_accepted None means all drafted tokens are accepted. tokens, when given, are passed
     with the rows (a table drafter's: rows None); next_token is what the target emits after
-    the kept drafts.
+    the kept drafts. A row with q is asked for as a model drafter asks (forward_pays, one id
+    fed), a row without as a table drafter drafts (no forward to ask about).
     """
     gamma = policy.next_gamma()
     drafted = 0
     for step, row in enumerate(rows[:gamma]):
+        if row is not None and not policy.forward_pays(step, 1):
+            break
         say = policy.keep_drafting(step, row) if tokens is None else policy.keep_drafting(step, row, tokens[step])
         if not say:
             break
@@ -358,6 +361,13 @@ def peaked(top: float, v: int = V) -> torch.Tensor:
     return row
 
 
+def keep_questions_only(policy: CostAwareGamma) -> CostAwareGamma:
+    """The policy with every drafter forward run (no back-off, no round estimate), so that a
+    test looks at its keep answers alone."""
+    policy.forward_pays = lambda step, feed: True
+    return policy
+
+
 def cost_policy(calibration: Calibration, gamma_max: int = 4, c: float = 0.1) -> CostAwareGamma:
     """A fresh cost policy reading the given calibration (a test's counterfactual)."""
     policy = CostAwareGamma(gamma_max, c=c, verify_cost=COSTS.verify_cost)
@@ -419,19 +429,20 @@ def test_cost_last_step_of_gamma_max_is_last():
 
 
 def test_cost_refuses_step_zero_then_skips_the_drafter_with_growing_backoff():
-    """A refused first step wasted one drafter step: the next rounds are plain (gamma 0),
-    1 round after the first refusal, 2 after the second, 4 after the third."""
+    """A refused first step wasted one drafter step: the next rounds decline the drafter's
+    forward (a copy could still be drafted), 1 round after the first refusal, 2 after the
+    second, 4 after the third; the round after a back-off probes the drafter again."""
     policy = CostAwareGamma(4, c=0.3, verify_cost=COSTS.verify_cost)
     pattern = []
     for _ in range(10):
-        pattern.append(policy.next_gamma())
+        assert policy.next_gamma() == 4
+        pattern.append(policy.forward_pays(0, 1))
         if pattern[-1]:
             assert not policy.keep_drafting(0, uniform())
-            policy.update(0, 0)
         else:
-            assert policy.info() == {"skipped": True}
-            policy.update(0, 0)
-    assert pattern == [4, 0, 4, 0, 0, 4, 0, 0, 0, 0]
+            assert policy.info() == {"skipped": "back-off"}
+        policy.update(0, 0)
+    assert pattern == [True, False, True, False, False, True, False, False, False, False]
 
 
 def test_cost_backs_off_after_a_round_whose_kept_drafts_the_drafter_dropped():
@@ -441,25 +452,29 @@ def test_cost_backs_off_after_a_round_whose_kept_drafts_the_drafter_dropped():
     drafter dearer than a verify row, c 0.9) gets no draft at all. The next round is plain,
     as after a refusal; a round that drafts resets the back-off."""
     policy = CostAwareGamma(4, c=0.9, verify_cost=COSTS.verify_cost)
-    assert policy.next_gamma() == 4
+    policy.round_gain = lambda: 1.0  # the round estimate out of the way: the back-off alone
+    assert policy.next_gamma() == 4 and policy.forward_pays(0, 1)
     assert policy.keep_drafting(0, peaked(0.95)) == Keep.LAST
     policy.update(0, 0)  # the drafter kept none of it
-    assert policy.next_gamma() == 0 and policy.info() == {"skipped": True}
+    policy.next_gamma()
+    assert not policy.forward_pays(0, 1) and policy.info() == {"skipped": "back-off"}
     policy.update(0, 0)
-    assert policy.next_gamma() == 4
+    policy.next_gamma()
+    assert policy.forward_pays(0, 1)  # the probe
     assert policy.keep_drafting(0, peaked(0.95)) == Keep.LAST
     policy.update(1, 1)  # this time the draft reached the target
-    assert policy.next_gamma() == 4
+    assert policy._skip == 0
+    policy.next_gamma()
+    assert policy.forward_pays(0, 1)
 
 
 def test_cost_learns_that_a_confidence_level_is_rejected():
     """Calibration: top q 0.75 starts as acceptance 0.75 (drafted), but after the target
     rejects such drafts again and again, the same rows are no longer drafted."""
-    policy = CostAwareGamma(4, c=0.1, verify_cost=COSTS.verify_cost)
+    policy = keep_questions_only(CostAwareGamma(4, c=0.1, verify_cost=COSTS.verify_cost))  # not the back-off
     assert run_round(policy, [peaked(0.75)] * 4, n_accepted=0) >= 1
     for _ in range(30):
         run_round(policy, [peaked(0.75)] * 4, n_accepted=0)
-    policy._skip_left = 0  # look at the decision itself, not the back-off
     assert run_round(policy, [peaked(0.75)] * 4) == 0
 
 
@@ -491,12 +506,10 @@ def test_cost_rejections_at_step_zero_do_not_condemn_later_steps():
     draft still counts as 0.75. The pooled counterfactual shows the difference is the split."""
     drafted = {}
     for split, calibration in ((True, Calibration()), (False, Pooled())):
-        policy = cost_policy(calibration)
+        policy = keep_questions_only(cost_policy(calibration))  # the decisions, not the back-off
         for _ in range(30):
             run_round(policy, [peaked(0.75)] * 4, n_accepted=0)
-        policy._skip_left = 0  # look at the decisions themselves, not the back-off
         assert run_round(policy, [peaked(0.75)] * 4) == 0
-        policy._skip_left = 0
         drafted[split] = run_round(policy, [peaked(0.95)] + [peaked(0.75)] * 3)
     assert drafted == {True: 4, False: 2}  # pooled, the failures at step 0 stop step 1
 
@@ -753,7 +766,6 @@ def test_cost_keep_answer_never_depends_on_the_drawn_token():
             if answer != Keep.YES:
                 break
         policy.update(min(drafted, int(torch.randint(0, 3, (1,), generator=generator))), drafted)
-        policy._skip_left = 0
     assert differed > 0
 
 
@@ -762,7 +774,8 @@ def test_cost_keep_answer_never_depends_on_the_drawn_token():
 
 def scripted_rounds(policy, seed: int, rounds: int) -> tuple[str, dict]:
     """Rounds of random rows (one in five without q), sampled tokens and random verdicts; each
-    round's answers as letters (N, Y, L; "-" for a round that drafted nothing) and the last info()."""
+    round's answers as letters (N, Y, L; "-" for a round that drafted nothing; "x" for a
+    forward the policy declined) and the last info()."""
     generator = torch.Generator().manual_seed(seed)
     letters = []
     for _ in range(rounds):
@@ -775,29 +788,31 @@ def scripted_rounds(policy, seed: int, rounds: int) -> tuple[str, dict]:
                     torch.randn(V, generator=generator) * float(torch.rand(1, generator=generator)) * 8, 0
                 )
                 token = int(torch.multinomial(row, 1, generator=generator))
+                if not policy.forward_pays(step, 1):
+                    said += "x"
+                    break
             answer = Keep(int(policy.keep_drafting(step, row, token)))
             said += "NYL"[answer]
             if answer != Keep.YES:
                 break
-        drafted = len(said) - said.endswith("N")
+        drafted = len(said.rstrip("x")) - said.rstrip("x").endswith("N")
         policy.update(int(torch.randint(0, drafted + 1, (1,), generator=generator)), drafted)
         letters.append(said or "-")
     return " ".join(letters), policy.info()
 
 
-# recorded when the bin of drafts without q came to start at 1/2 (before: a little above 1);
-# the policy's split into Calibration and CostAwareGamma (e0587b8) had kept the answers of
-# the policy before it, round for round
+# recorded when the back-off moved from skipping rounds to declining the drafter's first
+# forward (forward_pays), with the round estimate beside it: "x" marks a declined forward
 RECORDED = {
     0: (
-        "L YYYL YL N - YN N - YL L L YL YYL N - YL YL L YYYL YL YYL L YYL YYL L YYYL YL YL YN N - "
-        "YYYL N - N - - YL YYYYL L L YL N - YN N - YL N - YYL YYN YYL L YYN L YN YL N -",
-        {"skipped": True},
+        "L YYYL YL N x N x x YYYYL YL YYL x L x x YYL YYL YL YYL N x L YYN L YYYL YYYL YYL N x N x x YL YN YYN "
+        "YL L YYL YYN L YL YL L N x YN YL YYL YN YYYN YL N x YN N YL YYL x L L",
+        {"p_all": 0.035, "cost": 0.216, "stopped_at": 1, "rate": 1.079},
     ),
     1: (
-        "YYL N - YYL L YL YL L L N - N - - YYN L YYN N - YL L YYN L YL YYL YYL YL YYYN YL N - YL L "
-        "N - YL YL YL L N - L L YYYN YL N - YYL YYYYL YL N - N - - YYYYL YYN YYL YL N",
-        {"p_all": 0.233, "cost": 0.389, "stopped_at": 0, "rate": 1.112},
+        "YYL N x L YYYYL YL L YL YL L YL N x L YYN L YYL YL N x L N x N x x YL YYYL YL N x N x x YL L N x N x "
+        "x L YL YYL YYYL YL L N x YL L YL YYL N YYYL YL YYYL x N x",
+        {"skipped": "back-off"},
     ),
 }
 
@@ -807,3 +822,67 @@ def test_cost_replays_the_recorded_decisions(seed):
     """Guards refactoring: the same rows, tokens and verdicts give the same answers, back-offs
     and final state as the recorded policy did, round for round."""
     assert scripted_rounds(CostAwareGamma(6, 0.15, COSTS.verify_cost), seed, 60) == RECORDED[seed]
+
+
+# ---------------------------------------------------------------------------- cost: pricing a forward before it runs
+
+
+def test_cost_weighs_a_long_catch_up_against_the_tokens_left():
+    """The model drafter reads the prompt only in its first model round: a forward over many
+    ids, c * (u(n) - 1) above one step. Near the end of a short generation it cannot be
+    earned back and is declined; with the whole of max_new_tokens ahead it runs. Without
+    u(n) or a horizon every forward runs; a forward of one id is never a catch-up."""
+    u = {n: 1.0 + 0.2 * (n - 1) for n in range(1, 10)}  # u(200) = 40.8 by the one extrapolation rule
+    short = CostAwareGamma(4, c=0.3, verify_cost=COSTS.verify_cost, drafter_cost=u, max_new_tokens=16)
+    long = CostAwareGamma(4, c=0.3, verify_cost=COSTS.verify_cost, drafter_cost=u, max_new_tokens=512)
+    for policy in (short, long):
+        policy.next_gamma()
+    assert not short.forward_pays(0, 200) and short.info() == {"skipped": "catch-up"}
+    assert short.forward_pays(0, 1) and short.forward_pays(1, 200)  # later steps were priced by their keep answer
+    assert long.forward_pays(0, 200)
+    unpriced = CostAwareGamma(4, c=0.3, verify_cost=COSTS.verify_cost, max_new_tokens=16)
+    unpriced.next_gamma()
+    assert unpriced.forward_pays(0, 200)
+
+
+def test_cost_stops_paying_for_model_rounds_that_do_not_pay_then_probes():
+    """Model rounds whose drafts are rejected cost c + d_0 and buy nothing: once the round
+    estimate goes below zero the drafter's forward is declined (copies could still be
+    drafted), for 1, 2, 4... rounds, each back-off ending with a probe; rounds that pay again
+    bring the drafter back."""
+    policy = CostAwareGamma(6, c=0.3, verify_cost=COSTS.verify_cost)
+    ran = []
+    for _ in range(24):
+        policy.next_gamma()
+        ran.append(policy.forward_pays(0, 1))
+        if ran[-1]:
+            assert policy.keep_drafting(0, peaked(0.6)) != Keep.NO  # drafted, then rejected
+            policy.update(0, 1)
+        else:
+            assert policy.info()["skipped"] in ("estimate", "back-off")
+            policy.update(0, 0)
+    assert [i for i, r in enumerate(ran) if r] == [0, 1, 3, 6, 11, 20]  # probes 2, 3, 5, 9 rounds apart
+    for _ in range(40):  # the drafter is good again: each probe's round accepts 3 drafts
+        policy.next_gamma()
+        if policy.forward_pays(0, 1):
+            drafted = run_round_from(policy, 0, [peaked(0.99)] * 3)
+            policy.update(drafted, drafted)
+        else:
+            policy.update(0, 0)
+    policy.next_gamma()
+    assert policy.forward_pays(0, 1) and policy.round_gain() > 0
+
+
+def run_round_from(policy, step: int, rows: list[torch.Tensor]) -> int:
+    """Keep answers for rows from `step` on, once the first forward was agreed; the drafts kept."""
+    drafted = 0
+    for i, row in enumerate(rows, start=step):
+        if i > step and not policy.forward_pays(i, 1):
+            break
+        say = policy.keep_drafting(i, row)
+        if not say:
+            break
+        drafted += 1
+        if say == Keep.LAST:
+            break
+    return drafted

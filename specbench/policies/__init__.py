@@ -2,14 +2,17 @@
 
 The GammaPolicy protocol and Keep are core's (specbench/core/protocols.py).
 
-A round asks the policy three things, in this order:
+A round asks the policy these things, in this order:
   1. next_gamma()                 the most tokens it may draft this round;
-  2. keep_drafting(step, probs, token)
+  2. forward_pays(step, feed)     asked by a drafter that runs a forward, before it: run the
+                                  forward for draft `step`, feeding `feed` ids? (every policy
+                                  but cost says yes: simple.Unpriced);
+  3. keep_drafting(step, probs, token)
                                   for each draft token, with the drafter's distribution for
                                   it (None for drafters without one) and the token drawn
                                   from it: a Keep (or a bool: True is Keep.YES, False is
                                   Keep.NO);
-  3. update(n_accepted, n_drafted, next_token)
+  4. update(n_accepted, n_drafted, next_token)
                                   the outcome, once the target has verified, and the token
                                   it emitted after the kept drafts.
 Policies that do not care about a step answer with the do-nothing default, so the decoding
@@ -34,7 +37,9 @@ Policies (POLICIES, built by make_policy):
   entropy-stop     draft up to gamma_max, stop at the first step whose q is too flat;
   confidence-stop  draft up to gamma_max, stop at the first step whose top q is too low;
   cost             draft a token only while its calibrated chance of surviving beats its
-                   measured cost (drafter step c, verify cost curve v(k)).
+                   measured cost (drafter step c, verify cost curve v(k)), and run a drafter
+                   forward only while model rounds are expected to pay; starts warm from
+                   earlier generations' Evidence (calibration.py).
 
 The entropy signals read the rows the drafter computes anyway (after the shared sampling
 processor), so no policy costs a forward pass. This module knows nothing about models or

@@ -35,14 +35,23 @@ refused: asking only "P_i >= d_i + c" after the forward pays c for one refused r
 every round. A draft without q has no forward to save, so after a kept one the policy always
 asks about the next (YES) and lets that draft's own keep question decide.
 
+Before a forward (forward_pays): the keep questions price every forward of a round but the
+first, which is paid before any row of the round is seen. So the first is priced by the
+model rounds so far: it runs while their mean accepted drafts beat their mean cost above a
+plain step (their forwards and verify rows; a round that forgoes the model is a plain
+one, so a token it saves is worth one step here, not lambda), else the policy backs off
+(SkipBackoff) and model+lookup drafts its free copies alone. A first forward that catches up
+on many ids (the model drafter reads the prompt only in its first model round) costs c * u(n),
+and runs only if what model rounds save per token, times the tokens left, covers it.
+
 Refused drafts without q are still learned from. A table's draft costs nothing to make, so
 it is the one draft whose verdict can be had without verifying it: when every kept draft
 survived, the token the target emits next sits where the refused draft would have, and the
 refused draft would have survived exactly when it equals that token (under sampling with
 probability p(token), which is what accepting a draft of one-hot q takes). Without this, a
 table whose first matches failed (a story's opening repeats nothing) fell below its price
-and was never tried again, so it missed the repetition that came later. A refused draft with q is not
-learned from: under sampling its survival is min(1, p/q), which one emitted token does not
+and was never tried again, so it missed the repetition that came later. A refused draft
+with q is not learned from: under sampling its survival is min(1, p/q), which one emitted token does not
 show.
 
 Sampled drafts: once draft i is kept its token is known, and a token drawn from the tail of
@@ -174,14 +183,15 @@ class CostAwareGamma(SkipBackoff):
         return why is None
 
     def round_gain(self) -> float:
-        """Expected accepted drafts of a model round less lambda times its cost above a plain
-        step (its forwards and the verify rows they add), from the model rounds seen so far
-        (warm start included) after MODEL_PRIOR rounds of one accepted draft at c + d_0."""
+        """Target steps a model round is expected to save: its mean accepted drafts less its
+        mean cost above a plain step (its forwards and the verify rows they add), from the
+        model rounds seen so far (warm start included) after MODEL_PRIOR rounds of one
+        accepted draft at c + d_0. The alternative to a model round is a plain one (a round
+        with a copy to draft never asks), so a drafted token is worth the one plain step it
+        saves, not lambda: lambda counts the copies' yield, which a round without one forgoes."""
         accepted, extra, rounds = self.calibration.model_rounds()
         w = self.MODEL_PRIOR
-        mean_accepted = (w + accepted) / (w + rounds)
-        mean_extra = (w * (self.c + self._added(0)) + extra) / (w + rounds)
-        return mean_accepted - self._rate * mean_extra
+        return (w + accepted - w * (self.c + self._added(0)) - extra) / (w + rounds)
 
     def catch_up_pays(self, feed: int) -> bool:
         """Whether a first forward over `feed` ids (the prompt, which the model drafter reads

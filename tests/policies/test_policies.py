@@ -805,9 +805,9 @@ def scripted_rounds(policy, seed: int, rounds: int) -> tuple[str, dict]:
 # forward (forward_pays), with the round estimate beside it: "x" marks a declined forward
 RECORDED = {
     0: (
-        "L YYYL YL N x N x x YYYYL YL YYL x L x x YYL YYL YL YYL N x L YYN L YYYL YYYL YYL N x N x x YL YN YYN "
-        "YL L YYL YYN L YL YL L N x YN YL YYL YN YYYN YL N x YN N YL YYL x L L",
-        {"p_all": 0.035, "cost": 0.216, "stopped_at": 1, "rate": 1.079},
+        "L YYYL YL x YL YL N x L YL YL x N YYL x x L YYYL x x x x YYL L YL YYL YYYYL YYYL L YYYL YYN N x YL N x x "
+        "YL L YL YL YYYL YYYL YYL YN YYYL YL YL YYL YL YYYYYL YL YYL YL YYL YYYL L YL L YL",
+        {"p_all": 0.221, "cost": 0.237, "stopped_at": 2, "rate": 1.187},
     ),
     1: (
         "YYL N x L YYYYL YL L YL YL L YL N x L YYN L YYL YL N x L N x N x x YL YYYL YL N x N x x YL L N x N x "

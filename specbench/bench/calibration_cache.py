@@ -12,12 +12,10 @@ replaced: a calibration is a head start, never needed for a correct run.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from specbench import paths
-from specbench.bench.costs import slug
+from specbench.bench.costs import slug, write_json_atomic
 from specbench.errors import CalibrationError
 from specbench.policies.calibration import Evidence, keep
 
@@ -74,8 +72,4 @@ def write_calibration(path: Path, key: str, drafter: str, evidence: Evidence) ->
     except ValueError:
         kept = None
     drafters[drafter] = keep(kept, evidence).as_json()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump({"key": key, "format": FORMAT, "drafters": drafters}, handle, indent=1)
-    os.replace(tmp, path)
+    write_json_atomic(path, {"key": key, "format": FORMAT, "drafters": drafters})

@@ -383,12 +383,17 @@ def load_cached(folder: Path, key: str) -> Costs | None:
 
 
 def save_cached(folder: Path, key: str, costs: Costs) -> None:
-    """Write atomically: a crash never leaves half a file behind."""
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+    write_json_atomic(folder / f"{slug(key)}.json", {"key": key, "format": CACHE_FORMAT, "costs": costs.as_meta()})
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    """Write `data` as JSON to path through a temporary file in its folder: a crash never
+    leaves half a file behind, and a reader sees the old file or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump({"key": key, "format": CACHE_FORMAT, "costs": costs.as_meta()}, handle, indent=1)
-    os.replace(tmp, folder / f"{slug(key)}.json")
+        json.dump(data, handle, indent=1)
+    os.replace(tmp, path)
 
 
 def slug(key: str) -> str:

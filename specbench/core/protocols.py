@@ -28,7 +28,7 @@ Drafter
         the target kept the first n_accepted drafts and then emitted one more token; roll
         any internal state back to match.
 
-GammaPolicy, asked three things a round, in this order:
+GammaPolicy, asked four things a round, in this order:
     next_gamma()                      the most tokens it may draft this round;
     forward_pays(step, feed)          before a drafter forward for draft `step` that feeds
                                       `feed` ids: whether to run it (a policy that prices

@@ -200,13 +200,11 @@ class Calibration:
     RATE_PRIOR = 2.0
 
     def __init__(self, warm: Evidence | None = None):
-        start = warm.warm() if warm is not None else None
-        tables = start.tables if start is not None else {}  # the priors alone
-        tally = lambda name: Tally(self.BINS, self.PRIOR_WEIGHT, tables.get(name))
+        start = warm.warm() if warm is not None else Evidence.empty()  # empty: the priors alone
+        tally = lambda name: Tally(self.BINS, self.PRIOR_WEIGHT, start.tables[name])
         self.by_top = [tally("first"), tally("later")]  # [depth]: step 0, the later steps
         self.by_drawn = [tally("first_drawn"), tally("later_drawn")]
         self.follow = tally("follow")
-        start = start if start is not None else Evidence.empty()
         # further accepted drafts, rounds with the first accepted
         self._after_first = [1.0 + start.further[0], 1.0 + start.further[1]]
         self._tokens, self._cost = self.RATE_PRIOR + start.rate[0], self.RATE_PRIOR + start.rate[1]
@@ -279,18 +277,17 @@ class Calibration:
         self._model[2] += 1
         self._share[0] += 1
 
-    def model_rounds(self) -> tuple[float, float, float]:
-        """Accepted drafts, cost above a plain step and number of the model rounds seen (warm
-        start included, no prior)."""
-        return tuple(self._model)
+    def round_saving(self, prior_rounds: float, prior_extra: float) -> float:
+        """Target steps a model round has saved: the model rounds' mean accepted drafts less
+        their mean cost above a plain step (warm start included), after prior_rounds rounds
+        of one accepted draft at prior_extra."""
+        accepted, extra, rounds = self._model
+        return (prior_rounds + accepted - prior_rounds * prior_extra - extra) / (prior_rounds + rounds)
 
     def saved_per_token(self, prior_rounds: float, prior_extra: float) -> float:
-        """Target steps model rounds have saved per token emitted: a model round's mean
-        accepted drafts less its mean extra cost (after prior_rounds rounds of one accepted
-        draft at prior_extra), times model rounds per token emitted (prior: one in two)."""
-        accepted, extra, rounds = self._model
-        saved = (prior_rounds + accepted - prior_rounds * prior_extra - extra) / (prior_rounds + rounds)
-        return saved * (1.0 + self._share[0]) / (2.0 + self._share[1])
+        """Target steps model rounds have saved per token emitted: round_saving times model
+        rounds per token emitted (prior: one in two)."""
+        return self.round_saving(prior_rounds, prior_extra) * (1.0 + self._share[0]) / (2.0 + self._share[1])
 
     def evidence(self) -> Evidence:
         """The verdicts observed since the start: priors and the warm start left out."""

@@ -189,9 +189,7 @@ class CostAwareGamma(SkipBackoff):
         accepted draft at c + d_0. The alternative to a model round is a plain one (a round
         with a copy to draft never asks), so a drafted token is worth the one plain step it
         saves, not lambda: lambda counts the copies' yield, which a round without one forgoes."""
-        accepted, extra, rounds = self.calibration.model_rounds()
-        w = self.MODEL_PRIOR
-        return (w + accepted - w * (self.c + self._added(0)) - extra) / (w + rounds)
+        return self.calibration.round_saving(self.MODEL_PRIOR, self.c + self._added(0))
 
     def catch_up_pays(self, feed: int) -> bool:
         """Whether a first forward over `feed` ids (the prompt, which the model drafter reads

@@ -34,6 +34,7 @@ from specbench.models.progress import Progress, no_progress
 from specbench.models.specs import DEFAULT, NONE, check_device, check_draft_vocab, drafter_kind, parse_model_spec
 from specbench.speed.draft_vocab import output_head
 from specbench.speed.kernels import use_kernels
+from specbench.speed.twins import add_twins, twins_pay
 
 
 class ResolvedDtype:
@@ -247,6 +248,8 @@ def load_drafter(
         share_tokenizer_with=target,
         random_weights=config.random_weights,
     )
+    if twins_pay(drafter.model):
+        add_twins(drafter.model)
     translated = translates(target, drafter)
     if config.draft_vocab and not translated:
         with reraise_as(ModelError):

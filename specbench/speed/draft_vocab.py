@@ -38,8 +38,10 @@ import torch
 import torch.nn.functional as F
 
 from specbench.core.cache import cache_arg, new_cache
+from specbench.speed.gguf_blocks import TWIN_ROWS
 from specbench.speed.lean_step import MAX_LEAN_ROWS, lean_decoder
 from specbench.speed.quantize import Int8Linear, dequantize_rows, fast_int8_linear, runs_int8
+from specbench.speed.twins import has_twins
 
 
 class RestrictedStep:
@@ -173,10 +175,12 @@ def draft_hidden(
     allows and lean is True: a step of at most MAX_LEAN_ROWS rows, or any number over a
     cache in calls of that many (a round's catch-up after copied drafts), so that every row
     after the prompt is computed as a one-row step computes it. A longer prompt goes through
-    HF's decoder in one call."""
+    HF's decoder in one call, and so does a catch-up of TWIN_ROWS ids or more for a drafter
+    with bfloat16 twins (twins.py), whose layers run such calls through them."""
     decoder = lean_decoder(model) if lean else None
     n = input_ids.shape[1]
-    if decoder is not None and (n <= MAX_LEAN_ROWS or cache.get_seq_length() > 0):
+    rows_alone = cache.get_seq_length() > 0 and not (n >= TWIN_ROWS and has_twins(model))
+    if decoder is not None and (n <= MAX_LEAN_ROWS or rows_alone):
         for start in range(0, n, MAX_LEAN_ROWS):
             hidden = decoder(input_ids[:, start : start + MAX_LEAN_ROWS], cache)
         return hidden

@@ -17,7 +17,9 @@ whole target multiplies by the file's own weights, as llama.cpp does.
 
 Which layers: models/build.py makes every Linear of a q4k target whose GGUF tensor is Q4_K
 or Q6_K one of these (the rest int8), and a q4k drafter's decoder layers Q4KLinear over
-quantize_q4k's blocks.
+quantize_q4k's blocks. A drafter's layers may also hold a bfloat16 twin of their weight
+(speed/twins.py), which calls of TWIN_ROWS rows or more go through instead: a drafter's rows
+need not be batch-invariant. A target's layers never get one.
 
 Knows nothing about decoding or loading.
 """
@@ -35,6 +37,7 @@ BLOCK_BYTES = 144  # d (f16), dmin (f16), 12 bytes of 6-bit scales and mins, 128
 Q4K_BUFFERS = ("qs", "sm", "d", "dmin")  # a Q4KLinear's block arrays (repack's layout)
 Q6K_BLOCK_BYTES = 210  # 128 bytes of low 4 bits, 64 of high 2 bits, 16 int8 scales, d (f16)
 Q6K_BUFFERS = ("ql", "qh", "sc", "d")  # a Q6KLinear's block arrays (repack_q6k's layout)
+TWIN_ROWS = 16  # a call of at least this many rows goes through the layer's bfloat16 twin, if it has one
 
 
 def q4k_why_not() -> str | None:
@@ -243,6 +246,9 @@ class Q4KLinear(torch.nn.Module):
     of x (float32) through q4k_linear.c (batch-invariant, see the module docstring). No dense
     copy is kept. in_features may be less than the blocks' 256-column multiple (zero-padded)."""
 
+    twin: torch.Tensor | None = None  # [out, in] bfloat16, a drafter's only (speed/twins.py); a class default, as
+    # a prepared model's unpickled layers have no attribute of their own
+
     def __init__(self, blocks: dict[str, torch.Tensor], bias: torch.Tensor | None, in_features: int | None = None):
         super().__init__()
         self.out_features, nsb = blocks["d"].shape
@@ -258,7 +264,7 @@ class Q4KLinear(torch.nn.Module):
         self,
         x: torch.Tensor,  # [..., in]
     ) -> torch.Tensor:
-        return q4k_linear(x, self)
+        return twin_linear(x, self) if uses_twin(x, self) else q4k_linear(x, self)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, Q4_K blocks"
@@ -267,6 +273,9 @@ class Q4KLinear(torch.nn.Module):
 class Q6KLinear(torch.nn.Module):
     """y = x W^T + b with W as a GGUF file's own Q6_K blocks; every row of x (float32)
     through q6k_linear.c (batch-invariant like q4k_linear.c). No dense copy is kept."""
+
+    twin: torch.Tensor | None = None  # [out, in] bfloat16, a drafter's only (speed/twins.py); a class default, as
+    # a prepared model's unpickled layers have no attribute of their own
 
     def __init__(self, blocks: dict[str, torch.Tensor], bias: torch.Tensor | None):
         super().__init__()
@@ -281,7 +290,7 @@ class Q6KLinear(torch.nn.Module):
         self,
         x: torch.Tensor,  # [..., in]
     ) -> torch.Tensor:
-        return q6k_linear(x, self)
+        return twin_linear(x, self) if uses_twin(x, self) else q6k_linear(x, self)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, Q6_K blocks"
@@ -298,6 +307,18 @@ def q4k_linear(
     check_order(layer)
     blocks = (layer.qs, layer.sm, layer.d, layer.dmin)
     return _block_linear(x, layer, native.q4k_kernel(), "specbench_q4k_linear", blocks, native.q4k_why_not)
+
+
+def uses_twin(x: torch.Tensor, layer: Q4KLinear | Q6KLinear) -> bool:
+    """Whether x [..., in] goes through the layer's bfloat16 twin: it has one, and x has at
+    least TWIN_ROWS rows."""
+    return layer.twin is not None and x.numel() >= TWIN_ROWS * x.shape[-1]
+
+
+def twin_linear(x: torch.Tensor, layer: Q4KLinear | Q6KLinear) -> torch.Tensor:
+    """x [..., in] times the layer's bfloat16 twin (oneDNN's GEMM), plus its bias, in x's dtype."""
+    bias = None if layer.bias is None else layer.bias.to(torch.bfloat16)
+    return torch.nn.functional.linear(x.to(torch.bfloat16), layer.twin, bias).to(x.dtype)
 
 
 def check_order(layer: Q4KLinear | Q6KLinear) -> None:

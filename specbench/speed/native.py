@@ -267,8 +267,21 @@ def cpu_description() -> dict:
     model = next(
         (line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.processor()
     )
-    have = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
+    have = _flags(lines)
     return {"model": model, "flags": [f for f in SPEED_FLAGS if f in have], "kernels_march": march()}
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """Every flag /proc/cpuinfo lists for the first CPU (empty where it is unreadable)."""
+    try:
+        return _flags(Path("/proc/cpuinfo").read_text().splitlines())
+    except OSError:
+        return frozenset()
+
+
+def _flags(lines: list[str]) -> frozenset[str]:
+    return frozenset(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
 
 
 def _build(compiler: str, source: Path, path: Path) -> str | None:

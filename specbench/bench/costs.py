@@ -66,12 +66,13 @@ from specbench.drafters import DraftStep, draft_step, make_drafter, uses_model
 from specbench.policies import FixedGamma
 
 MAX_VERIFY_K = 9  # v(k) is measured for k = 1..MAX_VERIFY_K
+LONG_FEEDS = (16, 32, 64)  # u(n) is measured there too: a catch-up of many ids may take another path (speed/twins.py)
 LOOP_TOKENS = 16  # tokens of the short run the loop's work per round is timed on
 PLAIN_STEPS = 16  # plain decoding steps timed in a row once the rounds are done; the median of the second half counts
 # How costs are measured: interleaved forwards with the work on their logits, draft steps as
 # the model drafter runs them, v(k) and u(n) fitted. meta.json records it, a resume refuses
 # another, and it is part of the on-disk cache key (the cache holds `generate`'s costs).
-METHOD = 6
+METHOD = 7
 
 
 @dataclass(frozen=True)
@@ -265,7 +266,8 @@ def measure_costs(
 ) -> Costs:
     """c from single-token forwards of both models (the drafter's over draft_vocab ids when
     > 0, as the model drafter runs it); v(k) for k = 1..max_k from the target; u(n) for
-    n = 1..max_k from the drafter (last row's logits only, as a catch-up runs); with
+    n = 1..max_k and LONG_FEEDS from the drafter (last row's logits only, as a catch-up
+    runs; the prompt the drafter reads in its first model round is priced by it too); with
     `predicting`, also the plain step from PLAIN_STEPS target steps in a row, after those,
     and the loop's own work per round (measure_loop): what predictions need and the cost
     policy does not. Each with the work on its logits under `sampling` (ForwardTimer;
@@ -279,16 +281,25 @@ def measure_costs(
         else None
     )
     target_times: dict[int, list[float]] = {k: [] for k in range(1, max_k + 1)}
-    drafter_times: dict[int, list[float]] = {n: [] for n in range(1, max_k + 1)} if drafter_timer else {}
+    long_feeds = [n for n in LONG_FEEDS if n > max_k] if drafter_timer else []
+    drafter_times: dict[int, list[float]] = (
+        {n: [] for n in [*range(1, max_k + 1), *long_feeds]} if drafter_timer else {}
+    )
     for round_ in range(repeats + 1):
+        # the drafter's long feeds first, each with the step after it, which can be slower
+        # (twins.py): that step's excess over this round's own step is the feed's
+        after = {n: (drafter_timer.seconds(n), drafter_timer.seconds(1)) for n in long_feeds}
+        verifies, feeds = {}, {}
         for k in range(1, max_k + 1):
-            elapsed = target_timer.seconds(k)
-            if round_:
-                target_times[k].append(elapsed)
+            verifies[k] = target_timer.seconds(k)
             if drafter_timer is not None:
-                elapsed = drafter_timer.seconds(k)
-                if round_:
-                    drafter_times[k].append(elapsed)
+                feeds[k] = drafter_timer.seconds(k)
+        feeds |= {n: feed + max(0.0, step - feeds[1]) for n, (feed, step) in after.items()}
+        if round_:
+            for n, elapsed in feeds.items():
+                drafter_times[n].append(elapsed)
+            for k, elapsed in verifies.items():
+                target_times[k].append(elapsed)
     plain_times = target_timer.plain_steps(PLAIN_STEPS)[PLAIN_STEPS // 2 :] if predicting else None
     loop_time = measure_loop(target, context, sampling=sampling) if predicting else None
     medians = {k: statistics.median(times) for k, times in target_times.items()}

@@ -210,8 +210,11 @@ def verify_cost_at(costs: dict[int, float], k: int) -> float | None:
     largest k measured without gaps from the first, the curve goes on linearly at the mean
     slope from its second point to that k, never below 0: single neighbouring points are
     noisy, and a measured v(9) < v(8) must not make longer drafts look cheaper than shorter
-    ones. None when nothing was measured.
+    ones. A curve with points measured further out (the drafter's u(n) at costs.LONG_FEEDS)
+    is read on the line between the two points around k, and past its last point at the
+    slope of its last two, never below 0. None when nothing was measured.
     verify_cost_at({1: 1.0, 2: 1.4, 3: 1.6}, 5) == 2.0 (slope (1.6 - 1.4) / 1 = 0.2).
+    verify_cost_at({1: 1.0, 2: 1.4, 3: 1.6, 7: 2.0}, 5) == 1.8 (between 3 and 7).
     """
     if not costs:
         return None
@@ -226,6 +229,12 @@ def verify_cost_at(costs: dict[int, float], k: int) -> float | None:
         top += 1
     if k < top:  # a gap inside the measured range cannot be reached here: k would be in costs
         return costs[top]
+    if k < ks[-1]:  # between two points measured further out (the drafter's long feeds): the line between them
+        below, above = max(j for j in ks if j < k), min(j for j in ks if j > k)
+        return costs[below] + (k - below) * (costs[above] - costs[below]) / (above - below)
+    if ks[-1] > top:  # past points measured further out: the slope of the last two, never below 0
+        top, second = ks[-1], ks[-2]
+        return costs[top] + (k - top) * max(0.0, (costs[top] - costs[second]) / (top - second))
     second = ks[1] if len(ks) > 1 and ks[1] <= top else top
     slope = max(0.0, (costs[top] - costs[second]) / (top - second)) if top > second else 0.0
     return costs[top] + (k - top) * slope

@@ -7,6 +7,7 @@ from conftest import tiny_model
 
 from specbench.bench.costs import (
     CACHE_FORMAT,
+    LONG_FEEDS,
     Costs,
     fit_verify_curve,
     for_drafter,
@@ -25,8 +26,9 @@ def test_measure_costs_on_tiny_models():
     assert sorted(costs.verify_measured) == [1, 2, 3, 4] and costs.verify_measured[1] == 1.0
     assert costs.verify_cost[2] <= costs.verify_cost[3] <= costs.verify_cost[4]  # never falls
     assert costs.c is not None and costs.c > 0 and costs.target_step_seconds > 0
-    assert sorted(costs.drafter_cost) == [1, 2, 3, 4] and costs.drafter_cost[1] == 1.0  # u(n)
-    assert costs.drafter_cost[3] <= costs.drafter_cost[4]  # never falls past u(2)
+    assert sorted(costs.drafter_cost) == [1, 2, 3, 4, *LONG_FEEDS] and costs.drafter_cost[1] == 1.0  # u(n)
+    u = [costs.drafter_cost[n] for n in (3, 4, *LONG_FEEDS)]
+    assert u == sorted(u)  # never falls past u(2)
     assert Costs.from_meta(costs.as_meta()) == costs
     assert costs.plain_step_seconds is None and costs.plain_step() == 1.0  # asked for by a sweep only
     assert costs.loop_seconds is None and costs.loop() == 0.0
@@ -257,3 +259,19 @@ def test_pooled_costs_are_each_costs_median_over_similar_contexts():
     assert alone.c is None and alone.drafter_step_seconds is None and alone.drafter_cost is None
     with pytest.raises(ValueError):
         pooled([], 150)
+
+
+def test_a_curve_is_read_past_its_end_and_between_points_measured_further_out():
+    """verify_cost_at: past a gapless curve at its mean slope from the second point; between
+    the drafter's long feeds on the line between them, past the last at the last slope."""
+    from specbench.core.stats import verify_cost_at
+
+    gapless = {1: 1.0, 2: 1.4, 3: 1.6}
+    assert verify_cost_at(gapless, 3) == 1.6 and verify_cost_at(gapless, 5) == pytest.approx(2.0)
+    assert verify_cost_at({2: 1.4, 3: 1.6}, 1) == 1.4  # below the first point: its value
+    long = {1: 1.0, 2: 1.2, 3: 1.4, 16: 3.0, 32: 4.0}
+    assert verify_cost_at(long, 9) == pytest.approx(1.4 + 6 * 1.6 / 13)
+    assert verify_cost_at(long, 24) == pytest.approx(3.5)
+    assert verify_cost_at(long, 64) == pytest.approx(6.0)  # slope (4 - 3) / 16 past 32
+    assert verify_cost_at({1: 1.0, 2: 1.2, 16: 3.0, 32: 2.5}, 64) == 2.5  # a falling last slope is flat
+    assert verify_cost_at({}, 3) is None

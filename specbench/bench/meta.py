@@ -36,6 +36,7 @@ from specbench.bench.summary import summary_frame
 from specbench.errors import ResultsError, SweepError
 from specbench.speed import native
 from specbench.speed.gguf_blocks import Q4KLinear
+from specbench.speed.twins import has_twins
 
 
 def summary_records(rows: list[dict]) -> list[dict]:
@@ -198,6 +199,7 @@ def model_meta(model, name: str | None) -> dict | None:
         "device": str(first.device),
         "parameters": sum(p.numel() for p in model.parameters()),
         "attention": getattr(model.config, "_attn_implementation", None),
+        "bfloat16_twins": has_twins(model),  # long forwards through bfloat16 copies (speed/twins.py)
         "digest": weights_digest(model),
     }
 

@@ -24,7 +24,9 @@ Where greedy predictions can miss a real run (each is a near tie, or the path's 
     accepted round: a near-tied argmax can fall the other way. A restricted draft step
     (the default) computes every row it feeds as a one-row step (lean_step.py's row-wise
     attention, exact int8 kernels), and the profile records through that step, so its
-    rows are the real run's bit for bit where those kernels run;
+    rows are the real run's bit for bit where those kernels run. A drafter with bfloat16
+    twins (speed/twins.py) runs a catch-up of TWIN_ROWS ids or more after copies through
+    them in one forward, which can round otherwise (the prompt goes through them in both);
   * after a draft that leaves the path, the real drafter continues on its own wrong path;
     the replay reads rows on the target's path there. That changes which later rows a
     policy sees (so where an adaptive policy stops), never what a round accepts;

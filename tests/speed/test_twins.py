@@ -14,6 +14,7 @@ import torch
 from conftest import tiny_model
 from tiny_hf import save_tiny
 
+from specbench.bench.meta import model_meta
 from specbench.core.cache import new_cache
 from specbench.models.model import load_model
 from specbench.models.specs import parse_model_spec
@@ -52,11 +53,11 @@ def test_twins_go_to_a_q4k_drafter_on_a_cpu_with_native_bfloat16(tmp_path, monke
     assert not twins.twins_pay(drafter)  # asked for none
     monkeypatch.delenv(twins.TWINS_ENV)
     assert not twins.twins_pay(tiny_model(0))  # float32 layers: nothing to twin
-    assert not twins.has_twins(drafter)
+    assert not twins.has_twins(drafter) and not model_meta(drafter, "d")["bfloat16_twins"]
     made = twins.add_twins(drafter)
     layers = [m for m in drafter.get_decoder().modules() if isinstance(m, Q4KLinear)]
     assert made == len(layers) > 0 and all(m.twin.dtype == torch.bfloat16 for m in layers)
-    assert twins.has_twins(drafter)
+    assert twins.has_twins(drafter) and model_meta(drafter, "d")["bfloat16_twins"]  # every record says so
 
 
 @needs_kernel

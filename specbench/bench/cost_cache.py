@@ -15,7 +15,9 @@ import torch
 from specbench import paths
 from specbench.bench.costs import METHOD, Costs, costs_for, for_drafter, shared_limit, timing_context
 from specbench.models.pairing import timing_ids
+from specbench.speed import native
 from specbench.speed.kernels import VERSION
+from specbench.speed.twins import has_twins
 
 
 def model_key(loaded) -> str:
@@ -28,12 +30,14 @@ def model_key(loaded) -> str:
 def cost_key(pair, pair_config, kernels: str, sampling) -> str:
     """The cache key of a pair's costs under these settings."""
     drafter = model_key(pair.drafter_model) if pair.drafter_model is not None else pair.drafter_name
+    twinned = pair.drafter_model is not None and has_twins(pair.drafter_model.model)
     return "|".join(
         (
             model_key(pair.target),
             pair_config.dtype,
             drafter,
-            pair_config.draft_dtype,
+            pair_config.draft_dtype + ("+bf16 twins" if twinned else ""),  # long forwards cost otherwise
+            f"march={native.march()}",
             f"vocab={pair.draft_vocab}",
             pair_config.device,
             f"{kernels}.v{VERSION}",

@@ -275,3 +275,22 @@ def test_a_curve_is_read_past_its_end_and_between_points_measured_further_out():
     assert verify_cost_at(long, 64) == pytest.approx(6.0)  # slope (4 - 3) / 16 past 32
     assert verify_cost_at({1: 1.0, 2: 1.2, 16: 3.0, 32: 2.5}, 64) == 2.5  # a falling last slope is flat
     assert verify_cost_at({}, 3) is None
+
+
+def test_a_drafter_with_bfloat16_twins_has_costs_of_its_own():
+    """Long forwards cost otherwise through twins (speed/twins.py): the cached costs, and the
+    calibration kept under the same key, are not shared with the same pair without them."""
+    from types import SimpleNamespace
+
+    from specbench.bench.cost_cache import cost_key
+    from specbench.core.sampling import SamplingConfig
+    from specbench.models.loading import PairConfig
+
+    def loaded(name):
+        return SimpleNamespace(name=name, spec=SimpleNamespace(identity=lambda: None), model=tiny_model(0))
+
+    pair = SimpleNamespace(target=loaded("t"), drafter_model=loaded("d"), drafter_name="model", draft_vocab=0)
+    config = PairConfig(dtype="float32", draft_dtype="float32")
+    plain = cost_key(pair, config, "auto", SamplingConfig())
+    pair.drafter_model.model.specbench_twins = True  # as twins.add_twins marks a model
+    assert cost_key(pair, config, "auto", SamplingConfig()) != plain

@@ -244,10 +244,11 @@ def _levels(values: torch.Tensor, unit: torch.Tensor, top: int) -> torch.Tensor:
 class Q4KLinear(torch.nn.Module):
     """y = x W^T + b with W as Q4_K blocks (a GGUF file's own, or quantize_q4k's); every row
     of x (float32) through q4k_linear.c (batch-invariant, see the module docstring). No dense
-    copy is kept. in_features may be less than the blocks' 256-column multiple (zero-padded)."""
+    copy is kept, but a drafter's bfloat16 twin (speed/twins.py). in_features may be less than
+    the blocks' 256-column multiple (zero-padded)."""
 
-    twin: torch.Tensor | None = None  # [out, in] bfloat16, a drafter's only (speed/twins.py); a class default, as
-    # a prepared model's unpickled layers have no attribute of their own
+    # [out, in] bfloat16, a drafter's only; on the class, as a prepared model's unpickled layers have none of their own
+    twin: torch.Tensor | None = None
 
     def __init__(self, blocks: dict[str, torch.Tensor], bias: torch.Tensor | None, in_features: int | None = None):
         super().__init__()
@@ -266,16 +267,21 @@ class Q4KLinear(torch.nn.Module):
     ) -> torch.Tensor:
         return twin_linear(x, self) if uses_twin(x, self) else q4k_linear(x, self)
 
+    def dense(self) -> torch.Tensor:
+        """The float32 weight [out, in_features] the blocks stand for (dequantize)."""
+        return dequantize(self.qs, self.sm, self.d, self.dmin)[:, : self.in_features]
+
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, Q4_K blocks"
 
 
 class Q6KLinear(torch.nn.Module):
     """y = x W^T + b with W as a GGUF file's own Q6_K blocks; every row of x (float32)
-    through q6k_linear.c (batch-invariant like q4k_linear.c). No dense copy is kept."""
+    through q6k_linear.c (batch-invariant like q4k_linear.c). No dense copy is kept, but a
+    drafter's bfloat16 twin (speed/twins.py)."""
 
-    twin: torch.Tensor | None = None  # [out, in] bfloat16, a drafter's only (speed/twins.py); a class default, as
-    # a prepared model's unpickled layers have no attribute of their own
+    # [out, in] bfloat16, a drafter's only; on the class, as a prepared model's unpickled layers have none of their own
+    twin: torch.Tensor | None = None
 
     def __init__(self, blocks: dict[str, torch.Tensor], bias: torch.Tensor | None):
         super().__init__()
@@ -291,6 +297,10 @@ class Q6KLinear(torch.nn.Module):
         x: torch.Tensor,  # [..., in]
     ) -> torch.Tensor:
         return twin_linear(x, self) if uses_twin(x, self) else q6k_linear(x, self)
+
+    def dense(self) -> torch.Tensor:
+        """The float32 weight [out, in_features] the blocks stand for (dequantize_q6k)."""
+        return dequantize_q6k(self.ql, self.qh, self.sc, self.d)[:, : self.in_features]
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, Q6_K blocks"

@@ -31,7 +31,7 @@ import os
 import torch
 
 from specbench.speed import native
-from specbench.speed.gguf_blocks import Q4KLinear, Q6KLinear, dequantize, dequantize_q6k
+from specbench.speed.gguf_blocks import Q4KLinear, Q6KLinear
 
 TWINS_ENV = "SPECBENCH_TWINS"  # "0": no twins
 NATIVE_BF16 = ("amx_bf16", "amx_tile", "avx512_bf16")  # /proc/cpuinfo flags of a CPU that multiplies bf16 natively
@@ -48,14 +48,9 @@ def add_twins(model) -> int:
     stands for); returns how many layers got one."""
     made = 0
     for layer in model.get_decoder().modules():
-        if isinstance(layer, Q4KLinear):
-            weight = dequantize(layer.qs, layer.sm, layer.d, layer.dmin)
-        elif isinstance(layer, Q6KLinear):
-            weight = dequantize_q6k(layer.ql, layer.qh, layer.sc, layer.d)
-        else:
-            continue
-        layer.twin = weight[:, : layer.in_features].to(torch.bfloat16).contiguous()
-        made += 1
+        if isinstance(layer, (Q4KLinear, Q6KLinear)):
+            layer.twin = layer.dense().to(torch.bfloat16).contiguous()
+            made += 1
     model.specbench_twins = made > 0
     return made
 

@@ -53,13 +53,13 @@ KINDS = {
         random_q4k,
         lambda raw, b: Q4KLinear(repack(raw), b),
         reference,
-        lambda layer: dequantize(layer.qs, layer.sm, layer.d, layer.dmin),
+        lambda layer: layer.dense(),
     ),
     "Q6_K": (
         random_q6k,
         lambda raw, b: Q6KLinear(repack_q6k(raw), b),
         q6k_reference,
-        lambda layer: dequantize_q6k(layer.ql, layer.qh, layer.sc, layer.d),
+        lambda layer: layer.dense(),
     ),
 }
 EACH_KIND = [

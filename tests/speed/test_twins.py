@@ -20,7 +20,7 @@ from specbench.models.model import load_model
 from specbench.models.specs import parse_model_spec
 from specbench.speed import gguf_blocks, native, twins
 from specbench.speed.draft_vocab import draft_hidden
-from specbench.speed.gguf_blocks import TWIN_ROWS, Q4KLinear, dequantize, quantize_q4k
+from specbench.speed.gguf_blocks import TWIN_ROWS, Q4KLinear, quantize_q4k
 
 needs_kernel = pytest.mark.needs_kernel("q4k")
 
@@ -36,7 +36,7 @@ def test_a_layer_runs_its_twin_from_twin_rows_on():
     layer = Q4KLinear(blocks, torch.randn(24, generator=generator), 300)
     x = torch.randn(TWIN_ROWS, 300, generator=generator)
     kernel = layer(x)
-    layer.twin = dequantize(layer.qs, layer.sm, layer.d, layer.dmin)[:, :300].to(torch.bfloat16)
+    layer.twin = layer.dense().to(torch.bfloat16)
     assert torch.equal(layer(x[: TWIN_ROWS - 1]), kernel[: TWIN_ROWS - 1])  # short calls: the kernel, bit for bit
     twinned = layer(x)
     assert not torch.equal(twinned, kernel)  # the twin ran ...

@@ -5,9 +5,10 @@ to weigh a policy change or other costs on several prompt sets without timing an
         the drafter's rows along each prompt's plain greedy output (from a sweep's
         paths.jsonl with --outputs, else decoded here), one file per prompt in DIR
         (about 75 MB a prompt of 128 tokens: delete DIR when done)
-    python dev/policy_replay.py score DIR --costs META [--drafter-cost COSTS] [--set NAME=VALUE ...]
+    python dev/policy_replay.py score DIR --costs FILE [--drafter-cost COSTS] [--set NAME=VALUE ...]
         the cost policy as a sweep predicts it (each prompt warm from the ones before, in
-        order) and the oracle, priced with a sweep's meta.json costs; --drafter-cost takes
+        order) and the oracle, priced with a sweep's meta.json or a `specbench costs`
+        file; --drafter-cost takes
         u(n) from a `specbench costs` file instead; --set changes a class or module constant
         for the run (CostAwareGamma.MODEL_PRIOR=1, calibration.WARM_TRIALS=8)
 
@@ -61,7 +62,9 @@ def record(prompts: str, out: Path, outputs: Path | None) -> None:
 
 
 def score(folder: Path, meta: Path, drafter_cost: Path | None, settings: list[str], draft_vocab: int) -> None:
-    costs = for_drafter(Costs.from_meta(json.loads(meta.read_text())["costs_by_block"]["sweep"]), DRAFTER)
+    raw = json.loads(meta.read_text())
+    raw = raw["costs_by_block"]["sweep"] if "costs_by_block" in raw else raw["costs"]  # a sweep's or `specbench costs`'
+    costs = for_drafter(Costs.from_meta(raw), DRAFTER)
     if drafter_cost is not None:
         u = json.loads(drafter_cost.read_text())["costs"]["drafter_cost"]
         costs = replace(costs, drafter_cost={int(n): float(x) for n, x in u.items()})
@@ -84,9 +87,12 @@ def score(folder: Path, meta: Path, drafter_cost: Path | None, settings: list[st
     oracle = geometric_mean([r[3] for r in rows])
     categories = defaultdict(list)
     for row in rows:
-        categories[row[1]].append(row[2])
+        categories[row[1]].append(row)
     print(f"{len(rows)} prompts: {mean:.3f}x, oracle {oracle:.3f}x, {(mean - 1) / (oracle - 1):.0%} of its gain")
-    print("  " + ", ".join(f"{name} {geometric_mean(values):.2f}x" for name, values in categories.items()))
+    print("  by category (oracle): " + ", ".join(
+        f"{name} {geometric_mean([r[2] for r in group]):.2f}x ({geometric_mean([r[3] for r in group]):.2f}x)"
+        for name, group in categories.items()
+    ))
     print("  below 0.95x: " + (", ".join(f"{r[0]} {r[2]:.2f}x" for r in rows if r[2] < 0.95) or "none"))
 
 

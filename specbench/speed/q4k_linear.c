@@ -25,6 +25,9 @@
  * int8 activations into 16 int16 pairs (at most 2 * 15 * 127 = 3810, no saturation). Each
  * weight row's nibbles are unpacked once per tile and used by up to MT activation rows, so on
  * the 2-5 rows of a verify pass the per-row arithmetic, not the weight bytes, sets the time.
+ * MT is 4 where AVX2's 16 vector registers hold 4 rows' sums and 8 where AVX-512 gives 32:
+ * a verify pass of 5 to 8 rows then unpacks each weight row once, not twice. A row's
+ * arithmetic is the same in a tile of any height, so MT changes no bit.
  * Two orders of the nibbles, one per build, each the cheapest there:
  *
  *   - file order (a build for a CPU with AVX-VNNI or AVX512-VNNI): the file's own bytes;
@@ -55,7 +58,11 @@
 
 #define QK 256   /* columns per super-block */
 #define NSUB 8   /* sub-blocks of 32 per super-block */
-#define MT 4     /* activation rows per tile */
+#if defined(__AVX512F__)
+#define MT 8     /* activation rows per tile: 32 vector registers hold 8 rows' sums */
+#else
+#define MT 4     /* activation rows per tile: AVX2's 16 vector registers hold 4 rows' sums */
+#endif
 #define NB 16    /* weight rows per cache block */
 #define PREFETCH 2 /* weight rows ahead to prefetch */
 
@@ -155,6 +162,13 @@ static int quantize_rows(const float *x, int M, int K, int KP, int order, int su
         if (n0_ < n1_) FN(job, n0_, n1_);                                                                                           \
     }
 
+#if MT == 8
+#define TALL_TILES(TILE, J, n, m) case 4: TILE(J, n, m, 4); break; case 5: TILE(J, n, m, 5); break; \
+                                  case 6: TILE(J, n, m, 6); break; case 7: TILE(J, n, m, 7); break;
+#else
+#define TALL_TILES(TILE, J, n, m)
+#endif
+
 /* NAME(J, n0, n1): weight rows n0..n1-1 against every activation row, NB weight rows at a
  * time, so the block stays in cache while the activation rows of a prompt pass it; TILE(J,
  * n, m0, mt) gets constant tile heights, so the compiler keeps the accumulators in registers */
@@ -169,6 +183,7 @@ static int quantize_rows(const float *x, int M, int K, int KP, int order, int su
                     case 1: TILE(J, n, m, 1); break;                                                                                \
                     case 2: TILE(J, n, m, 2); break;                                                                                \
                     case 3: TILE(J, n, m, 3); break;                                                                                \
+                    TALL_TILES(TILE, J, n, m)                                                                                       \
                     default: TILE(J, n, m, MT);                                                                                     \
                     }                                                                                                               \
                 }                                                                                                                   \

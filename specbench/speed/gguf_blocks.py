@@ -271,6 +271,21 @@ class Q4KLinear(torch.nn.Module):
         """The float32 weight [out, in_features] the blocks stand for (dequantize)."""
         return dequantize(self.qs, self.sm, self.d, self.dmin)[:, : self.in_features]
 
+    def dense_bf16(self) -> torch.Tensor:
+        """dense() rounded to bfloat16 ([out, in_features], contiguous), bit for bit: made in
+        one pass by q4k_linear.c where it is built (a drafter's twin, at each load), else
+        through the float32 copy."""
+        lib = native.q4k_kernel()
+        if lib is None:
+            return self.dense().to(torch.bfloat16).contiguous()
+        rows, nsb = self.d.shape
+        out = torch.empty(rows, nsb * QK, dtype=torch.bfloat16)
+        qs = to_file_order(self.qs).contiguous()
+        blocks = (qs, self.sm, self.d, self.dmin)
+        if lib.specbench_q4k_to_bf16(*(b.data_ptr() for b in blocks), rows, nsb * QK, out.data_ptr()) != 0:
+            raise RuntimeError(f"q4k_to_bf16 refused {rows} x {nsb} super-blocks")
+        return out if self.in_features == nsb * QK else out[:, : self.in_features].contiguous()
+
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, Q4_K blocks"
 
@@ -301,6 +316,10 @@ class Q6KLinear(torch.nn.Module):
     def dense(self) -> torch.Tensor:
         """The float32 weight [out, in_features] the blocks stand for (dequantize_q6k)."""
         return dequantize_q6k(self.ql, self.qh, self.sc, self.d)[:, : self.in_features]
+
+    def dense_bf16(self) -> torch.Tensor:
+        """dense() rounded to bfloat16 ([out, in_features], contiguous)."""
+        return self.dense().to(torch.bfloat16).contiguous()
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, Q6_K blocks"

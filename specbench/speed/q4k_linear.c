@@ -53,6 +53,8 @@
 #include <math.h>
 #include <omp.h>
 
+#include "bf16.h"
+
 #if defined(__AVX2__)
 #include <immintrin.h>
 
@@ -326,9 +328,44 @@ int specbench_q4k_linear(const float *x, int M, int K, const uint8_t *qs, const 
     return 0;
 }
 
+/* The weight [N, KP] that Q4_K blocks stand for, in bfloat16: each value computed as
+ * gguf_blocks.dequantize computes it in float32, (d * sc) * q - dmin * m, then rounded to
+ * nearest even as PyTorch rounds it (bf16.h): the bits of dequantize(...).to(bfloat16), in one
+ * pass with no float32 copy. qs in the file's order (gguf_blocks.to_file_order): byte 32j + b
+ * holds column b of sub-block 2j in its low nibble and of sub-block 2j + 1 in its high. A
+ * drafter's twin (twins.py) is made this way at load. Returns 0. */
+int specbench_q4k_to_bf16(const uint8_t *qs, const uint8_t *sm, const float *d, const float *dmin, int N, int KP,
+                          uint16_t *out) {
+    if (N < 1 || KP < QK || KP % QK) return -1;
+    const int nsb = KP / QK;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        for (int s = 0; s < nsb; s++) {
+            const size_t b = (size_t)n * nsb + s;
+            const uint8_t *q = qs + b * 128, *sc = sm + b * 16;
+            uint16_t *o = out + (size_t)n * KP + (size_t)s * QK;
+            for (int j = 0; j < 4; j++) {
+                const float scale_lo = d[b] * (float)sc[2 * j], min_lo = dmin[b] * (float)sc[NSUB + 2 * j];
+                const float scale_hi = d[b] * (float)sc[2 * j + 1], min_hi = dmin[b] * (float)sc[NSUB + 2 * j + 1];
+                for (int i = 0; i < 32; i++) {
+                    o[64 * j + i] = float_to_bf16(scale_lo * (float)(q[32 * j + i] & 0x0F) - min_lo);
+                    o[64 * j + 32 + i] = float_to_bf16(scale_hi * (float)(q[32 * j + i] >> 4) - min_hi);
+                }
+            }
+        }
+    }
+    return 0;
+}
+
 #else
 
 int specbench_q4k_ready(void) { return 0; }
+
+int specbench_q4k_to_bf16(const uint8_t *qs, const uint8_t *sm, const float *d, const float *dmin, int N, int KP,
+                          uint16_t *out) {
+    (void)qs; (void)sm; (void)d; (void)dmin; (void)N; (void)KP; (void)out;
+    return -1;
+}
 int specbench_lane_order(void) { return 0; }
 
 int specbench_q4k_linear(const float *x, int M, int K, const uint8_t *qs, const uint8_t *sm, const float *d,

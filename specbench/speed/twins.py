@@ -49,7 +49,7 @@ def add_twins(model) -> int:
     made = 0
     for layer in model.get_decoder().modules():
         if isinstance(layer, (Q4KLinear, Q6KLinear)):
-            layer.twin = layer.dense().to(torch.bfloat16).contiguous()
+            layer.twin = layer.dense_bf16()
             made += 1
     model.specbench_twins = made > 0
     return made

@@ -179,6 +179,21 @@ def test_built_for_avx2_alone_the_kernel_equals_its_reference(kind, avx2_build):
     )
 
 
+@needs_kernel
+@pytest.mark.parametrize("build", ["this CPU's", "AVX2 alone"])
+def test_a_bfloat16_weight_has_the_bits_of_the_float32_one_rounded(build, request):
+    """dense_bf16 (a drafter's twin, made in one pass by q4k_linear.c) is dense() rounded by
+    PyTorch, bit for bit, in either build's nibble order and for a width short of its blocks."""
+    if build == "AVX2 alone":
+        request.getfixturevalue("avx2_build")
+    assert native.q4k_kernel() is not None  # the one-pass path, not the fallback
+    for cols, width, seed in ((768, 768, 3), (512, 300, 4)):
+        layer = Q4KLinear(repack(random_q4k(11, cols, seed)), None, in_features=width)
+        made = layer.dense_bf16()
+        assert made.is_contiguous() and made.shape == (11, width) and made.dtype == torch.bfloat16
+        assert torch.equal(made, layer.dense().to(torch.bfloat16))
+
+
 @pytest.mark.parametrize("kind", EACH_KIND)
 def test_the_two_builds_give_the_same_sums_and_refuse_each_others_layers(kind, monkeypatch, tmp_path):
     """Both builds sum the same exact integers, a VNNI build in the file's order's lanes and

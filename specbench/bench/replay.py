@@ -274,16 +274,24 @@ class OracleDrafter:
     """A drafter that knows the verdicts: it asks `inner` for up to max_tokens drafts (the
     policy is not asked) and keeps exactly those the target will accept, or none when
     pays(k, forwards) says that k drafts from that many drafter forwards cost more than
-    they save (profile.oracle_pays; None: always keep them)."""
+    they save (profile.oracle_pays; None: always keep them).
+
+    Its forwards are those of a drafter run in the kept model rounds alone: a kept round of
+    k drafts feeds, in its first forward, every context id such a drafter has not read (the
+    prompt, in the first; ids that rounds it dropped would have read), then k - 1 drafts.
+    What `inner` fed in a round the oracle drops, or for a draft past the kept ones, is not
+    read there: the next kept round pays for it."""
 
     def __init__(
         self, inner: Drafter, acceptance: Acceptance, prompt_len: int, pays: Callable[[int, int], bool] | None = None
     ):
         self.inner, self.acceptance, self.prompt_len, self.pays = inner, acceptance, prompt_len, pays
         self.name = f"oracle({inner.name})"
+        self._read = 0  # context ids read by a drafter that ran the kept forwards alone
 
     def start(self, sampling: SamplingConfig, generator: torch.Generator | None) -> None:
         self.inner.start(sampling, generator)
+        self._read = 0
 
     def prefill(
         self,
@@ -300,13 +308,17 @@ class OracleDrafter:
         forward_pays: ForwardPays | None = None,
     ) -> Draft:
         """Every draft inner makes (neither the policy's keep nor its price is asked), cut
-        to what the target accepts."""
+        to what the target accepts; the feeds of the forwards those drafts take."""
         draft = self.inner.propose(context, max_tokens, lambda *_: Keep.YES)
         n = self.acceptance.accepted(context.shape[0] - self.prompt_len, draft)
         if n and self.pays is not None and not self.pays(n, len(draft.feeds[:n])):
             n = 0
+        feeds = []
+        if n and draft.feeds:  # a model round kept (a copy runs no forward)
+            feeds = [context.shape[0] - self._read] + [1] * (n - 1)
+            self._read = context.shape[0] + n - 1  # the last draft is never fed
         probs = None if draft.probs is None else draft.probs[:n]
-        return Draft(draft.tokens[:n], probs, 0.0, draft.feeds[:n])
+        return Draft(draft.tokens[:n], probs, 0.0, feeds)
 
     def commit(self, n_accepted: int) -> None:
         self.inner.commit(n_accepted)

@@ -98,6 +98,29 @@ def test_oracle_drafts_only_what_is_accepted_and_bounds_fixed(pair):
         assert oracle.stats.target_forwards <= predict(path, "model", "fixed", gamma, gen).stats.target_forwards
 
 
+@pytest.mark.parametrize("drafter", ["model", "model+lookup"])
+def test_the_oracle_pays_for_every_id_its_drafter_reads(pair, drafter):
+    """A drafter run in the oracle's kept model rounds alone reads each context id once, in
+    the first forward after it: the prompt in the first kept round, ids that dropped rounds
+    (or copies) would have read in the next kept one. So the kept rounds' forwards feed
+    exactly the context up to the last kept round, and its drafts but the last."""
+    target, drafter_model = pair
+    gen = GenerationConfig(max_new_tokens=40)
+    skipped = 0
+    for prompt in PROMPTS:
+        output = plain_generate(target, prompt, gen).token_ids
+        oracle = predict(record_path(target, drafter_model, prompt, output, gen), drafter, ORACLE_POLICY, 8, gen)
+        model_rounds = [s for s in oracle.steps if s.round > 0 and s.drafter_feeds]
+        assert model_rounds and model_rounds[0].drafter_feeds[0] >= len(prompt)
+        assert all(len(s.drafter_feeds) == len(s.draft_tokens) for s in model_rounds)
+        first, last = model_rounds[0], model_rounds[-1]
+        read = sum(sum(s.drafter_feeds) for s in model_rounds)
+        assert read == len(prompt) + last.position + len(last.draft_tokens) - 1
+        # rounds that ran no forward between them: dropped (the inner drafter read the context) or copies
+        skipped += sum(first.round < s.round < last.round and not s.drafter_feeds for s in oracle.steps)
+    assert skipped > 0
+
+
 def test_the_oracle_drafts_nothing_where_accepted_drafts_cannot_pay(pair):
     """Priced with a drafter step costing 3 target steps, no accepted run pays for its
     drafter forwards: the oracle drafts nothing and is plain decoding, never below it. At a

@@ -89,10 +89,13 @@ def score(folder: Path, meta: Path, drafter_cost: Path | None, settings: list[st
     for row in rows:
         categories[row[1]].append(row)
     print(f"{len(rows)} prompts: {mean:.3f}x, oracle {oracle:.3f}x, {(mean - 1) / (oracle - 1):.0%} of its gain")
-    print("  by category (oracle): " + ", ".join(
-        f"{name} {geometric_mean([r[2] for r in group]):.2f}x ({geometric_mean([r[3] for r in group]):.2f}x)"
-        for name, group in categories.items()
-    ))
+    print(
+        "  by category (oracle): "
+        + ", ".join(
+            f"{name} {geometric_mean([r[2] for r in group]):.2f}x ({geometric_mean([r[3] for r in group]):.2f}x)"
+            for name, group in categories.items()
+        )
+    )
     print("  below 0.95x: " + (", ".join(f"{r[0]} {r[2]:.2f}x" for r in rows if r[2] < 0.95) or "none"))
 
 

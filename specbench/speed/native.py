@@ -130,7 +130,10 @@ Q4K = Library(
     (
         Entry("specbench_q4k_linear", (("x", _P), *_ROWS, ("qs", _P), ("sm", _P), ("d", _P), ("dmin", _P), *_OUT)),
         Entry("specbench_lane_order"),
-        Entry("specbench_q4k_to_bf16", (("qs", _P), ("sm", _P), ("d", _P), ("dmin", _P), ("N", _I), ("K", _I), ("out", _P))),
+        Entry(
+            "specbench_q4k_to_bf16",
+            (("qs", _P), ("sm", _P), ("d", _P), ("dmin", _P), ("N", _I), ("K", _I), ("out", _P)),
+        ),
     ),
 )
 Q6K = Library(

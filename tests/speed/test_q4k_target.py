@@ -90,7 +90,17 @@ def test_repacked_blocks_dequantize_as_gguf_py_does():
 @pytest.mark.parametrize("kind", EACH_KIND)
 @pytest.mark.parametrize(
     "rows,cols,out",
-    [(1, 256, 3), (2, 512, 8), (3, 256, 17), (4, 768, 5), (5, 256, 6), (7, 1536, 33), (8, 512, 7), (13, 256, 9), (20, 512, 4)],
+    [
+        (1, 256, 3),
+        (2, 512, 8),
+        (3, 256, 17),
+        (4, 768, 5),
+        (5, 256, 6),
+        (7, 1536, 33),
+        (8, 512, 7),
+        (13, 256, 9),
+        (20, 512, 4),
+    ],
 )
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_the_kernel_equals_its_reference_bit_for_bit(kind, rows, cols, out, with_bias):

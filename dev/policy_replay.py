@@ -8,9 +8,9 @@ to weigh a policy change or other costs on several prompt sets without timing an
     python dev/policy_replay.py score DIR --costs FILE [--drafter-cost COSTS] [--set NAME=VALUE ...]
         the cost policy as a sweep predicts it (each prompt warm from the ones before, in
         order) and the oracle, priced with a sweep's meta.json or a `specbench costs`
-        file; --drafter-cost takes
-        u(n) from a `specbench costs` file instead; --set changes a class or module constant
-        for the run (CostAwareGamma.MODEL_PRIOR=1, calibration.WARM_TRIALS=8)
+        file; --drafter-cost takes u(n) from a `specbench costs` file instead; --set
+        changes a class or module constant for the run (CostAwareGamma.MODEL_PRIOR=1,
+        calibration.WARM_TRIALS=8)
 
 `score` prints the geometric mean, the oracle's, the share of its gain, each category's
 mean and the prompts below 0.95x. Greedy, 128 new tokens, the pair's default draft

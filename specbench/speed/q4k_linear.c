@@ -333,7 +333,8 @@ int specbench_q4k_linear(const float *x, int M, int K, const uint8_t *qs, const 
  * nearest even as PyTorch rounds it (bf16.h): the bits of dequantize(...).to(bfloat16), in one
  * pass with no float32 copy. qs in the file's order (gguf_blocks.to_file_order): byte 32j + b
  * holds column b of sub-block 2j in its low nibble and of sub-block 2j + 1 in its high. A
- * drafter's twin (twins.py) is made this way at load. Returns 0. */
+ * drafter's twin (twins.py) is made this way at load. Returns 0, or -1 for a width it does
+ * not take. */
 int specbench_q4k_to_bf16(const uint8_t *qs, const uint8_t *sm, const float *d, const float *dmin, int N, int KP,
                           uint16_t *out) {
     if (N < 1 || KP < QK || KP % QK) return -1;
@@ -361,16 +362,17 @@ int specbench_q4k_to_bf16(const uint8_t *qs, const uint8_t *sm, const float *d, 
 
 int specbench_q4k_ready(void) { return 0; }
 
-int specbench_q4k_to_bf16(const uint8_t *qs, const uint8_t *sm, const float *d, const float *dmin, int N, int KP,
-                          uint16_t *out) {
-    (void)qs; (void)sm; (void)d; (void)dmin; (void)N; (void)KP; (void)out;
-    return -1;
-}
 int specbench_lane_order(void) { return 0; }
 
 int specbench_q4k_linear(const float *x, int M, int K, const uint8_t *qs, const uint8_t *sm, const float *d,
                          const float *dmin, const float *bias, int N, float *y) {
     (void)x; (void)M; (void)K; (void)qs; (void)sm; (void)d; (void)dmin; (void)bias; (void)N; (void)y;
+    return -1;
+}
+
+int specbench_q4k_to_bf16(const uint8_t *qs, const uint8_t *sm, const float *d, const float *dmin, int N, int KP,
+                          uint16_t *out) {
+    (void)qs; (void)sm; (void)d; (void)dmin; (void)N; (void)KP; (void)out;
     return -1;
 }
 

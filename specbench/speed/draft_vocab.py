@@ -172,14 +172,20 @@ def draft_hidden(
 ) -> torch.Tensor:
     """The decoder's final hidden states for input_ids ([1, n]) over the cache -> [1, m,
     hidden], m the rows of the last call. Through lean_step.py's forward where the layout
-    allows and lean is True: a step of at most MAX_LEAN_ROWS rows, or any number over a
-    cache in calls of that many (a round's catch-up after copied drafts), so that every row
-    after the prompt is computed as a one-row step computes it. A longer prompt goes through
-    HF's decoder in one call, and so does a catch-up of TWIN_ROWS ids or more for a drafter
-    with bfloat16 twins (twins.py), whose layers run such calls through them."""
+    allows and lean is True, so that every row is computed as a one-row step computes it
+    (what the sweep's profile, which feeds one token a step, relies on to predict real
+    rounds): with native layers (fused_step.py) any number of rows in one call, the prompt
+    and the ids a deferred first model round reads after it included; in PyTorch a step of
+    at most MAX_LEAN_ROWS rows, or any number over a cache in calls of that many (a round's
+    catch-up after copied drafts), a longer prompt through HF's decoder in one call. A call
+    of TWIN_ROWS ids or more for a drafter with bfloat16 twins (twins.py) goes through HF's
+    decoder, whose layers run it through the twins: faster, not the same bits."""
     decoder = lean_decoder(model) if lean else None
     n = input_ids.shape[1]
-    rows_alone = cache.get_seq_length() > 0 and not (n >= TWIN_ROWS and has_twins(model))
+    twins = n >= TWIN_ROWS and has_twins(model)
+    if decoder is not None and decoder.fused is not None and not twins:
+        return decoder(input_ids, cache)
+    rows_alone = cache.get_seq_length() > 0 and not twins
     if decoder is not None and (n <= MAX_LEAN_ROWS or rows_alone):
         for start in range(0, n, MAX_LEAN_ROWS):
             hidden = decoder(input_ids[:, start : start + MAX_LEAN_ROWS], cache)

@@ -185,9 +185,10 @@ def _stacked_bias(linears, dtype: torch.dtype) -> torch.Tensor | None:
 
 class LeanDecoder:
     """hidden = LeanDecoder(model)(input_ids [1, n], cache): the decoder's final hidden states
-    [1, n, hidden] for n <= max_rows new tokens (None: any number) after what the cache holds
-    (which it extends). stack=False runs every Linear by itself: the target's way, where
-    stacking would copy a gigabyte of mapped weights to save nothing measurable."""
+    [1, n, hidden] for n <= max_rows new tokens (None: any number; native layers, `fused`,
+    take any number whatever max_rows says) after what the cache holds (which it extends).
+    stack=False runs every Linear by itself: the target's way, where stacking would copy a
+    gigabyte of mapped weights to save nothing measurable."""
 
     def __init__(self, model, stack: bool = True, max_rows: int | None = MAX_LEAN_ROWS):
         self.decoder = model.get_decoder()
@@ -209,10 +210,10 @@ class LeanDecoder:
         cache,
     ) -> torch.Tensor:
         n = input_ids.shape[1]
+        if self.fused is not None:  # native layers: any number of rows, each computed as alone
+            return self.fused(input_ids, cache)
         if self.max_rows is not None and n > self.max_rows:
             raise ValueError(f"the lean forward takes at most {self.max_rows} tokens, got {n}")
-        if self.fused is not None:
-            return self.fused(input_ids, cache)
         past = cache.get_seq_length()
         hidden = self.decoder.embed_tokens(input_ids)
         positions = torch.arange(past, past + n, device=input_ids.device).unsqueeze(0)

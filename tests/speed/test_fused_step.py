@@ -21,6 +21,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from specbench.core.cache import cache_arg, crop_cache, new_cache
 from specbench.speed import native
+from specbench.speed.draft_vocab import draft_hidden
 from specbench.speed.fused_step import FusedLayers, fused_layers
 from specbench.speed.lean_step import LeanDecoder, lean_decoder
 from specbench.speed.quantize import int8_available, quantize_linears, quantize_target
@@ -160,6 +161,25 @@ def test_a_row_has_the_same_bits_alone_or_with_others(name):
         together = torch.cat([fused(new[:, r : r + n], cache) for r in range(0, 4, n)], dim=1)
         assert torch.equal(together, one_by_one), n
         assert all(torch.equal(layer.keys, keys) for layer, keys in zip(cache.layers, alone_keys)), n
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@torch.inference_mode()
+def test_a_drafters_first_call_gives_its_rows_the_bits_of_one_row_steps(name):
+    """A drafter's first model round reads the prompt and every id after it in one call
+    (the prefill is deferred until the policy wants a model draft): through native layers
+    each of those rows gets the bits the prompt's call and then one-row steps give it, the
+    way the sweep's profile feeds them (draft_vocab.path_logits), so the profile predicts
+    such a round exactly."""
+    model = MODELS[name]()
+    ids = torch.cat([PROMPT, torch.tensor([[11, 4, 60, 23, 7, 5]])], dim=1)
+    start = PROMPT.shape[1]
+    together = draft_hidden(model, ids, new_cache(model))
+    cache = new_cache(model)
+    rows = [draft_hidden(model, PROMPT, cache)]
+    rows += [draft_hidden(model, ids[:, t : t + 1], cache) for t in range(start, ids.shape[1])]
+    assert together.shape[1] == ids.shape[1]
+    assert torch.equal(together, torch.cat(rows, dim=1))
 
 
 # ---------------------------------------------------------------------------- a target's

@@ -28,18 +28,13 @@ four, so on one AVX2 CPU v(2..4) was about 1.2, v(5) 1.5 and v(6..9) 1.9 to 2.1,
 fitted line put v(4) at 1.4 and v(6) at 1.7.
 t(1) keeps its own point: one row often runs a different kernel than several; so does the
 drafter's t(2) (a half-precision drafter runs two rows on its half weight,
-kernels.HybridLinear). The plain step is timed apart from t(1): each round ends with
-PLAIN_RUN steps in a row, of which the last PLAIN_COUNTED count. On PyTorch's own kernels
+kernels.HybridLinear). The plain step is timed apart from t(1), after the interleaved rounds,
+as PLAIN_STEPS steps in a row of which the second half counts: on PyTorch's own kernels
 single-token steps that follow forwards over 2..9 tokens ran about 7% slower than in a
-long run of single-token steps, and took some 8 steps to settle (SmolLM2-135M); the
-default pair's plain runs, timed beside its speculative ones, paid 0.87 to 0.92 of the t(1)
-those runs' own rounds implied (a Xeon and an EPYC). A speculative round lives in the first
-state and plain decoding in the second, so pricing plain decoding at the interleaved t(1)
-makes drafting look that much better than it is: the cost policy prices a round without
-drafts, and the step an accepted draft saves, at the plain step. Timed in every round,
-beside the t(1) it is a ratio to, it is the median of repeats x PLAIN_COUNTED steps that
-drift hits alike; timed once after the rounds, 8 steps of it were 14% above t(1) in a sweep
-whose plain runs went at 0.90 of it.
+long run of single-token steps, and took some 8 steps to settle (SmolLM2-135M; the default
+pair's kernels showed no such difference). A speculative round lives in the first state and
+plain decoding in the second, so a plain run priced at the interleaved t(1) made every
+speedup look that much better than it measured.
 The loop's work is timed on the real loop (core/generate.py) over a short run with the
 prompt-lookup drafter, which runs no forward: each round's time less its verify pass
 (StepRecord.pass_seconds). It is mostly Python, about 0.1-0.3 ms a round whatever the
@@ -73,11 +68,11 @@ from specbench.policies import FixedGamma
 MAX_VERIFY_K = 9  # v(k) is measured for k = 1..MAX_VERIFY_K
 LONG_FEEDS = (16, 32, 64)  # u(n) is measured there too: a catch-up of many ids may take another path (speed/twins.py)
 LOOP_TOKENS = 16  # tokens of the short run the loop's work per round is timed on
-PLAIN_RUN, PLAIN_COUNTED = 8, 4  # plain steps timed in a row in each round; the last PLAIN_COUNTED count
+PLAIN_STEPS = 16  # plain decoding steps timed in a row once the rounds are done; the median of the second half counts
 # How costs are measured: interleaved forwards with the work on their logits, draft steps as
 # the model drafter runs them, v(k) and u(n) fitted. meta.json records it, a resume refuses
 # another, and it is part of the on-disk cache key (the cache holds `generate`'s costs).
-METHOD = 8
+METHOD = 7
 
 
 @dataclass(frozen=True)
@@ -238,7 +233,7 @@ def shared_limit(target, drafter_model=None) -> int:
 
 def timing_context(prompt_ids: list[int], max_new_tokens: int, limit: int) -> list[int]:
     """A realistic cache for timing: the prompt, grown to where decoding spends its middle."""
-    length = max(1, min(len(prompt_ids) + max_new_tokens // 2, limit - max(MAX_VERIFY_K, PLAIN_RUN) - 1))
+    length = max(1, min(len(prompt_ids) + max_new_tokens // 2, limit - max(MAX_VERIFY_K, PLAIN_STEPS) - 1))
     return (prompt_ids * (length // len(prompt_ids) + 1))[:length]
 
 
@@ -272,10 +267,10 @@ def measure_costs(
     """c from single-token forwards of both models (the drafter's over draft_vocab ids when
     > 0, as the model drafter runs it); v(k) for k = 1..max_k from the target; u(n) for
     n = 1..max_k and LONG_FEEDS from the drafter (last row's logits only, as a catch-up
-    runs; the prompt the drafter reads in its first model round is priced by it too); the
-    plain step from PLAIN_RUN target steps in a row at the end of each round; with
-    `predicting`, also the loop's own work per round (measure_loop): what predictions need
-    and the cost policy does not. Each with the work on its logits under `sampling` (ForwardTimer;
+    runs; the prompt the drafter reads in its first model round is priced by it too); with
+    `predicting`, also the plain step from PLAIN_STEPS target steps in a row, after those,
+    and the loop's own work per round (measure_loop): what predictions need and the cost
+    policy does not. Each with the work on its logits under `sampling` (ForwardTimer;
     default greedy).
 
     repeats + 1 interleaved rounds; the first is a warm-up and is not counted."""
@@ -290,7 +285,6 @@ def measure_costs(
     drafter_times: dict[int, list[float]] = (
         {n: [] for n in [*range(1, max_k + 1), *long_feeds]} if drafter_timer else {}
     )
-    plain_times: list[float] = []
     for round_ in range(repeats + 1):
         # the drafter's long feeds first, each with the step after it, which can be slower
         # (twins.py): that step's excess over this round's own step is the feed's
@@ -301,13 +295,12 @@ def measure_costs(
             if drafter_timer is not None:
                 feeds[k] = drafter_timer.seconds(k)
         feeds |= {n: feed + max(0.0, step - feeds[1]) for n, (feed, step) in after.items()}
-        plain = target_timer.plain_steps(PLAIN_RUN)[PLAIN_RUN - PLAIN_COUNTED :]
         if round_:
-            plain_times += plain
             for n, elapsed in feeds.items():
                 drafter_times[n].append(elapsed)
             for k, elapsed in verifies.items():
                 target_times[k].append(elapsed)
+    plain_times = target_timer.plain_steps(PLAIN_STEPS)[PLAIN_STEPS // 2 :] if predicting else None
     loop_time = measure_loop(target, context, sampling=sampling) if predicting else None
     medians = {k: statistics.median(times) for k, times in target_times.items()}
     t1 = medians[1]
@@ -321,7 +314,7 @@ def measure_costs(
         context_tokens=len(context),
         verify_measured={k: t / t1 if t1 > 0 else 0.0 for k, t in medians.items()},
         drafter_cost=fit_verify_curve(drafter_medians, exact=2) if drafter_step else None,
-        plain_step_seconds=statistics.median(plain_times),
+        plain_step_seconds=statistics.median(plain_times) if plain_times else None,
         loop_seconds=loop_time,
     )
 

@@ -169,13 +169,13 @@ def oracle_pays(costs) -> Callable[[int, int], bool] | None:
     """Whether k accepted drafts from `forwards` drafter forwards are worth drafting: their
     price in target steps, c per forward (a catch-up is owed whether this round drafts or
     not) and v(k + 1) for the verify, below the k + 1 rounds without drafts they replace
-    (a plain step each, Costs.plain_step, and each round the loop's own work, Costs.loop).
-    None without measured costs (the oracle then keeps every accepted draft)."""
+    (v(1) = 1 each, and each round the loop's own work, Costs.loop). None without measured
+    costs (the oracle then keeps every accepted draft)."""
     if costs is None or not costs.verify_cost or costs.c is None:
         return None
-    loop, plain = costs.loop(), costs.plain_step()
+    loop = costs.loop()
     return lambda k, forwards: (
-        costs.c * forwards + verify_cost_at(costs.verify_cost, k + 1) + loop < (k + 1) * (plain + loop)
+        costs.c * forwards + verify_cost_at(costs.verify_cost, k + 1) + loop < (k + 1) * (1 + loop)
     )
 
 

@@ -76,19 +76,19 @@ def modelled_speedup(counts: RoundCounts, costs: Costs | None) -> float | None:
     """stats.walltime_speedup of a run's rounds, priced by its block's measured costs in
     units of the target's single step t(1): c = drafter step / t(1), paid by each drafter
     forward the round ran, a forward over n tokens as u(n) steps (a copy or a table's guess
-    runs none), v(k) as measured, a round without drafts as a plain step (as the cost
-    policy prices it), and the loop's own work per round (Costs.loop; 0 for costs
-    without it). Plain decoding is priced by the costs' plain step (Costs.plain_step),
-    not by the run's own plain run: that is one run whose speed wanders from run to run on
-    a shared CPU as much as the speedups being predicted (the sweep reports that noise
-    floor), and pricing in it would carry its noise into every prediction. None without
-    costs or rounds."""
+    runs none), v(k) as measured, v(1) = 1 (a round without drafts is a single step among
+    the round's others), and the loop's own work per round (Costs.loop; 0 for costs
+    without it). Plain decoding is priced by the measured plain step (Costs.plain_step),
+    not by the plain run: every number here is a median of interleaved timings (costs.py),
+    where the plain run is one run whose speed wanders from run to run on a shared CPU as
+    much as the speedups being predicted (the sweep reports that noise floor), and pricing
+    in it would carry its noise into every prediction. None without costs or rounds."""
     if costs is None or not costs.verify_cost or not costs.target_step_seconds:
         return None
     c = (costs.drafter_step_seconds or 0.0) / costs.target_step_seconds
 
     def verify(k: int) -> float:
-        return costs.plain_step() if k == 1 else verify_cost_at(costs.verify_cost, k)
+        return 1.0 if k == 1 else verify_cost_at(costs.verify_cost, k)
 
     def step_cost(n: int) -> float:
         return verify_cost_at(costs.drafter_cost, n) if costs.drafter_cost else 1.0

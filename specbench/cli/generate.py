@@ -212,10 +212,7 @@ def _pair_costs(pair, pair_config, kernels: str, prompt_ids: list[int], max_new_
         costs, cached = pair_costs(pair, pair_config, kernels, prompt_ids, max_new_tokens, sampling)
     verify = " ".join(f"{v:.2f}" for v in costs.verify_cost.values())
     ui.say(
-        f"[dim]costs{' (cached)' if cached else ''}: c = {costs.c:.3f}, v(k) = {verify},"
-        f" plain step {costs.plain_step():.2f}[/]",
-        markup=True,
-        stderr=True,
+        f"[dim]costs{' (cached)' if cached else ''}: c = {costs.c:.3f}, v(k) = {verify}[/]", markup=True, stderr=True
     )
     return costs
 

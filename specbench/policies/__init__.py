@@ -119,7 +119,7 @@ def make_policy(
     stop policies' threshold (default DEFAULT_THRESHOLDS). A policy ignores the arguments it
     does not use, but every argument is checked, so a bad value fails whatever the policy.
     costs (anything with .c and .verify_cost, e.g. costs.Costs, and optionally
-    .drafter_cost and .plain_step()) is required by "cost"; warm (Evidence of earlier generations of the pair
+    .drafter_cost) is required by "cost"; warm (Evidence of earlier generations of the pair
     and drafter) starts its calibration, and max_new_tokens is the horizon it weighs a long
     catch-up against.
     """
@@ -144,14 +144,7 @@ def make_policy(
         if costs is None or costs.c is None:
             raise ValueError("the cost policy needs measured costs (c and v(k)) of a model drafter")
         drafter_cost = getattr(costs, "drafter_cost", None)
-        plain_step = costs.plain_step() if hasattr(costs, "plain_step") else 1.0
         return CostAwareGamma(
-            upper,
-            costs.c,
-            costs.verify_cost,
-            warm,
-            drafter_cost=drafter_cost,
-            max_new_tokens=max_new_tokens,
-            plain_step=plain_step,
+            upper, costs.c, costs.verify_cost, warm, drafter_cost=drafter_cost, max_new_tokens=max_new_tokens
         )
     raise ValueError(f"unknown gamma policy {name!r}; choose from {', '.join(POLICIES)}")

@@ -235,10 +235,8 @@ class Calibration:
     def further_after_first(self) -> float:
         return self._after_first[0] / self._after_first[1]
 
-    def rate(self, floor: float = 1.0) -> float:
-        """Tokens a target step has bought so far (a prior of RATE_PRIOR at one a step), at
-        least `floor` (plain decoding's rate: what a draft must beat)."""
-        return max(floor, self._tokens / self._cost)
+    def rate(self) -> float:
+        return max(1.0, self._tokens / self._cost)
 
     def observe(
         self, bins: list[int], drawn_bins: list[int], n_accepted: int, n_drafted: int, refused_next: bool
@@ -279,20 +277,17 @@ class Calibration:
         self._model[2] += 1
         self._share[0] += 1
 
-    def round_saving(self, prior_rounds: float, prior_extra: float, plain_step: float = 1.0) -> float:
-        """Target steps a model round has saved: the model rounds' mean accepted drafts, each
-        worth the plain step it saves (plain_step target steps), less their mean cost above
-        a plain step (warm start included), after prior_rounds rounds of one accepted draft
-        at prior_extra."""
+    def round_saving(self, prior_rounds: float, prior_extra: float) -> float:
+        """Target steps a model round has saved: the model rounds' mean accepted drafts less
+        their mean cost above a plain step (warm start included), after prior_rounds rounds
+        of one accepted draft at prior_extra."""
         accepted, extra, rounds = self._model
-        saved = plain_step * (prior_rounds + accepted)
-        return (saved - prior_rounds * prior_extra - extra) / (prior_rounds + rounds)
+        return (prior_rounds + accepted - prior_rounds * prior_extra - extra) / (prior_rounds + rounds)
 
-    def saved_per_token(self, prior_rounds: float, prior_extra: float, plain_step: float = 1.0) -> float:
+    def saved_per_token(self, prior_rounds: float, prior_extra: float) -> float:
         """Target steps model rounds have saved per token emitted: round_saving times model
         rounds per token emitted (prior: one in two)."""
-        saving = self.round_saving(prior_rounds, prior_extra, plain_step)
-        return saving * (1.0 + self._share[0]) / (2.0 + self._share[1])
+        return self.round_saving(prior_rounds, prior_extra) * (1.0 + self._share[0]) / (2.0 + self._share[1])
 
     def evidence(self) -> Evidence:
         """The verdicts observed since the start: priors and the warm start left out."""

@@ -7,18 +7,14 @@ given it; CostAwareGamma reads those rates and the measured costs to answer each
 step. Costs come measured (bench/costs.py): the drafter step c and the verify curve v(k),
 both in target steps. Knows nothing about models or caches.
 
-The rule, in units of one target single-token forward. A round without drafts costs the
-plain step p (what plain decoding pays a token, measured beside the forwards: bench/costs.py;
-below 1 where steps in a row run faster than steps among other forwards), so v(1) = p here.
-d_i = v(i + 2) - v(i + 1) is what verifying draft i adds (on CPUs v(2) is far above 1 while
-v(3..9) add little; d_0 = v(2) - p, never below 0). m_i =
+The rule, in units of one target single-token forward. d_i = v(i + 2) - v(i + 1) is what
+verifying draft i adds (on CPUs v(2) is far above 1 while v(3..9) add little). m_i =
 max_x q_i(x) is the confidence of draft step i, read from the row the drafter computed
 anyway, and a(m) its calibrated acceptance. P_i = a(m_0) * ... * a(m_i) is the chance that
 drafts 0..i all survive, which is the expected number of tokens draft i adds. A token is
 worth what it costs at the rate this generation runs, lambda = tokens / cost so far
-(Dinkelbach's rule for the best ratio of tokens to time: priced at plain decoding's rate
-1 / p, a draft that merely breaks even against plain decoding was drafted, which lowers a
-rate above it; lambda is never below 1 / p). When
+(Dinkelbach's rule for the best ratio of tokens to time: priced at lambda = 1, a draft that
+merely breaks even against plain decoding was drafted, which lowers a rate above 1). When
 keep_drafting(i, q_i) is asked, the drafter step that made q_i is paid for, so two separate
 questions are answered:
 
@@ -43,7 +39,7 @@ Before a forward (forward_pays): the keep questions price every forward of a rou
 first, which is paid before any row of the round is seen. So the first is priced by the
 model rounds so far: it runs while their mean accepted drafts beat their mean cost above a
 plain step (their forwards and verify rows; a round that forgoes the model is a plain
-one, so a token it saves is worth one plain step p here, not lambda), else the policy backs off
+one, so a token it saves is worth one step here, not lambda), else the policy backs off
 (SkipBackoff) and model+lookup drafts its free copies alone. A first forward that catches up
 on many ids (the model drafter reads the prompt only in its first model round) costs c * u(n),
 and runs only if what model rounds save per token, times the tokens left, covers it.
@@ -122,8 +118,7 @@ class CostAwareGamma(SkipBackoff):
     drafter_cost ({n: u(n)}, a drafter forward over n new tokens) prices a catch-up (None:
     u(n) = 1). warm: earlier generations' Evidence to start the calibration from (None:
     even chances). max_new_tokens: the generation's length cap, the horizon a catch-up of
-    many ids is weighed against (None: every catch-up is run). plain_step: p, what plain
-    decoding pays a token in target steps (Costs.plain_step; 1.0: a plain step is one).
+    many ids is weighed against (None: every catch-up is run).
 
     info(): {"p_all": P at the last decision (for "draft i + 1?": P_i * f(m_i)), "cost":
     its threshold (lambda included), "stopped_at": the first step not drafted (None if the
@@ -143,16 +138,12 @@ class CostAwareGamma(SkipBackoff):
         *,
         drafter_cost: dict[int, float] | None = None,
         max_new_tokens: int | None = None,
-        plain_step: float = 1.0,
     ):
         _check_gamma("gamma-max", gamma_max)
         if not c >= 0:
             raise ValueError(f"the drafter cost ratio c must be >= 0, got {c}")
-        if not plain_step > 0:
-            raise ValueError(f"the plain step must be > 0 target steps, got {plain_step}")
         self.gamma_max, self.c = gamma_max, c
         self.v = verify_curve(verify_cost, gamma_max + 1)
-        self.v[1] = min(plain_step, self.v[2])  # a round without drafts is a plain step
         self.u = {int(n): float(x) for n, x in drafter_cost.items()} if drafter_cost else None
         self.max_new_tokens = max_new_tokens
         self.calibration = Calibration(warm)
@@ -163,7 +154,7 @@ class CostAwareGamma(SkipBackoff):
         self._bins: list[int] = []  # per kept draft: the bin of its row's top q
         self._drawn_bins: list[int] = []  # per kept draft: the bin of its own token's q
         self._paid = 0  # drafter forwards this round
-        self._rate = self.calibration.rate(1.0 / self.v[1])
+        self._rate = self.calibration.rate()
         self._p_all, self._threshold, self._stopped_at, self._wasted = 1.0, 0.0, None, False
         self._refused_free: int | None = None  # the token of a refused draft without q
         self._skipped: str | None = None  # why this round's drafter forward was declined
@@ -192,13 +183,13 @@ class CostAwareGamma(SkipBackoff):
         return why is None
 
     def round_gain(self) -> float:
-        """Target steps a model round is expected to save: its mean accepted drafts (each the
-        plain step p it saves) less its mean cost above a plain step (its forwards and the
-        verify rows they add), from the model rounds seen so far (warm start included) after
-        MODEL_PRIOR rounds of one accepted draft at c + d_0. The alternative to a model round is a plain one (a round
+        """Target steps a model round is expected to save: its mean accepted drafts less its
+        mean cost above a plain step (its forwards and the verify rows they add), from the
+        model rounds seen so far (warm start included) after MODEL_PRIOR rounds of one
+        accepted draft at c + d_0. The alternative to a model round is a plain one (a round
         with a copy to draft never asks), so a drafted token is worth the one plain step it
         saves, not lambda: lambda counts the copies' yield, which a round without one forgoes."""
-        return self.calibration.round_saving(self.MODEL_PRIOR, self.c + self._added(0), self.v[1])
+        return self.calibration.round_saving(self.MODEL_PRIOR, self.c + self._added(0))
 
     def catch_up_pays(self, feed: int) -> bool:
         """Whether a first forward over `feed` ids (the prompt, which the model drafter reads
@@ -209,8 +200,7 @@ class CostAwareGamma(SkipBackoff):
             return True
         above = self.c * (verify_cost_at(self.u, feed) - 1.0)
         left = self.max_new_tokens - self._produced
-        saved = self.calibration.saved_per_token(self.MODEL_PRIOR, self.c + self._added(0), self.v[1])
-        return left * saved >= above
+        return left * self.calibration.saved_per_token(self.MODEL_PRIOR, self.c + self._added(0)) >= above
 
     def keep_drafting(self, step: int, draft_probs: torch.Tensor | None, token: int | None = None) -> Keep:
         free = draft_probs is None  # a model-free draft (a table or a copy): no forward to pay
@@ -259,10 +249,10 @@ class CostAwareGamma(SkipBackoff):
             calibration.observe_verdict(
                 n_drafted, Calibration.BINS, Calibration.BINS, int(next_token == self._refused_free)
             )
-        price = self._paid * self.c + self.v[n_drafted + 1]  # a round without drafts: the plain step
+        price = self._paid * self.c + self.v[n_drafted + 1]  # a round without drafts: v(1) = 1
         calibration.observe_cost(n_accepted + 1, price)
         if self._paid:
-            calibration.observe_model_round(n_accepted, price - self.v[1])
+            calibration.observe_model_round(n_accepted, price - 1.0)
         self._produced += n_accepted + 1
         self._after_round(n_accepted, n_drafted, self._paid)
 

@@ -368,10 +368,9 @@ def test_predicted_speedup_prices_rounds_in_the_targets_step():
         8 / 4.0
     )  # no forwards
     assert predicted_speedup(run, RoundCounts.of(m.steps), None) is None
-    # a plain step measured at 0.36 s (0.9 t(1)): plain decoding is priced at it, and so is
-    # round 3, a round without drafts: 0.25 + 0.9
+    # a plain step measured at 0.36 s (0.9 t(1)): plain decoding is priced at it
     assert predicted_speedup(run, RoundCounts.of(m.steps), replace(costs, plain_step_seconds=0.36)) == pytest.approx(
-        8 * 0.9 / 6.275
+        8 * 0.9 / 6.375
     )
     # and the loop's work measured at 0.02 s a round (0.05 t(1)), in each of the 3 rounds
     assert predicted_speedup(run, RoundCounts.of(m.steps), replace(costs, loop_seconds=0.02)) == pytest.approx(

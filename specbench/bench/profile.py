@@ -40,7 +40,7 @@ from specbench.core.generate import GenerationConfig, context_limit, rope_bounda
 from specbench.core.sampling import logits_to_probs
 from specbench.core.stats import RunStats, StepRecord, verify_cost_at
 from specbench.drafters import LookupFirstDrafter, make_drafter, uses_model
-from specbench.drafters.model import drafts_within
+from specbench.drafters.model import drafts_within, kept_length
 from specbench.models.pairing import output_vocab_size
 from specbench.policies import make_policy
 from specbench.policies.calibration import Evidence, mean_evidence
@@ -53,10 +53,13 @@ def record_path(
 ) -> RecordedPath:
     """The path of one prompt: the plain run's output, the drafter's logits along it (when
     a drafter model is given; draft_vocab > 0 computes them as its restricted draft step
-    does) and, under sampling, the target's processed rows."""
-    draft_logits, draft_limit = None, None  # draft_logits: [len(seen), drafter vocab]
+    does), how much of the prompt its cache starts with (a drafter that has read its kept
+    head: the first generation of a loaded drafter reads the head too) and, under
+    sampling, the target's processed rows."""
+    draft_logits, draft_limit, kept = None, None, 0  # draft_logits: [len(seen), drafter vocab]
     if drafter_model is not None:
         draft_limit = context_limit(drafter_model)
+        kept = kept_length(drafter_model, prompt_ids)
         seen = output[: max(0, drafts_within(draft_limit, len(prompt_ids)))]  # the rows ModelDrafter can draft from
         if not seen:
             draft_logits = torch.zeros(0, output_vocab_size(drafter_model))
@@ -78,6 +81,7 @@ def record_path(
         context_limit(target),
         rope_boundary(target),
         draft_limit,
+        kept,
     )
 
 
@@ -150,7 +154,7 @@ def predict(
     def make(acceptance: Acceptance):
         made = _drafter(path, drafter, gen, draft_vocab)
         if policy == ORACLE_POLICY:
-            return OracleDrafter(made, acceptance, len(path.prompt_ids), oracle_pays(costs)), make_policy(
+            return OracleDrafter(made, acceptance, len(path.prompt_ids), oracle_pays(costs), path.kept), make_policy(
                 "fixed", gamma
             )
         policies.append(make_policy(policy, gamma, costs=costs, warm=warm, max_new_tokens=gen.max_new_tokens))

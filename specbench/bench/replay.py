@@ -82,6 +82,7 @@ class RecordedPath:
     limit: int = 1 << 30  # the target's context (core.generate.context_limit), as the real loop's stop rule reads it
     boundary: int | None = None  # core.generate.rope_boundary of the target, which bounds gamma as in the real loop
     draft_limit: int | None = None  # the drafter model's context: draft_logits stop there, as ModelDrafter's drafts do
+    kept: int = 0  # prompt ids the drafter's cache starts with (its kept head: drafters.model.kept_length)
     # the drafter's processed rows, shared by every replay of this path (PathDrafter._row)
     draft_rows: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -149,6 +150,7 @@ class PathDrafter:
         target_cache=None,
     ) -> None:
         self._observe(prompt)  # ModelDrafter.prefill feeds nothing: the first model round reads the prompt
+        self.cache_len = self.path.kept  # ... after the kept head its cache starts with
 
     def _observe(self, context: torch.Tensor) -> None:
         if not self._started:
@@ -278,20 +280,27 @@ class OracleDrafter:
 
     Its forwards are those of a drafter run in the kept model rounds alone: a kept round of
     k drafts feeds, in its first forward, every context id such a drafter has not read (the
-    prompt, in the first; ids that rounds it dropped would have read), then k - 1 drafts.
+    prompt after the kept head, in the first; ids that rounds it dropped would have read),
+    then k - 1 drafts.
     What `inner` fed in a round the oracle drops, or for a draft past the kept ones, is not
     read there: the next kept round pays for it."""
 
     def __init__(
-        self, inner: Drafter, acceptance: Acceptance, prompt_len: int, pays: Callable[[int, int], bool] | None = None
+        self,
+        inner: Drafter,
+        acceptance: Acceptance,
+        prompt_len: int,
+        pays: Callable[[int, int], bool] | None = None,
+        kept: int = 0,
     ):
         self.inner, self.acceptance, self.prompt_len, self.pays = inner, acceptance, prompt_len, pays
+        self.kept = kept  # prompt ids the drafter's cache starts with (RecordedPath.kept)
         self.name = f"oracle({inner.name})"
-        self._read = 0  # context ids read by a drafter that ran the kept forwards alone
+        self._read = kept  # context ids read by a drafter that ran the kept forwards alone
 
     def start(self, sampling: SamplingConfig, generator: torch.Generator | None) -> None:
         self.inner.start(sampling, generator)
-        self._read = 0
+        self._read = self.kept
 
     def prefill(
         self,

@@ -11,9 +11,11 @@ than guess from version numbers:
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 
+import torch
 from transformers import DynamicCache
 
 _CACHE_KEYWORDS = ("cache", "past_key_values")
@@ -84,6 +86,27 @@ def crop_cache(cache: DynamicCache, keep: int) -> None:
         cache.crop(keep - current)  # negative: remove that many from the end
     else:
         cache.crop(keep)
+
+
+def copy_cache(cache: DynamicCache, keep: int) -> DynamicCache:
+    """A copy of `cache` that holds its first `keep` tokens (`cache` is left as it is)."""
+    copied = copy.deepcopy(cache)
+    crop_cache(copied, keep)
+    return copied
+
+
+def cache_tensors(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each layer's keys and values ([batch, kv heads, tokens, head dim]): what a cache holds,
+    to keep elsewhere (cache_from_tensors builds one back)."""
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def cache_from_tensors(model, tensors: list[tuple[torch.Tensor, torch.Tensor]]) -> DynamicCache:
+    """A new cache for `model` (new_cache) holding these layers' keys and values."""
+    cache = new_cache(model)
+    for i, (keys, values) in enumerate(tensors):
+        cache.update(keys, values, i)
+    return cache
 
 
 def leading_layers(cache: DynamicCache, n_layers: int) -> DynamicCache:

@@ -8,6 +8,14 @@ plugged in (make_drafter plugs in specbench/speed's for --draft-vocab). LookupFi
 copies from the context when the context repeats itself and asks the model otherwise.
 Neither knows about the target, about verification, or about how a step makes its logits.
 
+A drafter model can keep a head (keep_head): the ids every prompt is expected to begin with,
+a chat template's opening (models/text.py's template_head; 24 ids for the default pair).
+The first generation that reads a prompt beginning with them reads them as it would have,
+and keeps its cache over them; every later generation of that model starts from a copy of
+it and reads only the rest of its prompt. What a server does with a system prompt: the
+work is saved once per loaded drafter, not moved, and a one-shot run still pays all of it.
+The cache a drafter starts from never changes a verdict, only what its first forward costs.
+
 The draft loop itself (draft_loop) is one function for every drafter that drafts row by
 row: it asks a RowSource for each draft's row and token, and the keep_drafting callback
 whether to go on. ModelDrafter's source runs a forward; the sweep's replay (bench/replay.py)
@@ -17,11 +25,13 @@ reads a recorded path. One loop, so a replay's feeds, drafts and stops are a rea
 from __future__ import annotations
 
 import time
+import weakref
+from collections.abc import Sequence
 from typing import Protocol
 
 import torch
 
-from specbench.core.cache import cache_length, crop_cache, new_cache
+from specbench.core.cache import cache_length, copy_cache, crop_cache, new_cache
 from specbench.core.generate import context_limit
 from specbench.core.protocols import Draft, ForwardPays, Keep, KeepDrafting
 from specbench.core.sampling import SamplingConfig, choose
@@ -34,6 +44,58 @@ def drafts_within(limit: int, context_len: int) -> int:
     of context_len ids: draft j is read at position context_len + j - 1 (the last one is
     never fed). ModelDrafter drafts no more; a sweep's replay and its recorded rows follow."""
     return limit - context_len + 1
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two id lists."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+class KeptHead:
+    """The ids a drafter model keeps read (keep_head) and, once a generation has read them
+    all, its cache over them (a DynamicCache, copied into each later generation's)."""
+
+    def __init__(self, ids: tuple[int, ...]):
+        self.ids = ids
+        self.cache = None
+
+
+_HEADS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # drafter model -> KeptHead
+
+
+def keep_head(model, ids: Sequence[int], cache=None) -> None:
+    """Let `model`'s drafters keep their cache over ids between generations (none: keep
+    nothing), starting from `cache` (over exactly ids: one kept from an earlier process)
+    or, by default, from nothing. Any cache kept so far is dropped: call it again when the
+    model's forward changes (its kernels), and the next generation reads the head anew."""
+    if len(ids):
+        if cache is not None and cache_length(cache) != len(ids):
+            raise ValueError(f"a kept head of {len(ids)} ids needs a cache over {len(ids)}, not {cache_length(cache)}")
+        _HEADS[model] = KeptHead(tuple(int(i) for i in ids))
+        _HEADS[model].cache = cache
+    else:
+        _HEADS.pop(model, None)
+
+
+def kept_head(model) -> tuple[tuple[int, ...], object | None]:
+    """The head `model` keeps and its cache over it (None until a generation has read it);
+    ((), None) without a head."""
+    head = _HEADS.get(model)
+    return (head.ids, head.cache) if head is not None else ((), None)
+
+
+def kept_length(model, prompt: Sequence[int]) -> int:
+    """How many of prompt's ids a drafter of `model` starts a generation with once its head is
+    read: those prompt shares with the head, less the last (the first draft is read from
+    the prompt's last row, so its first forward feeds at least that). 0 without a head."""
+    head = _HEADS.get(model)
+    if head is None or not len(prompt):
+        return 0
+    return min(common_prefix(head.ids, prompt), len(prompt) - 1)
 
 
 class RowSource(Protocol):
@@ -141,8 +203,13 @@ class ModelDrafter:
         """Tell the step about the prompt, and feed nothing yet: the cache reads the prompt in
         the first round that drafts with the model (its first forward feeds everything
         unread), so a generation that never needs the model never pays for its prefill,
-        and one that does pays it as that round's draft time."""
+        and one that does pays it as that round's draft time. With a kept head already read,
+        the cache starts as a copy of the head's over the ids the prompt shares with it."""
         self._observe(prompt)
+        head = _HEADS.get(self.model)
+        kept = kept_length(self.model, prompt.tolist()) if head is not None and head.cache is not None else 0
+        if kept:
+            self.cache = copy_cache(head.cache, kept)
 
     @torch.inference_mode()
     def propose(
@@ -174,9 +241,28 @@ class ModelDrafter:
         previous: int | None,
     ) -> tuple[torch.Tensor, int]:
         """Feed the unread context (step 0) or the previous draft; q [vocab] and its draw."""
+        if previous is None and cache_length(self.cache) == 0:
+            self._read_head(context)
         fed = context[cache_length(self.cache) :] if previous is None else torch.tensor([previous], device=self.device)
         token, probs = choose(self._forward(fed), self.sampling, self.generator)
         return probs, token
+
+    def _read_head(
+        self,
+        context: torch.Tensor,  # [n] ids
+    ) -> None:
+        """Where the model keeps a head not yet read and context begins with all of it (and
+        goes on past it), feed the head alone first and keep a copy of the cache over it;
+        the rest of context is then fed as usual. The forward is the one the prompt's read
+        would have been, in two calls."""
+        head = _HEADS.get(self.model)
+        if head is None or head.cache is not None:
+            return
+        n = len(head.ids)
+        if context.shape[0] <= n or tuple(context[:n].tolist()) != head.ids:
+            return
+        self._forward(context[:n])
+        head.cache = copy_cache(self.cache, n)
 
     def _forward(self, new_tokens: torch.Tensor) -> torch.Tensor:
         """Logits for the next token after feeding new_tokens ([n] ids) -> [vocab]."""

@@ -37,7 +37,7 @@ import torch
 from specbench.core.cache import cache_length, crop_cache
 from specbench.core.protocols import Draft, ForwardPays, Keep, KeepDrafting
 from specbench.core.sampling import SamplingConfig
-from specbench.drafters.model import ModelDrafter
+from specbench.drafters.model import ModelDrafter, common_prefix
 
 INCOMPLETE = "\ufffd"  # what a decoder writes for the bytes of a character not yet complete
 TAIL = 4  # context tokens re-encoded with a draft, so that the draft continues them
@@ -90,15 +90,6 @@ def check_translatable(target: TextCodec, drafter: TextCodec) -> None:
             "the tokenizers have no common text: no letter, digit or punctuation mark survives both, "
             "so drafts cannot be translated"
         )
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """Length of the longest common prefix of two id lists."""
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
 
 
 class TranslatedDrafter:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from specbench.core.generate import context_limit, model_device
 from specbench.drafters import Drafter, make_drafter, parse_early_exit, uses_model
 from specbench.drafters.early_exit import EarlyExitModel
+from specbench.drafters.model import keep_head
 from specbench.errors import ModelError, OptionError, reraise_as
 from specbench.models.dtypes import (
     AUTO,
@@ -32,6 +33,7 @@ from specbench.models.options import DEFAULT_DRAFT_DTYPE, DEFAULT_DRAFT_VOCAB, D
 from specbench.models.pairing import drafter_mapping, eos_token_ids, output_vocab_size, translates
 from specbench.models.progress import Progress, no_progress
 from specbench.models.specs import DEFAULT, NONE, check_device, check_draft_vocab, drafter_kind, parse_model_spec
+from specbench.models.text import template_head
 from specbench.speed.draft_vocab import output_head
 from specbench.speed.kernels import use_kernels
 from specbench.speed.twins import add_twins, twins_pay
@@ -172,6 +174,16 @@ class LoadedPair:
             for loaded in (self.target, self.drafter_model):
                 if loaded is not None:
                     use_kernels(loaded.model, kernels)
+        if self.drafter_model is not None:
+            keep_template_head(self.target, self.drafter_model, self.translated)
+
+
+def keep_template_head(target: LoadedModel, drafter: LoadedModel, translated: bool) -> None:
+    """Let the drafter keep its cache over the opening of the target's chat template between
+    generations (drafters.model.keep_head); a translated drafter reads other ids and keeps
+    none. Called again once the drafter's kernels change: what it kept is read anew."""
+    ids = template_head(target.tokenizer) if target.tokenizer is not None and not translated else []
+    keep_head(drafter.model, ids)
 
 
 def validate_pair_config(config: PairConfig) -> None:
@@ -227,6 +239,7 @@ def load_drafters(
         drafter, translated = load_drafter(config, target, spec, progress)
         with reraise_as(OptionError):
             use_kernels(drafter.model, kernels)
+        keep_template_head(target, drafter, translated)
         loaded.append((drafter, translated))
     return loaded
 
@@ -251,6 +264,7 @@ def load_drafter(
     if twins_pay(drafter.model):
         add_twins(drafter.model)
     translated = translates(target, drafter)
+    keep_template_head(target, drafter, translated)
     if config.draft_vocab and not translated:
         with reraise_as(ModelError):
             output_head(drafter.model)  # the restricted head needs a plain one

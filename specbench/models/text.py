@@ -41,6 +41,26 @@ def encode_prompt(tokenizer, prompt: str | list[Message], *, raw: bool = False) 
     return list(tokenizer(text)["input_ids"])
 
 
+HEAD_PROBES = ("a", "7", "?")  # one-character prompts unlike each other: only the template's ids are common
+
+
+def template_head(tokenizer) -> list[int]:
+    """The ids encode_prompt puts before every one-turn prompt's text: a chat template's
+    opening (its default system turn, the user turn's header), or a BOS without one; what a
+    model drafter keeps read between generations (drafters.model.keep_head). The ids that
+    the encodings of HEAD_PROBES share, so a template that joins its last characters with
+    the text's first into one token leaves that token out; [] if the template refuses."""
+    try:
+        probes = [encode_prompt(tokenizer, text) for text in HEAD_PROBES]
+    except PromptError:
+        return []
+    n = min(len(ids) for ids in probes)
+    for i in range(n):
+        if len({ids[i] for ids in probes}) > 1:
+            return probes[0][:i]
+    return probes[0][:n]
+
+
 def check_prompt_fits(prompt_ids: list[int], limit: int) -> None:
     """core.generate.check_prompt's rule (not empty, room for a new token), as PromptError."""
     with reraise_as(PromptError):

@@ -233,3 +233,40 @@ def test_a_quantized_drafter_with_a_restricted_head_is_predicted_exactly(drafter
             assert got == (real.stats.target_forwards, real.stats.drafted, real.stats.accepted), gamma
             accepted += real.stats.accepted
     assert accepted > 0
+
+
+@pytest.mark.needs_kernel("linear", "torch-int8")
+@pytest.mark.parametrize("drafter", ["model", "model+lookup"])
+def test_a_kept_head_is_predicted_as_real_runs_read_it(drafter):
+    """The default pair's arrangement (the test above) with a head both prompts begin with,
+    kept by the drafter: the path says generations start with it, and once a first real
+    run has read it, every real run feeds what its prediction feeds and counts what it
+    counts (the q4k drafter's rows are one-row steps' bits, however the prompt is split)."""
+    from specbench.drafters.model import keep_head
+
+    if native.layer_kernel() is None:
+        pytest.skip(f"q4k_layer is not built here: {native.layer_why_not()}")
+    target = tiny_model(0, hidden=128, max_positions=512)
+    quantize_target(target)
+    use_row_invariant_attention(target)
+    drafter_model = noisy_copy(tiny_model(0, hidden=128, max_positions=512), 0.3, seed=1).to(torch.bfloat16)
+    quantize_to_q4k(drafter_model)
+    quantize_linears(drafter_model)
+    head = [5, 9, 11, 5]
+    keep_head(drafter_model, head)
+    gen = GenerationConfig(max_new_tokens=60)
+    prompts = [[*head, 9, 11, 5, 9], [*head, 2, 6, 5, 3, 5, 8, 9, 7, 9]]
+    first = _real(target, drafter_model, prompts[0], drafter, "fixed", 3, gen, vocab=16)
+    assert next(s.drafter_feeds[0] for s in first.steps if s.drafter_feeds) == len(prompts[0]) + 1
+    for prompt in prompts:
+        output = plain_generate(target, prompt, gen).token_ids
+        path = record_path(target, drafter_model, prompt, output, gen, draft_vocab=16)
+        assert path.kept == len(head)
+        for gamma in (1, 3, 6):
+            real = _real(target, drafter_model, prompt, drafter, "fixed", gamma, gen, vocab=16)
+            assert real.token_ids == output
+            predicted = predict(path, drafter, "fixed", gamma, gen, draft_vocab=16)
+            got = (predicted.stats.target_forwards, predicted.stats.drafted, predicted.stats.accepted)
+            assert got == (real.stats.target_forwards, real.stats.drafted, real.stats.accepted), gamma
+            assert [s.drafter_feeds for s in predicted.steps] == [s.drafter_feeds for s in real.steps]
+    assert first.stats.accepted > 0

@@ -7,6 +7,7 @@ import random
 
 import pytest
 import torch
+from conftest import tiny_model
 
 from specbench.drafters import (
     DRAFTERS,
@@ -483,3 +484,74 @@ def test_a_declined_forward_is_never_run(close_pair, name):
     assert fed == [] and result.token_ids == plain_generate(target, prompt, config).token_ids
     assert all(step.drafter_feeds == [] for step in result.steps)
     assert (result.stats.drafted > 0) == (name == "model+lookup")
+
+
+# ---------------------------------------------------------------------------- the kept head
+
+
+def test_a_kept_head_is_read_once_and_its_cache_copied_into_later_generations():
+    """The first generation whose prompt begins with the whole head reads it as it would have
+    (the head alone, then the rest: Draft.feeds counts both, as it was paid); every later
+    one starts with a copy of the head's cache over the ids its prompt shares with it, feeds
+    only the rest, and drafts what a drafter without a head drafts."""
+    from copy import deepcopy
+
+    from specbench.core.cache import cache_length
+    from specbench.drafters.model import keep_head, kept_length
+
+    model = tiny_model(1, layers=1, hidden=16)
+    unkept = deepcopy(model)
+    keep_head(model, [3, 17, 42, 8])
+    assert kept_length(model, [3, 17, 42, 8, 29]) == 4 and kept_length(model, [3, 17, 42, 8]) == 3
+    assert kept_length(model, [3, 17, 40]) == 2 and kept_length(unkept, [3, 17, 42, 8, 29]) == 0
+    fed = []
+    hook = model.register_forward_hook(
+        lambda m, args, kwargs, out: fed.append(kwargs["input_ids"].shape[-1]), with_kwargs=True
+    )
+    runs = []
+    try:
+        for prompt in ([3, 17, 40, 9, 2], [3, 17, 42, 8, 29, 5], [3, 17, 42, 8, 11], [3, 17, 40, 9]):
+            drafter = ModelDrafter(model)
+            drafter.prefill(torch.tensor(prompt))
+            starts = cache_length(drafter.cache)
+            context = torch.tensor([*prompt, 7])  # the first-target pass's token
+            runs.append((starts, drafter.propose(context, 3, always), context))
+            fed.append("|")
+    finally:
+        hook.remove()
+    assert [starts for starts, _, _ in runs] == [0, 0, 4, 2]  # nothing kept before a whole head was read
+    assert [draft.feeds for _, draft, _ in runs] == [[6, 1, 1], [7, 1, 1], [2, 1, 1], [3, 1, 1]]
+    assert fed == [6, 1, 1, "|", 4, 3, 1, 1, "|", 2, 1, 1, "|", 3, 1, 1, "|"]
+    for _, draft, context in runs:
+        fresh = ModelDrafter(unkept).propose(context, 3, always)
+        assert draft.tokens.tolist() == fresh.tokens.tolist()
+        assert torch.allclose(draft.probs, fresh.probs, atol=1e-5)
+    keep_head(model, [3, 17, 42, 8])  # again (the model's kernels changed): read anew
+    drafter = ModelDrafter(model)
+    drafter.prefill(torch.tensor([3, 17, 42, 8, 11]))
+    assert cache_length(drafter.cache) == 0
+    keep_head(model, [])
+    assert kept_length(model, [3, 17, 42, 8, 29]) == 0
+
+
+def test_a_drafter_with_a_kept_head_keeps_greedy_parity(close_pair):
+    """Speculative decoding over prompts that share a head, the head kept from the first:
+    every output is plain greedy decoding's, and the drafter's later reads are shorter."""
+    from copy import deepcopy
+
+    from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate
+    from specbench.drafters.model import keep_head
+
+    target, drafter_model = close_pair
+    drafter_model = deepcopy(drafter_model)  # the session's pair keeps no head
+    keep_head(drafter_model, [1, 5, 9, 12])
+    config = GenerationConfig(max_new_tokens=30)
+    first_reads, accepted = [], 0
+    for prompt in ([1, 5, 9, 12, 3, 8], [1, 5, 9, 12, 40, 13, 61], [1, 5, 2, 2], [1, 5, 9, 12, 3, 8]):
+        for name in ("model", "model+lookup"):
+            result = speculative_generate(target, make_drafter(name, drafter_model), prompt, config, FixedGamma(3))
+            assert result.token_ids == plain_generate(target, prompt, config).token_ids
+            accepted += result.stats.accepted
+            first_reads.append(next(s.drafter_feeds[0] for s in result.steps if s.drafter_feeds))
+    assert accepted > 0
+    assert first_reads[:2] == [7, 3] and first_reads[-2:] == [3, 3]  # prompt + first token; less the head

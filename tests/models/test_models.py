@@ -29,7 +29,7 @@ from specbench.models.model import LoadedModel, load_model, tokenizer_digest
 from specbench.models.pairing import check_vocab, eos_token_ids, first_vocab_difference
 from specbench.models.prepared import prepared_path
 from specbench.models.specs import ModelSpec, check_device, drafter_kind, parse_model_spec
-from specbench.models.text import TextStream, check_prompt_fits, encode_prompt
+from specbench.models.text import TextStream, check_prompt_fits, encode_prompt, template_head
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -327,6 +327,27 @@ def test_encode_prompt_chat_template_raw_and_empty():
     assert encode_prompt(char_tokenizer(chat_template=None), "hi") == [char_vocab()["h"], char_vocab()["i"]]
     with pytest.raises(PromptError, match="empty"):
         encode_prompt(tokenizer, "  \n")
+
+
+def test_template_head_is_what_every_one_turn_prompt_begins_with():
+    tokenizer = char_tokenizer()
+    head = template_head(tokenizer)
+    assert tokenizer.decode(head) == "<|im_start|>user:"
+    for prompt in ("hi", "7 days", [{"role": "user", "content": "(x)"}]):
+        assert encode_prompt(tokenizer, prompt)[: len(head)] == head
+    assert template_head(char_tokenizer(chat_template=None)) == []  # no template and no BOS: nothing in common
+
+
+def test_a_loaded_model_drafter_keeps_the_template_head(folders):
+    """load_pair lets the drafter keep its cache over the chat template's opening; a drafter
+    of another tokenizer (its drafts translated) keeps none."""
+    from specbench.drafters.model import kept_length
+
+    pair = load_pair(PairConfig(target=str(folders["target"]), drafter=str(folders["drafter"])))
+    prompt = encode_prompt(pair.tokenizer, "hi")
+    assert kept_length(pair.drafter_model.model, prompt) == len(template_head(pair.tokenizer)) > 0
+    swapped = load_pair(PairConfig(target=str(folders["target"]), drafter=str(folders["swapped"])))
+    assert swapped.translated and kept_length(swapped.drafter_model.model, prompt) == 0
 
 
 def test_a_chat_template_that_refuses_the_messages_is_one_prompt_error():

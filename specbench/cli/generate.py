@@ -81,6 +81,7 @@ def generate_command(
         mismatch_hint="pick a drafter with a tokenizer that shares text with the target's, or --drafter none",
     )
     pair.use_kernels(kernels)
+    keep_head = _restore_head(pair, pair_config, kernels)
     prompt_ids = encode_prompt(pair.tokenizer, prompt, raw=raw)
     check_prompt_fits(prompt_ids, pair.context_limit)
     config = replace(config, eos_token_ids=pair.eos_token_ids)
@@ -106,6 +107,8 @@ def generate_command(
     )
     if keeper is not None:
         keeper(policy.calibration.evidence())
+    if keep_head is not None:
+        keep_head()
     if tracer is not None:
         tracer.finish(result.stats)
     elif as_json:
@@ -186,6 +189,18 @@ def _generate_policy(
     warm, keeper = _warm_start(cost_key(pair, pair_config, kernels, config.sampling), pair.drafter_kind, calibration)
     chosen = gamma_policy(name, gamma, costs=costs, warm=warm, max_new_tokens=config.max_new_tokens, **knobs)
     return chosen, keeper
+
+
+def _restore_head(pair, pair_config, kernels: str):
+    """Start the drafter with the template's opening read where an earlier run kept it
+    (bench/head_cache.py); returns what keeps it after this run (None: kept already, or no
+    model drafter)."""
+    if pair.drafter_model is None:
+        return None
+    from specbench.bench.head_cache import head_key, restore_head, save_head
+
+    key = head_key(pair, pair_config, kernels)
+    return None if restore_head(pair, key) else (lambda: save_head(pair, key))
 
 
 def _warm_start(key: str, drafter: str, calibration: str | None):

@@ -644,3 +644,23 @@ def test_a_cut_gguf_file_is_one_line(tmp_path):
     assert (
         result.stderr.strip().splitlines() == [result.stderr.strip()] and "looks cut short or corrupt" in result.stderr
     )
+
+
+def test_generate_keeps_the_template_head_read_between_runs(tiny):
+    """The first run's drafter reads the chat template's opening and keeps its cache in the
+    cache folder; the next starts with it and gives the same text; a corrupt file is
+    ignored and replaced."""
+    args = ("--target", tiny["target"], "--drafter", tiny["drafter"], "--gamma-policy", "fixed", "--gamma", "3")
+    args += ("--max-new-tokens", "12", "--json")
+    first = run("generate", "write a sorting function", *args)
+    assert first.exit_code == 0, first.output
+    kept = list(paths.costs_dir().glob("*.head.pt"))
+    assert len(kept) == 1
+    written = kept[0].stat().st_mtime_ns
+    second = run("generate", "write a sorting function", *args)
+    assert json.loads(second.stdout)["token_ids"] == json.loads(first.stdout)["token_ids"]
+    assert kept[0].stat().st_mtime_ns == written  # read, not written again
+    kept[0].write_bytes(b"cut short")
+    third = run("generate", "write a sorting function", *args)
+    assert json.loads(third.stdout)["token_ids"] == json.loads(first.stdout)["token_ids"]
+    assert torch.load(kept[0], weights_only=True)["format"] == 1

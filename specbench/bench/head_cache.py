@@ -1,0 +1,78 @@
+"""The model drafter's kept head between runs: its cache over the opening of the chat template
+(drafters.model.keep_head), kept in the cache folder beside the pair's costs.
+
+A loaded drafter reads the head once and copies it into every later generation; a one-shot
+`specbench generate` has no later generation, so it keeps the head in a file, as llama.cpp's
+--prompt-cache keeps a prompt, and the next run starts with it read. The key names what the
+cache's numbers depend on: the costs' key (cost_cache.cost_key: both models, dtypes, device,
+kernels and their version, threads), torch's version, and the head's ids. A file that is
+missing, unreadable or of another key is ignored and then replaced: the drafter's cache
+never decides a verdict, so a head is a head start, never needed for a correct run.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+from specbench import paths
+from specbench.bench.cost_cache import cost_key
+from specbench.bench.costs import slug
+from specbench.core.cache import cache_from_tensors, cache_tensors
+from specbench.core.generate import model_device
+from specbench.core.sampling import SamplingConfig
+from specbench.drafters.model import keep_head, kept_head
+
+FORMAT = 1  # the file's layout; a file of another format is ignored
+
+
+def head_key(pair, pair_config, kernels: str) -> str:
+    """The cache key of a pair's kept head under these settings (sampling plays no part)."""
+    return f"{cost_key(pair, pair_config, kernels, SamplingConfig())}|torch={torch.__version__}"
+
+
+def default_path(key: str) -> Path:
+    """The cache folder's head file for `key`."""
+    return paths.costs_dir() / f"{slug(key)}.head.pt"
+
+
+def restore_head(pair, key: str, path: Path | None = None) -> bool:
+    """Start the pair's drafter with its head read, from the file at path (default_path):
+    True when the file holds the head this drafter keeps, under `key`; else nothing changes."""
+    model = pair.drafter_model.model if pair.drafter_model is not None else None
+    ids, cache = kept_head(model) if model is not None else ((), None)
+    if not ids or cache is not None:
+        return False
+    try:
+        raw = torch.load(path or default_path(key), map_location=model_device(model), weights_only=True)
+        if raw.get("format") != FORMAT or raw.get("key") != key or tuple(raw.get("ids", ())) != ids:
+            return False
+        keep_head(model, ids, cache_from_tensors(model, raw["layers"]))
+    except Exception:  # missing, cut short, edited, of another layout: read the head as usual
+        keep_head(model, ids)
+        return False
+    return True
+
+
+def save_head(pair, key: str, path: Path | None = None) -> bool:
+    """Write the drafter's kept head to the file at path (default_path) once a generation has
+    read it, atomically (a reader sees the old file or the new one); False when there is
+    nothing to keep or the folder cannot be written (the next run reads the head again)."""
+    model = pair.drafter_model.model if pair.drafter_model is not None else None
+    ids, cache = kept_head(model) if model is not None else ((), None)
+    if cache is None:
+        return False
+    path = Path(path or default_path(key))
+    data = {"format": FORMAT, "key": key, "ids": list(ids), "layers": cache_tensors(cache)}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "wb") as handle:
+            torch.save(data, handle)
+        os.replace(tmp, path)
+    except OSError:
+        return False
+    return True

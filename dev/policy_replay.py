@@ -6,11 +6,13 @@ to weigh a policy change or other costs on several prompt sets without timing an
         paths.jsonl with --outputs, else decoded here), one file per prompt in DIR
         (about 75 MB a prompt of 128 tokens: delete DIR when done)
     python dev/policy_replay.py score DIR --costs FILE [--drafter-cost COSTS] [--set NAME=VALUE ...]
+            [--read-head]
         the cost policy as a sweep predicts it (each prompt warm from the ones before, in
         order) and the oracle, priced with a sweep's meta.json or a `specbench costs`
         file; --drafter-cost takes u(n) from a `specbench costs` file instead; --set
         changes a class or module constant for the run (CostAwareGamma.MODEL_PRIOR=1,
-        calibration.WARM_TRIALS=8)
+        calibration.WARM_TRIALS=8); --read-head replays a drafter that keeps no head
+        (drafters.model.keep_head) and reads every prompt whole
 
 `score` prints the geometric mean, the oracle's, the share of its gain, each category's
 mean and the prompts below 0.95x. Greedy, 128 new tokens, the pair's default draft
@@ -61,9 +63,12 @@ def record(prompts: str, out: Path, outputs: Path | None) -> None:
         print(prompt.id, len(ids), len(output), flush=True)
 
 
-def score(folder: Path, meta: Path, drafter_cost: Path | None, settings: list[str], draft_vocab: int) -> None:
+def score(
+    folder: Path, meta: Path, drafter_cost: Path | None, settings: list[str], draft_vocab: int, read_head: bool
+) -> None:
     raw = json.loads(meta.read_text())
-    raw = raw["costs_by_block"]["sweep"] if "costs_by_block" in raw else raw["costs"]  # a sweep's or `specbench costs`'
+    # a sweep's (measured once, or pooled over per-prompt blocks) or `specbench costs`'
+    raw = raw.get("costs_by_block", {}).get("sweep") or raw["costs"]
     costs = for_drafter(Costs.from_meta(raw), DRAFTER)
     if drafter_cost is not None:
         u = json.loads(drafter_cost.read_text())["costs"]["drafter_cost"]
@@ -76,8 +81,9 @@ def score(folder: Path, meta: Path, drafter_cost: Path | None, settings: list[st
     for file in sorted(folder.glob("*.pt")):
         item = torch.load(file, weights_only=False)
         gen = GenerationConfig(max_new_tokens=MAX_NEW_TOKENS, eos_token_ids=tuple(item["eos"]))
+        path = replace(item["path"], kept=0) if read_head else item["path"]
         runs = [
-            predict(item["path"], DRAFTER, policy, GAMMA, gen, costs=costs, draft_vocab=draft_vocab, warm=warm)
+            predict(path, DRAFTER, policy, GAMMA, gen, costs=costs, draft_vocab=draft_vocab, warm=warm)
             for policy, warm in (("cost", kept), (ORACLE_POLICY, None))
         ]
         kept = keep(kept, runs[0].evidence)
@@ -116,11 +122,12 @@ def main() -> None:
     scoring.add_argument("--drafter-cost", type=Path)
     scoring.add_argument("--set", action="append", default=[], dest="settings")
     scoring.add_argument("--draft-vocab", type=int, default=DEFAULT_DRAFT_VOCAB)
+    scoring.add_argument("--read-head", action="store_true")
     args = parser.parse_args()
     if args.command == "record":
         record(args.prompts, args.out, args.outputs)
     else:
-        score(args.folder, args.costs, args.drafter_cost, args.settings, args.draft_vocab)
+        score(args.folder, args.costs, args.drafter_cost, args.settings, args.draft_vocab, args.read_head)
 
 
 if __name__ == "__main__":

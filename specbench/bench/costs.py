@@ -54,8 +54,10 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 
@@ -398,13 +400,21 @@ def save_cached(folder: Path, key: str, costs: Costs) -> None:
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
-    """Write `data` as JSON to path through a temporary file in its folder: a crash never
-    leaves half a file behind, and a reader sees the old file or the new one."""
+    """Write `data` as JSON to path, atomically (write_atomic)."""
+    write_atomic(path, lambda handle: handle.write(json.dumps(data, indent=1).encode("utf-8")))
+
+
+def write_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Write path through a temporary file in its folder, which write(handle) fills: a crash
+    never leaves half a file behind, and a reader sees the old file or the new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=1)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
 
 def slug(key: str) -> str:

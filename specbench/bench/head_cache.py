@@ -12,15 +12,13 @@ never decides a verdict, so a head is a head start, never needed for a correct r
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import torch
 
 from specbench import paths
 from specbench.bench.cost_cache import cost_key
-from specbench.bench.costs import slug
+from specbench.bench.costs import slug, write_atomic
 from specbench.core.cache import cache_from_tensors, cache_tensors
 from specbench.core.generate import model_device
 from specbench.core.sampling import SamplingConfig
@@ -39,11 +37,17 @@ def default_path(key: str) -> Path:
     return paths.costs_dir() / f"{slug(key)}.head.pt"
 
 
+def _drafter_head(pair) -> tuple[object | None, tuple[int, ...], object | None]:
+    """The pair's drafter model (None: no model drafts), the head it keeps and its cache
+    over it (drafters.model.kept_head)."""
+    model = pair.drafter_model.model if pair.drafter_model is not None else None
+    return (model, *kept_head(model)) if model is not None else (None, (), None)
+
+
 def restore_head(pair, key: str, path: Path | None = None) -> bool:
     """Start the pair's drafter with its head read, from the file at path (default_path):
     True when the file holds the head this drafter keeps, under `key`; else nothing changes."""
-    model = pair.drafter_model.model if pair.drafter_model is not None else None
-    ids, cache = kept_head(model) if model is not None else ((), None)
+    model, ids, cache = _drafter_head(pair)
     if not ids or cache is not None:
         return False
     try:
@@ -61,18 +65,12 @@ def save_head(pair, key: str, path: Path | None = None) -> bool:
     """Write the drafter's kept head to the file at path (default_path) once a generation has
     read it, atomically (a reader sees the old file or the new one); False when there is
     nothing to keep or the folder cannot be written (the next run reads the head again)."""
-    model = pair.drafter_model.model if pair.drafter_model is not None else None
-    ids, cache = kept_head(model) if model is not None else ((), None)
+    _, ids, cache = _drafter_head(pair)
     if cache is None:
         return False
-    path = Path(path or default_path(key))
     data = {"format": FORMAT, "key": key, "ids": list(ids), "layers": cache_tensors(cache)}
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(data, handle)
-        os.replace(tmp, path)
+        write_atomic(Path(path or default_path(key)), lambda handle: torch.save(data, handle))
     except OSError:
         return False
     return True

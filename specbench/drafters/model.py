@@ -27,6 +27,7 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -55,13 +56,13 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
+@dataclass
 class KeptHead:
     """The ids a drafter model keeps read (keep_head) and, once a generation has read them
     all, its cache over them (a DynamicCache, copied into each later generation's)."""
 
-    def __init__(self, ids: tuple[int, ...]):
-        self.ids = ids
-        self.cache = None
+    ids: tuple[int, ...]
+    cache: object | None = None
 
 
 _HEADS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # drafter model -> KeptHead
@@ -75,8 +76,7 @@ def keep_head(model, ids: Sequence[int], cache=None) -> None:
     if len(ids):
         if cache is not None and cache_length(cache) != len(ids):
             raise ValueError(f"a kept head of {len(ids)} ids needs a cache over {len(ids)}, not {cache_length(cache)}")
-        _HEADS[model] = KeptHead(tuple(int(i) for i in ids))
-        _HEADS[model].cache = cache
+        _HEADS[model] = KeptHead(tuple(int(i) for i in ids), cache)
     else:
         _HEADS.pop(model, None)
 
@@ -206,10 +206,10 @@ class ModelDrafter:
         and one that does pays it as that round's draft time. With a kept head already read,
         the cache starts as a copy of the head's over the ids the prompt shares with it."""
         self._observe(prompt)
-        head = _HEADS.get(self.model)
-        kept = kept_length(self.model, prompt.tolist()) if head is not None and head.cache is not None else 0
+        _, head_cache = kept_head(self.model)
+        kept = kept_length(self.model, prompt.tolist()) if head_cache is not None else 0
         if kept:
-            self.cache = copy_cache(head.cache, kept)
+            self.cache = copy_cache(head_cache, kept)
 
     @torch.inference_mode()
     def propose(

@@ -239,7 +239,6 @@ def load_drafters(
         drafter, translated = load_drafter(config, target, spec, progress)
         with reraise_as(OptionError):
             use_kernels(drafter.model, kernels)
-        keep_template_head(target, drafter, translated)
         loaded.append((drafter, translated))
     return loaded
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from jinja2 import TemplateError  # what a chat template raises (transformers renders them with jinja2)
 
 from specbench.core.generate import check_prompt
+from specbench.drafters.model import common_prefix
 from specbench.errors import PromptError, reraise_as
 
 Message = dict[str, str]  # {"role": "user" | "assistant" | "system", "content": text}
@@ -54,11 +55,7 @@ def template_head(tokenizer) -> list[int]:
         probes = [encode_prompt(tokenizer, text) for text in HEAD_PROBES]
     except PromptError:
         return []
-    n = min(len(ids) for ids in probes)
-    for i in range(n):
-        if len({ids[i] for ids in probes}) > 1:
-            return probes[0][:i]
-    return probes[0][:n]
+    return probes[0][: min(common_prefix(probes[0], ids) for ids in probes[1:])]
 
 
 def check_prompt_fits(prompt_ids: list[int], limit: int) -> None:

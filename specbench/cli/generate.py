@@ -84,6 +84,7 @@ def generate_command(
     keep_head = _restore_head(pair, pair_config, kernels)
     prompt_ids = encode_prompt(pair.tokenizer, prompt, raw=raw)
     check_prompt_fits(prompt_ids, pair.context_limit)
+    kept_ids = _kept_ids(pair, prompt_ids)
     config = replace(config, eos_token_ids=pair.eos_token_ids)
     policy, keeper = _generate_policy(
         pair, pair_config, kernels, prompt_ids, config, gamma_policy, gamma, knobs, calibration
@@ -112,7 +113,8 @@ def generate_command(
     if tracer is not None:
         tracer.finish(result.stats)
     elif as_json:
-        typer.echo(json.dumps(generation_json(result, pair, prompt_ids, {**settings, "raw": raw}), ensure_ascii=False))
+        out = generation_json(result, pair, prompt_ids, {**settings, "raw": raw}, kept_ids)
+        typer.echo(json.dumps(out, ensure_ascii=False))
     else:
         ui.console.out(stream.finish(), highlight=False)  # whatever was held back, then a newline
         ui.say(f"[dim]{escape(summary_line(result, pair))}[/]", markup=True, stderr=True)
@@ -146,12 +148,14 @@ def _drafter_label(pair) -> str:
     return pair.drafter_model.name if pair.drafter_model is not None else pair.drafter_name
 
 
-def generation_json(result, pair, prompt_ids: list[int], settings: dict) -> dict:
-    """The --json object: text, new token ids, every RunStats field and rate, the settings."""
+def generation_json(result, pair, prompt_ids: list[int], settings: dict, kept_ids: int | None = None) -> dict:
+    """The --json object: text, new token ids, every RunStats field and rate, the settings;
+    kept_ids: the prompt ids the model drafter started with already read (_kept_ids)."""
     return {
         "text": pair.tokenizer.decode(result.token_ids, skip_special_tokens=True),
         "token_ids": result.token_ids,
         "prompt_tokens": len(prompt_ids),
+        "drafter_kept_ids": kept_ids,
         "stop_reason": result.stop_reason,
         "target": pair.target.name,
         "drafter": _drafter_label(pair),
@@ -189,6 +193,14 @@ def _generate_policy(
     warm, keeper = _warm_start(cost_key(pair, pair_config, kernels, config.sampling), pair.drafter_kind, calibration)
     chosen = gamma_policy(name, gamma, costs=costs, warm=warm, max_new_tokens=config.max_new_tokens, **knobs)
     return chosen, keeper
+
+
+def _kept_ids(pair, prompt_ids: list[int]) -> int | None:
+    """The prompt ids the model drafter starts with already read (bench/head_cache.py), for
+    --json: 0 on a first run, which reads them; None without a model drafter."""
+    from specbench.bench.head_cache import starts_with
+
+    return starts_with(pair, prompt_ids)
 
 
 def _restore_head(pair, pair_config, kernels: str):

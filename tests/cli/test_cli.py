@@ -108,7 +108,7 @@ def test_greedy_speculative_equals_plain_through_the_cli(tiny):
     spec = generate_json(tiny, "--drafter", tiny["drafter"], "--max-new-tokens", "40", "--gamma", "4")
     plain = generate_json(tiny, "--drafter", "none", "--max-new-tokens", "40")
     assert spec["token_ids"] == plain["token_ids"]
-    assert plain["stats"]["drafted"] == 0 and plain["drafter"] == "none"
+    assert plain["stats"]["drafted"] == 0 and plain["drafter"] == "none" and plain["drafter_kept_ids"] is None
     assert spec["stats"]["target_forwards"] < plain["stats"]["target_forwards"] or spec["stats"]["accepted"] == 0
 
 
@@ -649,7 +649,7 @@ def test_a_cut_gguf_file_is_one_line(tmp_path):
 def test_generate_keeps_the_template_head_read_between_runs(tiny):
     """The first run's drafter reads the chat template's opening and keeps its cache in the
     cache folder; the next starts with it and gives the same text; a corrupt file is
-    ignored and replaced."""
+    ignored and replaced. --json says how many prompt ids the drafter started with read."""
     args = ("--target", tiny["target"], "--drafter", tiny["drafter"], "--gamma-policy", "fixed", "--gamma", "3")
     args += ("--max-new-tokens", "12", "--json")
     first = run("generate", "write a sorting function", *args)
@@ -660,7 +660,11 @@ def test_generate_keeps_the_template_head_read_between_runs(tiny):
     second = run("generate", "write a sorting function", *args)
     assert json.loads(second.stdout)["token_ids"] == json.loads(first.stdout)["token_ids"]
     assert kept[0].stat().st_mtime_ns == written  # read, not written again
+    head = len(torch.load(kept[0], weights_only=True)["ids"])
+    assert json.loads(first.stdout)["drafter_kept_ids"] == 0
+    assert 0 < json.loads(second.stdout)["drafter_kept_ids"] <= head
     kept[0].write_bytes(b"cut short")
     third = run("generate", "write a sorting function", *args)
     assert json.loads(third.stdout)["token_ids"] == json.loads(first.stdout)["token_ids"]
+    assert json.loads(third.stdout)["drafter_kept_ids"] == 0
     assert torch.load(kept[0], weights_only=True)["format"] == 1

@@ -22,7 +22,7 @@ from specbench.bench.costs import slug, write_atomic
 from specbench.core.cache import cache_from_tensors, cache_tensors
 from specbench.core.generate import model_device
 from specbench.core.sampling import SamplingConfig
-from specbench.drafters.model import keep_head, kept_head, kept_length
+from specbench.drafters.model import keep_head, kept_head, read_length
 
 FORMAT = 1  # the file's layout; a file of another format is ignored
 
@@ -65,10 +65,8 @@ def starts_with(pair, prompt_ids: list[int]) -> int | None:
     """How many of the prompt's ids the pair's drafter starts this generation with, already
     read (0: it reads the whole prompt, its head included, as a first run does); None
     without a model drafter."""
-    model, _, cache = _drafter_head(pair)
-    if model is None:
-        return None
-    return kept_length(model, prompt_ids) if cache is not None else 0
+    model, _, _ = _drafter_head(pair)
+    return read_length(model, prompt_ids) if model is not None else None
 
 
 def save_head(pair, key: str, path: Path | None = None) -> bool:

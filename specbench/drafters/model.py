@@ -98,6 +98,13 @@ def kept_length(model, prompt: Sequence[int]) -> int:
     return min(common_prefix(head.ids, prompt), len(prompt) - 1)
 
 
+def read_length(model, prompt: Sequence[int]) -> int:
+    """How many of prompt's ids a drafter of `model` starts this generation with already
+    read: kept_length once a generation has read the head (its cache is kept), else 0 (this
+    generation reads the head with the rest of the prompt)."""
+    return kept_length(model, prompt) if kept_head(model)[1] is not None else 0
+
+
 class RowSource(Protocol):
     """Where draft_loop's rows come from (the two methods HF's candidate generators split
     into candidates and their update, here per row):
@@ -206,10 +213,9 @@ class ModelDrafter:
         and one that does pays it as that round's draft time. With a kept head already read,
         the cache starts as a copy of the head's over the ids the prompt shares with it."""
         self._observe(prompt)
-        _, head_cache = kept_head(self.model)
-        kept = kept_length(self.model, prompt.tolist()) if head_cache is not None else 0
+        kept = read_length(self.model, prompt.tolist())
         if kept:
-            self.cache = copy_cache(head_cache, kept)
+            self.cache = copy_cache(kept_head(self.model)[1], kept)
 
     @torch.inference_mode()
     def propose(

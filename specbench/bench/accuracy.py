@@ -1,7 +1,8 @@
 """How well a sweep's predictions came out: each measured specbench run beside its
 prediction (prediction_check), the shares within 10% per run, per point and per
-configuration (prediction_accuracy), and the machine's own noise floor, the agreement of
-two timings of the same plain run (plain_repeatability).
+configuration (prediction_accuracy), the machine's own noise floor, the agreement of
+two timings of the same plain run (plain_repeatability), and where a measured run's time
+went against the costs that priced its prediction (price_check, price_accuracy).
 
 Kept apart from the summary because it pairs rows across sources (measured with predicted,
 measured plain with profile) rather than aggregating within one. pandas is imported on
@@ -10,12 +11,16 @@ first use.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import statistics
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from specbench.bench.costs import Costs
 from specbench.bench.labels import BASELINE_METHOD, MEASURED, PREDICTED, PROFILE
-from specbench.bench.runs_file import as_runs
+from specbench.bench.rows import modelled_prices
+from specbench.bench.runs_file import as_runs, row_key
 from specbench.bench.summary import geometric_mean
+from specbench.core.stats import RoundCounts
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -161,3 +166,103 @@ def plain_repeatability(runs: pd.DataFrame | Iterable[dict]) -> dict:
         "within_10pct_share": float((difference <= 0.10).mean()),
         "median_difference": float(difference.median()),
     }
+
+
+PRICE_COLUMNS = [
+    "drafter",
+    "policy",
+    "gamma",
+    "prompt_id",
+    "repeat",
+    "category",
+    "plain",
+    "draft",
+    "verify",
+    "loop_ms",
+    "loop_priced_ms",
+]
+PRICE_PARTS = ("plain", "draft", "verify")  # price_check's ratios of seconds measured to seconds priced
+
+
+def price_check(
+    rows: Iterable[dict], rounds: dict[tuple[str, ...], RoundCounts], costs_of: Callable[[dict], Costs]
+) -> pd.DataFrame:
+    """Where each measured specbench run's time went, against the costs that priced its
+    prediction: one row (PRICE_COLUMNS) per measured run whose prediction made its rounds
+    (equal target forwards and drafts, so the prediction's RoundCounts in `rounds`, by
+    row_key, stand for the run's) and whose prompt has a measured plain run. rows: runs.csv
+    as read_rows gives it; costs_of: a predicted row's costs (reprice.sweep_prices).
+
+    plain: the measured plain run's step (1 / its tokens/s) over the plain step priced
+    (Costs.plain_step_seconds, else t(1)); draft: the run's draft seconds over its drafter
+    forwards' price (c t(1) u(n) each; None where it ran none); verify: its verify seconds
+    over its verify passes' (v(k + 1) t(1) each); loop_ms: the rest of its decode time a
+    round, beside loop_priced_ms (Costs.loop_seconds). Above 1, a part ran slower than
+    priced: plain above 1 makes the measured speedup beat its prediction, draft or verify
+    above 1 makes it fall short."""
+    import pandas as pd
+
+    rows = list(rows)
+    plain_steps = {
+        (row["temperature"], row["prompt_id"], row["repeat"]): 1.0 / float(row["tokens_per_second"])
+        for row in rows
+        if row["method"] == BASELINE_METHOD
+        and (row.get("source") or MEASURED) == MEASURED
+        and _positive(row["tokens_per_second"])
+    }
+    predicted = {row_key(row): row for row in rows if row.get("source") == PREDICTED}
+    found = []
+    for row in rows:
+        if row["method"] != "specbench" or (row.get("source") or MEASURED) != MEASURED:
+            continue
+        twin = predicted.get(row_key({**row, "source": PREDICTED}))
+        step = plain_steps.get((row["temperature"], row["prompt_id"], row["repeat"]))
+        if twin is None or step is None or row_key(twin) not in rounds or not _same_rounds(row, twin):
+            continue
+        counts, costs = rounds[row_key(twin)], costs_of(twin)
+        prices = modelled_prices(counts, costs)
+        if prices is None or not counts.rounds or not _positive(row["decode_seconds"]):
+            continue
+        t1 = costs.target_step_seconds
+        draft, verify = float(row["draft_seconds"] or 0), float(row["verify_seconds"] or 0)
+        found.append(
+            {
+                **{k: row[k] for k in ("drafter", "policy", "gamma", "prompt_id", "repeat", "category")},
+                "plain": step / (costs.plain_step_seconds or t1),
+                "draft": draft / (prices.drafter * t1) if prices.drafter > 0 else None,
+                "verify": verify / (prices.verify * t1),
+                "loop_ms": (float(row["decode_seconds"]) - draft - verify) / counts.rounds * 1000,
+                "loop_priced_ms": prices.loop / counts.rounds * t1 * 1000,
+            }
+        )
+    return pd.DataFrame(found, columns=PRICE_COLUMNS)
+
+
+def price_accuracy(check: pd.DataFrame) -> dict:
+    """The medians of a price_check over its runs: n, and plain, draft, verify, loop_ms and
+    loop_priced_ms (None where no run has the part)."""
+    medians = {}
+    for column in (*PRICE_PARTS, "loop_ms", "loop_priced_ms"):
+        known = [float(v) for v in check[column] if v is not None and v == v] if len(check) else []
+        medians[column] = statistics.median(known) if known else None
+    return {"n": len(check), **medians}
+
+
+def _same_rounds(measured: dict, predicted: dict) -> bool:
+    """Whether a prediction made the measured run's rounds: the same target forwards and drafts."""
+    pairs = [(_value(measured[k]), _value(predicted[k])) for k in ("target_forwards", "drafted")]
+    return all(m is not None and p is not None and abs(m - p) < 0.5 for m, p in pairs)
+
+
+def _value(text) -> float | None:
+    """A runs.csv cell as a number, None when blank or not one."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if value == value else None
+
+
+def _positive(text) -> bool:
+    value = _value(text)
+    return value is not None and value > 0

@@ -66,17 +66,14 @@ def summary_records(rows: list[dict]) -> list[dict]:
 COSTS_METHOD_BEFORE_RECORDED = 5  # costs.METHOD of the sweeps written before meta.json recorded it
 
 
-def closing_meta(rows: list[dict]) -> dict:
+def closing_meta(rows: list[dict], prices: dict | None = None) -> dict:
     """What meta.json says of a finished sweep's rows: finished, the summary table and the
-    checks (how close the predictions came, how repeatable the plain runs were)."""
-    return {
-        "finished": True,
-        "summary": summary_records(rows),
-        "checks": {
-            "prediction": prediction_accuracy(prediction_check(rows)),
-            "plain_twice": plain_repeatability(rows),
-        },
-    }
+    checks (how close the predictions came, how repeatable the plain runs were and, given
+    prices (reprice.sweep_price_check), where the measured runs' time went against them)."""
+    checks = {"prediction": prediction_accuracy(prediction_check(rows)), "plain_twice": plain_repeatability(rows)}
+    if prices is not None:
+        checks["prices"] = prices
+    return {"finished": True, "summary": summary_records(rows), "checks": checks}
 
 
 def check_resume_meta(meta: dict, fresh: dict) -> None:

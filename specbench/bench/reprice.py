@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from specbench.bench.accuracy import price_accuracy, price_check
 from specbench.bench.costs import Costs
 from specbench.bench.labels import ORACLE_POLICY, PREDICTED, PROFILE
 from specbench.bench.meta import read_costs_meta, set_sweep_costs, summary_records
@@ -140,6 +141,17 @@ def sweep_prices(
     if not sweep_wide:
         raise ResultsError(f"{results / META_JSON} records no costs for the blocks of its plain runs to price with")
     return costs_of, *(sweep_wide.get(models[0]) or next(iter(sweep_wide.values())))
+
+
+def sweep_price_check(meta: dict, rows: list[dict], results: Path) -> dict:
+    """accuracy.price_accuracy of a sweep's measured runs against the costs the sweep priced
+    their predictions with (sweep_prices, rounds.jsonl): where their time went. n is 0
+    where the sweep recorded no costs or rounds to read it with."""
+    try:
+        costs_of = sweep_prices(meta, rows, results)[0]
+        return price_accuracy(price_check(rows, read_rounds(results), costs_of))
+    except ResultsError:  # no costs or rounds recorded, or none for a block
+        return price_accuracy(price_check([], {}, costs_of=None))
 
 
 def _file_prices(costs: Costs, meta: dict, predicted: list[dict], path: Path) -> tuple[Callable[[dict], Costs], Costs]:

@@ -16,7 +16,15 @@ from specbench.bench.costs import Costs
 from specbench.bench.labels import BASELINE_METHOD, MEASURED, PREDICTED, PROFILE
 from specbench.bench.plan import SPECBENCH, PlannedRun
 from specbench.bench.runs_file import KEY_COLUMNS, output_hash
-from specbench.core.stats import RoundCounts, RunStats, StepRecord, verify_cost_at, walltime_speedup
+from specbench.core.stats import (
+    RoundCounts,
+    RoundPrices,
+    RunStats,
+    StepRecord,
+    round_prices,
+    verify_cost_at,
+    walltime_speedup,
+)
 from specbench.policies.calibration import Evidence
 
 
@@ -83,6 +91,19 @@ def modelled_speedup(counts: RoundCounts, costs: Costs | None) -> float | None:
     where the plain run is one run whose speed wanders from run to run on a shared CPU as
     much as the speedups being predicted (the sweep reports that noise floor), and pricing
     in it would carry its noise into every prediction. None without costs or rounds."""
+    units = _unit_costs(costs)
+    return None if units is None else walltime_speedup(counts, *units, costs.plain_step(), costs.loop())
+
+
+def modelled_prices(counts: RoundCounts, costs: Costs | None) -> RoundPrices | None:
+    """What modelled_speedup prices a run's rounds at, by part (stats.round_prices), in t(1);
+    None without costs."""
+    units = _unit_costs(costs)
+    return None if units is None else round_prices(counts, *units, costs.loop())
+
+
+def _unit_costs(costs: Costs | None):
+    """(c, v(k), u(n)) as modelled_speedup reads a block's costs, or None without them."""
     if costs is None or not costs.verify_cost or not costs.target_step_seconds:
         return None
     c = (costs.drafter_step_seconds or 0.0) / costs.target_step_seconds
@@ -93,7 +114,7 @@ def modelled_speedup(counts: RoundCounts, costs: Costs | None) -> float | None:
     def step_cost(n: int) -> float:
         return verify_cost_at(costs.drafter_cost, n) if costs.drafter_cost else 1.0
 
-    return walltime_speedup(counts, c, verify, step_cost, costs.plain_step(), costs.loop())
+    return c, verify, step_cost
 
 
 def predicted_price(counts: RoundCounts, baseline: Baseline | None, costs: Costs | None) -> dict:

@@ -101,6 +101,7 @@ from specbench.bench.pricing import (
 )
 from specbench.bench.prompts import Prompt
 from specbench.bench.records import prepare_out_dir, read_evidence, read_paths
+from specbench.bench.reprice import sweep_price_check
 from specbench.bench.rows import baselines_from_rows, late_runs
 from specbench.bench.runner import (
     DrafterModel,
@@ -260,8 +261,9 @@ def pick(session: Session, prompts: list[Prompt], has_model: bool) -> list[Plann
 
 def report(session: Session) -> None:
     """Step report: meta.json marked finished, with the summary table and the checks of
-    every row (meta.closing_meta)."""
-    session.meta.update(closing_meta(session.rows()))
+    every row (meta.closing_meta), where the measured runs' time went included."""
+    rows = session.rows()
+    session.meta.update(closing_meta(rows, sweep_price_check(session.meta, rows, session.out_dir)))
     session.save_meta()
 
 

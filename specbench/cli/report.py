@@ -17,6 +17,7 @@ from rich.text import Text
 
 from specbench.bench.accuracy import CHECK_GROUP, plain_repeatability, prediction_accuracy, prediction_check
 from specbench.bench.labels import BASELINE_METHOD, label_parts
+from specbench.bench.meta_file import read_meta
 from specbench.bench.runs_file import load_runs
 from specbench.bench.summary import best_gammas, geometric_mean, oracle_share, summarize, summary_frame
 from specbench.cli import ui
@@ -187,6 +188,9 @@ def render_sweep_end(out_dir: Path, result, config) -> None:
         ui.console.print(prediction_table(check))
         for line in _accuracy_lines(runs, check):
             ui.say(line, markup=True)
+        prices = (read_meta(out_dir).get("checks") or {}).get("prices") or {}
+        if prices.get("n"):
+            ui.say(price_line(prices))
     for line in _costs_lines(result.costs, result.pooled):
         ui.say(line, markup=True)
     if result.late:
@@ -227,6 +231,24 @@ def _accuracy_lines(runs, check) -> list[str]:
             f" {noise['median_difference']:.0%}"
         )
     return lines
+
+
+def price_line(prices: dict) -> str:
+    """Where the measured runs' time went against the costs that priced their predictions
+    (reprice.sweep_price_check), one line: what separates a measured speedup from its
+    prediction."""
+    parts = [
+        f"{name} {prices[key]:.2f}x"
+        for key, name in (("plain", "a plain step"), ("draft", "drafter forwards"), ("verify", "verify passes"))
+        if prices.get(key) is not None
+    ]
+    loop = ""
+    if prices.get("loop_ms") is not None and prices.get("loop_priced_ms") is not None:
+        loop = f", the loop {prices['loop_ms']:.2f} ms a round (priced {prices['loop_priced_ms']:.2f})"
+    return (
+        f"time against its price (medians over {prices['n']} run(s) whose rounds were predicted exactly; above 1x"
+        f" slower than priced): {', '.join(parts)}{loop}"
+    )
 
 
 def _bias_clause(accuracy: dict) -> str:

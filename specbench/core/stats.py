@@ -178,6 +178,29 @@ class RoundCounts:
         )
 
 
+@dataclass(frozen=True)
+class RoundPrices:
+    """What a run's rounds cost by part, in target single steps (walltime_speedup's sum): its
+    drafter forwards, its verify passes and the loop's own work."""
+
+    drafter: float
+    verify: float
+    loop: float
+
+    @property
+    def total(self) -> float:
+        return self.drafter + self.verify + self.loop
+
+
+def round_prices(
+    counts: RoundCounts, c: float, verify_cost, drafter_step=lambda n: 1.0, loop: float = 0.0
+) -> RoundPrices:
+    """The price of a run's rounds by part (walltime_speedup says what each costs)."""
+    drafter = sum(forwards * (1.0 if n == 1 else drafter_step(n)) for n, forwards in counts.feeds.items())
+    verify = sum(rounds * verify_cost(k + 1) for k, rounds in counts.verified.items())
+    return RoundPrices(c * drafter, verify, counts.rounds * loop)
+
+
 def walltime_speedup(
     counts: RoundCounts, c: float, verify_cost, drafter_step=lambda n: 1.0, plain_step: float = 1.0, loop: float = 0.0
 ) -> float | None:
@@ -196,10 +219,7 @@ def walltime_speedup(
     slower than measured, the Python of each draft step) is what a measured speedup below
     it points to. None for a run with no rounds.
     """
-    drafter = sum(forwards * (1.0 if n == 1 else drafter_step(n)) for n, forwards in counts.feeds.items())
-    cost = (
-        c * drafter + sum(rounds * verify_cost(k + 1) for k, rounds in counts.verified.items()) + counts.rounds * loop
-    )
+    cost = round_prices(counts, c, verify_cost, drafter_step, loop).total
     return counts.emitted * plain_step / cost if counts.rounds and cost > 0 else None
 
 

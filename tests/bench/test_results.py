@@ -371,6 +371,71 @@ def test_plain_repeatability_compares_each_prompts_two_plain_timings():
     assert plain_repeatability(as_runs(rows[4:]))["n"] == 0
 
 
+def test_price_check_reads_each_part_of_a_measured_run_against_its_price(tmp_path):
+    """A run whose prediction made its rounds: 4 rounds (3 of 2 drafts, 1 of none), 3 one-id
+    and 3 two-id drafter forwards. Priced at t(1) 0.1 s, c 0.4, u(2) 1.5, v(3) 1.4 and a loop
+    of 1 ms: drafter forwards 0.4 * (3 + 4.5) = 3 steps (0.3 s), verify passes 3 * 1.4 + 1
+    = 5.2 steps (0.52 s). Measured: 0.36 s drafting (1.2x), 0.52 s verifying (1x), 8 ms of
+    the rest (2 ms a round) and a plain step of 0.1 s against 0.11 priced."""
+    from specbench.bench.accuracy import PRICE_COLUMNS, price_accuracy, price_check
+    from specbench.bench.costs import Costs
+    from specbench.bench.runs_file import append_row, read_rows, row_key
+    from specbench.core.stats import RoundCounts
+
+    costs = Costs(
+        0.4,
+        0.1,
+        0.04,
+        {1: 1.0, 2: 1.2, 3: 1.4},
+        64,
+        drafter_cost={1: 1.0, 2: 1.5},
+        plain_step_seconds=0.11,
+        loop_seconds=0.001,
+    )
+    timed = {"draft_seconds": 0.36, "verify_seconds": 0.52, "decode_seconds": 0.888}
+    plain = lambda prompt, tps: {
+        **_row("measured", prompt, 1.0),
+        "method": "plain",
+        "drafter": "",
+        "policy": "",
+        "gamma": "",
+        "tokens_per_second": tps,
+    }  # noqa: E731
+    rows = [
+        plain("a", 10.0),
+        _row("predicted", "a", 1.5, forwards=5, drafted=6),
+        {**_row("measured", "a", 1.3, forwards=5, drafted=6), **timed},
+        plain("b", 10.0),
+        _row("predicted", "b", 1.5, forwards=5, drafted=6),
+        {**_row("measured", "b", 1.3, forwards=5, drafted=7), **timed},  # other rounds than predicted
+        _row("predicted", "c", 1.5, forwards=5, drafted=6),
+        {**_row("measured", "c", 1.3, forwards=5, drafted=6), **timed},  # no measured plain run
+    ]
+    path = tmp_path / "runs.csv"
+    for row in rows:
+        append_row(path, row)
+    rows = read_rows(path)
+    counts = RoundCounts(10, {2: 3, 0: 1}, {1: 3, 2: 3})
+    rounds = {row_key(row): counts for row in rows if row["source"] == "predicted"}
+    check = price_check(rows, rounds, lambda _row: costs)
+    assert list(check.columns) == PRICE_COLUMNS and check["prompt_id"].tolist() == ["a"]
+    found = check.iloc[0]
+    assert found["plain"] == pytest.approx(0.1 / 0.11)
+    assert found["draft"] == pytest.approx(1.2) and found["verify"] == pytest.approx(1.0)
+    assert found["loop_ms"] == pytest.approx(2.0) and found["loop_priced_ms"] == pytest.approx(1.0)
+    assert price_accuracy(check)["n"] == 1 and price_accuracy(check)["draft"] == pytest.approx(1.2)
+    copies = {row_key(row): RoundCounts(10, {2: 3, 0: 1}, {}) for row in rows if row["source"] == "predicted"}
+    assert price_check(rows, copies, lambda _row: costs).iloc[0]["draft"] is None  # no drafter forward to price
+    assert price_accuracy(price_check(rows, {}, lambda _row: costs)) == {
+        "n": 0,
+        "plain": None,
+        "draft": None,
+        "verify": None,
+        "loop_ms": None,
+        "loop_priced_ms": None,
+    }
+
+
 def test_oracle_share_and_best_gammas():
     from specbench.bench.runs_file import as_runs
     from specbench.bench.summary import best_gammas, oracle_share, summary_frame

@@ -483,6 +483,8 @@ def test_sweep_writes_results(close_pair, tokenizer, tmp_path):
     meta = json.loads((out / "meta.json").read_text())
     assert meta["finished"] is True and meta["c"] > 0
     assert meta["checks"]["prediction"]["n"] > 0 and meta["checks"]["plain_twice"]["n"] == len(PROMPTS)
+    prices = meta["checks"]["prices"]  # where the measured runs' time went against their prices
+    assert prices["n"] > 0 and prices["plain"] > 0 and prices["verify"] > 0 and prices["loop_ms"] > 0
     summary = {(r["source"], r["method"], r["drafter"], r["policy"], r["gamma"]): r for r in meta["summary"]}
     assert (
         summary[("predicted", "specbench", "model", "fixed", 2)]["speedup_lo"]

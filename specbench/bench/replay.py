@@ -40,7 +40,8 @@ with the loop's own work: a drafter slower than the target never pays). So it do
 as any policy that drafts nothing and, where accepted drafts pay, as every policy over
 that drafter: the reference the summary measures them against.
 It pays a drafter forward per kept draft and none for the catch-up of a round that drafts
-nothing (a slight overestimate).
+nothing (a slight overestimate). Over model+lookup, profile.predict takes the better of it
+and the oracle of the copies alone, which never pays the drafter's read of the prompt.
 
 Knows nothing about models, timing or files: rows in, GenerationResults out.
 """

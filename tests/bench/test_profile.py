@@ -147,6 +147,30 @@ def test_the_oracle_drafts_nothing_where_accepted_drafts_cannot_pay(pair):
     )
 
 
+def test_model_and_lookups_oracle_takes_copies_alone_where_the_read_costs_more(pair):
+    """The tiny target's answers repeat themselves, so model+lookup copies much of them. With
+    a cheap drafter read, its oracle keeps model rounds; with one that costs 60 drafter steps,
+    its model rounds' oracle would pay that read, and the oracle is its copies alone. Either
+    way it bounds the cost policy, which declines such a read."""
+    from specbench.bench.costs import Costs
+    from specbench.bench.profile import _speedup
+
+    target, drafter_model = pair
+    gen = GenerationConfig(max_new_tokens=40)
+    curve = {k: 1.0 + 0.1 * (k - 1) for k in range(1, 10)}
+    cheap = {n: 1.0 + 0.1 * (n - 1) for n in range(1, 17)}
+    heavy = {**{n: 1.0 + 0.1 * (n - 1) for n in range(1, 5)}, 8: 60.0, 16: 120.0}
+    for prompt in PROMPTS:
+        output = plain_generate(target, prompt, gen).token_ids
+        path = record_path(target, drafter_model, prompt, output, gen)
+        for read, model_rounds in ((cheap, True), (heavy, False)):
+            costs = Costs(0.5, 0.01, 0.005, curve, len(prompt), drafter_cost=read)
+            oracle = predict(path, "model+lookup", ORACLE_POLICY, 8, gen, costs=costs)
+            policy = predict(path, "model+lookup", "cost", 8, gen, costs=costs)
+            assert any(s.drafter_feeds for s in oracle.steps) == model_rounds
+            assert oracle.stats.accepted > 0 and _speedup(oracle, costs) >= _speedup(policy, costs)
+
+
 def test_the_oracle_weighs_the_loops_work_a_round_saves():
     """One accepted draft from one drafter forward at c = 0.75 and v(2) = 1.3 costs 2.05
     steps for 2 tokens, more than two rounds without drafts (2 steps) with no loop work, less

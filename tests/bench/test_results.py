@@ -175,6 +175,17 @@ def _row(source, prompt, speedup, gamma=2, policy="fixed", forwards=10, category
     }
 
 
+def _plain(source, prompt, tps):
+    return {
+        **_row(source, prompt, 1.0),
+        "method": "plain",
+        "drafter": "",
+        "policy": "",
+        "gamma": "",
+        "tokens_per_second": tps,
+    }
+
+
 def test_rows_without_a_source_read_as_measured(tmp_path):
     from specbench.bench.runs_file import REQUIRED_COLUMNS, append_row, load_runs, read_rows, row_key, run_key
 
@@ -349,20 +360,12 @@ def test_plain_repeatability_compares_each_prompts_two_plain_timings():
     from specbench.bench.accuracy import plain_repeatability
     from specbench.bench.runs_file import as_runs
 
-    plain = lambda source, prompt, tps: {
-        **_row(source, prompt, 1.0),
-        "method": "plain",
-        "drafter": "",
-        "policy": "",
-        "gamma": "",
-        "tokens_per_second": tps,
-    }  # noqa: E731
     rows = [
-        plain("profile", "a", 10.0),
-        plain("measured", "a", 10.5),
-        plain("profile", "b", 10.0),
-        plain("measured", "b", 7.5),
-        plain("profile", "c", 10.0),
+        _plain("profile", "a", 10.0),
+        _plain("measured", "a", 10.5),
+        _plain("profile", "b", 10.0),
+        _plain("measured", "b", 7.5),
+        _plain("profile", "c", 10.0),
         _row("measured", "a", 1.2),
     ]  # c was not measured; specbench rows are left out
     assert plain_repeatability(as_runs(rows)) == pytest.approx(
@@ -393,19 +396,11 @@ def test_price_check_reads_each_part_of_a_measured_run_against_its_price(tmp_pat
         loop_seconds=0.001,
     )
     timed = {"draft_seconds": 0.36, "verify_seconds": 0.52, "decode_seconds": 0.888}
-    plain = lambda prompt, tps: {
-        **_row("measured", prompt, 1.0),
-        "method": "plain",
-        "drafter": "",
-        "policy": "",
-        "gamma": "",
-        "tokens_per_second": tps,
-    }  # noqa: E731
     rows = [
-        plain("a", 10.0),
+        _plain("measured", "a", 10.0),
         _row("predicted", "a", 1.5, forwards=5, drafted=6),
         {**_row("measured", "a", 1.3, forwards=5, drafted=6), **timed},
-        plain("b", 10.0),
+        _plain("measured", "b", 10.0),
         _row("predicted", "b", 1.5, forwards=5, drafted=6),
         {**_row("measured", "b", 1.3, forwards=5, drafted=7), **timed},  # other rounds than predicted
         _row("predicted", "c", 1.5, forwards=5, drafted=6),

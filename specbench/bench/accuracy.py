@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from specbench.bench.costs import Costs
 from specbench.bench.labels import BASELINE_METHOD, MEASURED, PREDICTED, PROFILE
-from specbench.bench.rows import modelled_prices
+from specbench.bench.rows import baseline_key, baselines_from_rows, modelled_prices
 from specbench.bench.runs_file import as_runs, row_key
 from specbench.bench.summary import geometric_mean
 from specbench.core.stats import RoundCounts
@@ -203,26 +203,23 @@ def price_check(
     import pandas as pd
 
     rows = list(rows)
-    plain_steps = {
-        (row["temperature"], row["prompt_id"], row["repeat"]): 1.0 / float(row["tokens_per_second"])
-        for row in rows
-        if row["method"] == BASELINE_METHOD
-        and (row.get("source") or MEASURED) == MEASURED
-        and _positive(row["tokens_per_second"])
-    }
+    baselines = baselines_from_rows(rows)  # the plain runs each measured speedup was taken against
     predicted = {row_key(row): row for row in rows if row.get("source") == PREDICTED}
     found = []
     for row in rows:
         if row["method"] != "specbench" or (row.get("source") or MEASURED) != MEASURED:
             continue
-        twin = predicted.get(row_key({**row, "source": PREDICTED}))
-        step = plain_steps.get((row["temperature"], row["prompt_id"], row["repeat"]))
-        if twin is None or step is None or row_key(twin) not in rounds or not _same_rounds(row, twin):
+        key = row_key({**row, "source": PREDICTED})
+        twin, baseline = predicted.get(key), baselines.get(baseline_key(MEASURED, row["prompt_id"], row["repeat"]))
+        if twin is None or key not in rounds or not _same_rounds(row, twin):
             continue
-        counts, costs = rounds[row_key(twin)], costs_of(twin)
+        if baseline is None or not baseline.tokens_per_second or not _positive(row["decode_seconds"]):
+            continue
+        counts, costs = rounds[key], costs_of(twin)
         prices = modelled_prices(counts, costs)
-        if prices is None or not counts.rounds or not _positive(row["decode_seconds"]):
+        if prices is None or not counts.rounds:
             continue
+        step = 1.0 / baseline.tokens_per_second
         t1 = costs.target_step_seconds
         draft, verify = float(row["draft_seconds"] or 0), float(row["verify_seconds"] or 0)
         found.append(
@@ -243,7 +240,7 @@ def price_accuracy(check: pd.DataFrame) -> dict:
     loop_priced_ms (None where no run has the part)."""
     medians = {}
     for column in (*PRICE_PARTS, "loop_ms", "loop_priced_ms"):
-        known = [float(v) for v in check[column] if v is not None and v == v] if len(check) else []
+        known = [float(v) for v in check[column] if v is not None and v == v]
         medians[column] = statistics.median(known) if known else None
     return {"n": len(check), **medians}
 

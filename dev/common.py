@@ -14,7 +14,7 @@ from specbench.bench.prompts import Prompt
 from specbench.models.loading import PairConfig, load_pair
 from specbench.models.model import quiet_transformers
 from specbench.models.text import encode_prompt
-from specbench.speed import native
+from specbench.speed import kv_slab, native
 
 
 def load_default_pair(draft_dtype: str = "auto", kernels: str = "auto"):
@@ -50,3 +50,13 @@ def unfused(decoder, forward):
         return forward()
     finally:
         decoder.fused = fused
+
+
+def layer_at_a_time(forward):
+    """forward() with native layers called a layer at a time, each layer's rows appended through
+    the cache's own update (kv_slab.py off), as before all of them ran in one call."""
+    slabs, kv_slab.slabs = kv_slab.slabs, lambda *args: None
+    try:
+        return forward()
+    finally:
+        kv_slab.slabs = slabs

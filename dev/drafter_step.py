@@ -10,8 +10,10 @@ with the restricted head (--draft-vocab, default 65536), through
     int8_linear.c on AVX2): the step the model drafter runs (draft_vocab.RestrictedStep);
   - that step for the drafter in each of --also's dtypes (default q4k: its decoder layers as
     Q4_K blocks through q4k_linear.c), through the lean forward's PyTorch operations and,
-    where they apply, as fused_step.py's native layer calls (what a q4k drafter runs).
-Prints milliseconds and whether the argmax agrees with the first way's.
+    where they apply, as fused_step.py's native layers: in one call over the cache's slabs
+    (what a q4k drafter runs) and a layer at a time through the cache's own update.
+Each way runs over its own copy of the cache. Prints milliseconds and whether the argmax
+agrees with the first way's.
 
     python dev/drafter_step.py [--context 144] [--repeats 21] [--also q4k]
 """
@@ -23,10 +25,10 @@ import statistics
 import time
 
 import torch
-from common import load_default_pair, machine_line, prompt_ids, unfused
+from common import layer_at_a_time, load_default_pair, machine_line, prompt_ids, unfused
 
 from specbench.bench.prompts import load_prompts
-from specbench.core.cache import cache_arg, crop_cache, new_cache
+from specbench.core.cache import cache_arg, copy_cache, crop_cache, new_cache
 from specbench.models.model import load_model
 from specbench.models.specs import parse_model_spec
 from specbench.speed import native
@@ -77,7 +79,7 @@ def main() -> None:
             drafter, int8_head, ids, cache
         ),
     }
-    for dtype, other in others.items():  # the same cache serves: the same layout, other weights
+    for dtype, other in others.items():  # the same cache's layout serves, with other weights
         other_head = restricted_head(other, args.draft_vocab, context)
         fused = lean_decoder(other).fused
         ways[f"lean forward, {dtype} rows, specbench's kernel"] = lambda ids, cache, m=other, h=other_head: unfused(
@@ -87,10 +89,14 @@ def main() -> None:
             ways[f"{dtype} layers as native calls (fused_step.py): the draft step"] = (
                 lambda ids, cache, m=other, h=other_head: restricted_logits(m, h, ids, cache)
             )
+            ways[f"{dtype} native layers, a layer at a time"] = lambda ids, cache, m=other, h=other_head: (
+                layer_at_a_time(lambda: restricted_logits(m, h, ids, cache))
+            )
     print(machine_line())
-    cache = new_cache(drafter)
+    prefilled = new_cache(drafter)
     with torch.inference_mode():
-        drafter(input_ids=torch.tensor([context]), **cache_arg(drafter, cache), use_cache=True, logits_to_keep=1)
+        drafter(input_ids=torch.tensor([context]), **cache_arg(drafter, prefilled), use_cache=True, logits_to_keep=1)
+        caches = {name: copy_cache(prefilled, len(context)) for name in ways}
         print(
             f"{pair.drafter_model.name}, int8, {args.context} cached tokens, {torch.get_num_threads()} threads, "
             f"median of {args.repeats}"
@@ -105,9 +111,9 @@ def main() -> None:
                 first = None
                 for name, way in ways.items():
                     start = time.perf_counter()
-                    logits = way(new, cache)
+                    logits = way(new, caches[name])
                     elapsed = time.perf_counter() - start
-                    crop_cache(cache, len(context))
+                    crop_cache(caches[name], len(context))
                     if r >= 3:  # the first rounds warm up
                         times[name, n].append(elapsed)
                         first = logits.argmax(-1) if first is None else first

@@ -97,8 +97,9 @@ def copy_cache(cache: DynamicCache, keep: int) -> DynamicCache:
 
 def cache_tensors(cache: DynamicCache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Each layer's keys and values ([batch, kv heads, tokens, head dim]): what a cache holds,
-    to keep elsewhere (cache_from_tensors builds one back)."""
-    return [(layer.keys, layer.values) for layer in cache.layers]
+    to keep elsewhere (cache_from_tensors builds one back). Copies: a layer's tensors may be
+    views of storage that later forwards write into (native layers keep room ahead)."""
+    return [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
 
 
 def cache_from_tensors(model, tensors: list[tuple[torch.Tensor, torch.Tensor]]) -> DynamicCache:

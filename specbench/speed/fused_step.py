@@ -1,13 +1,18 @@
-"""The decoder layers of a model whose Linears are specbench's own kernels, as two native
-calls each (q4k_layer.c): a q4k drafter's draft steps, and a q4k or int8 target's forwards
-over its cache.
+"""The decoder layers of a model whose Linears are specbench's own kernels, as native calls
+(q4k_layer.c): a q4k drafter's draft steps, and a q4k or int8 target's forwards over its
+cache.
 
 Why: on a 2-core CPU a q4k drafter's draft step spent about a third of its time around its
 kernels, in PyTorch's small operations (lean_step.py's forward makes some 90 a layer: the
 norms, rotary, bf16 <-> float32 conversions, attention, the gated MLP), and the default
 target's step about a fifth. FusedLayers runs a layer as `layer_in` (norm, q|k|v, rotary),
-the cache's own update (HF's DynamicCache, as every forward uses it), and `layer_out`
-(attention, o, residual, norm, MLP, residual), in float32 throughout.
+the cache's new rows, and `layer_out` (attention, o, residual, norm, MLP, residual), in
+float32 throughout. The cache stays HF's DynamicCache. Where kv_slab.py gives its layers room
+ahead (full attention in float32 or bf16: every layout the lean forward takes), all the
+layers run in one native call that writes their new rows into that room, which saves
+Python's work between the calls and the concatenation of every layer's cache at every step.
+Elsewhere each layer's rows go through the cache's own update between its two calls. Either
+way, the same bits.
 `python dev/drafter_step.py` and `python dev/target_step.py` time it beside the other ways.
 
 It computes other bits than the lean forward and the model's own (float32 activations
@@ -42,7 +47,7 @@ import ctypes
 
 import torch
 
-from specbench.speed import native
+from specbench.speed import kv_slab, native
 from specbench.speed.gguf_blocks import Q4KLinear, Q6KLinear, check_order
 from specbench.speed.quantize import Int8TargetLinear
 
@@ -181,16 +186,17 @@ class FusedLayers:
         # the model's dtype: what HF's forward stores and returns (an embedding may keep its rows quantized)
         self.dtype = self.norm.weight.dtype
         self.q_width, self.kv_width = lean.heads * lean.head_dim, lean.kv_heads * lean.head_dim
-        self.lib = self.args = self.keep = None  # taken at the first call
+        self.lib = self.args = self.keep = self.array = None  # taken at the first call
 
     def __getstate__(self) -> dict:
         """What a copy keeps: not the addresses (ctypes refuses to copy them; they would be the original's)."""
-        return {**self.__dict__, "lib": None, "args": None, "keep": None}
+        return {**self.__dict__, "lib": None, "args": None, "keep": None, "array": None}
 
     def _take_addresses(self) -> None:
         self.lib = native.layer_kernel()
         self.keep = []  # the float32 norm weights the layer descriptions point to
         self.args = [self._layer_args(i, layer) for i, layer in enumerate(self.lean.decoder.layers)]
+        self.array = (LayerArgs * len(self.args))(*self.args)  # the same descriptions side by side, for one call
 
     def _layer_args(self, i: int, layer) -> LayerArgs:
         lean = self.lean
@@ -233,9 +239,48 @@ class FusedLayers:
         positions = torch.arange(past, past + n, device=input_ids.device).unsqueeze(0)
         cos, sin = (t.float().reshape(n, -1).contiguous() for t in self.rotary(hidden, positions))
         qkv = torch.empty(n, self.q_width + 2 * self.kv_width)
+        # config.num_hidden_layers, as HF's decoder reads it (an early-exit drafter lowers it)
+        count = self.lean.config.num_hidden_layers
+        slabs = kv_slab.slabs(cache, count, past + n, self.dtype, self.lean.kv_heads, self.lean.head_dim)
+        if slabs is not None:
+            self._layers_in_one_call(hidden, n, cos, sin, qkv, slabs, past)
+            kv_slab.extend(cache, slabs, past + n)
+        else:
+            self._layers_one_by_one(hidden, n, cos, sin, qkv, cache)
+        return self.norm(hidden.unsqueeze(0)).to(self.dtype)
+
+    def _layers_in_one_call(self, hidden, n: int, cos, sin, qkv, slabs: list, past: int) -> None:
+        """Every layer in one native call, which writes the new key and value rows into the
+        slabs (kv_slab.py) at positions past..past+n-1."""
+        pointers = ctypes.c_void_p * len(slabs)
+        keys, values = (
+            pointers(*(slab[0].data_ptr() for slab in slabs)),
+            pointers(*(slab[1].data_ptr() for slab in slabs)),
+        )
+        stride = slabs[0][0].stride()  # [1, kv heads, capacity, head dim]: the same for every slab
+        status = self.lib.specbench_layers(
+            self.array,
+            len(slabs),
+            hidden.data_ptr(),
+            n,
+            cos.data_ptr(),
+            sin.data_ptr(),
+            qkv.data_ptr(),
+            keys,
+            values,
+            int(slabs[0].dtype == torch.bfloat16),
+            stride[1],
+            stride[2],
+            past,
+        )
+        if status != 0:
+            raise RuntimeError(f"q4k_layer refused a forward of {n} rows after {past} cached tokens")
+
+    def _layers_one_by_one(self, hidden, n: int, cos, sin, qkv, cache) -> None:
+        """Each layer as two native calls with the cache's own update between them: for the
+        layers kv_slab.py does not take."""
         q, kv = self.q_width, self.kv_width
         k_rows, v_rows = qkv[:, q : q + kv], qkv[:, q + kv :]
-        # config.num_hidden_layers, as HF's decoder reads it (an early-exit drafter lowers it)
         for i in range(self.lean.config.num_hidden_layers):
             args = ctypes.byref(self.args[i])
             if (
@@ -266,4 +311,3 @@ class FusedLayers:
             )
             if status != 0:
                 raise RuntimeError(f"q4k_layer refused layer {i}'s attention over {keys.shape[2]} keys")
-        return self.norm(hidden.unsqueeze(0)).to(self.dtype)

@@ -154,6 +154,11 @@ LAYER = Library(
             (("L", _P), ("hidden", _P), ("n", _I), ("qkv", _P), ("K", _P), ("V", _P), ("bf16", _I))
             + (("hs", _L), ("ts", _L), ("T", _I)),
         ),
+        Entry(
+            "specbench_layers",
+            (("layers", _P), ("count", _I), ("hidden", _P), ("n", _I), ("cos", _P), ("sin", _P), ("qkv", _P))
+            + (("K", _P), ("V", _P), ("bf16", _I), ("hs", _L), ("ts", _L), ("past", _I)),
+        ),
     ),
     includes=("q4k_linear.c", "q6k_linear.c"),
 )

@@ -5,8 +5,9 @@
  * Why: a q4k drafter's draft step spent a third of its time outside its kernels, in some 90
  * PyTorch operations a layer (norms, rotary, dtype conversions, attention, the gated MLP),
  * each a few microseconds on a 2-core CPU; a target's step spent a fifth. Here a layer is two
- * calls around the KV cache, which stays HF's DynamicCache (Python appends to it between the
- * calls):
+ * calls around the KV cache, which stays HF's DynamicCache: Python appends to it between the
+ * calls, or, where kv_slab.py has given the cache's layers room ahead, specbench_layers runs
+ * every layer in one call and writes the new keys and values into that room itself:
  *
  *   layer_in:  x = RMSNorm(h); q|k|v = x Wqkv^T + b; rotary on q and k
  *   layer_out: a = attention(q, K, V); h += a Wo^T; x = RMSNorm(h);
@@ -248,6 +249,41 @@ int specbench_layer_out(const layer_t *L, float *hidden, int n, const float *qkv
     return status;
 }
 
+/* one row of D float32 numbers into K/V storage (float32 or bfloat16, rounded as PyTorch rounds) */
+static void store_row(char *base, size_t at, const float *x, int D, int bf16) {
+    if (bf16)
+        for (int d = 0; d < D; d++) ((uint16_t *)base)[at + d] = float_to_bf16(x[d]);
+    else
+        memcpy((float *)base + at, x, (size_t)D * sizeof(float));
+}
+
+/* A whole forward's layers in one call: for each of the count layers, layer_in, this call's n
+ * key and value rows written at positions past..past+n-1 of the layer's storage (K[i], V[i]:
+ * [KV, capacity, D] with head stride hs and token stride ts, float32 or bfloat16, as the
+ * cache would store them), then layer_out over the past + n keys. The same operations in the
+ * same order as the two calls a layer with the cache's own update between them, so the same
+ * bits; what it saves is Python's work between the calls (fused_step.py's slabs). Returns 0,
+ * or layer_in's or layer_out's refusal. */
+int specbench_layers(const layer_t *layers, int count, float *hidden, int n, const float *cos, const float *sin, float *qkv,
+                     void *const *K, void *const *V, int bf16, long hs, long ts, int past) {
+    for (int i = 0; i < count; i++) {
+        const layer_t *L = &layers[i];
+        const int D = L->D, NQKV = (L->Hq + 2 * L->KV) * D;
+        int status = specbench_layer_in(L, hidden, n, cos, sin, qkv);
+        if (status != 0) return status;
+        for (int r = 0; r < n; r++)
+            for (int h = 0; h < L->KV; h++) {
+                const float *k = qkv + (size_t)r * NQKV + (size_t)(L->Hq + h) * D, *v = k + (size_t)L->KV * D;
+                const size_t at = (size_t)h * hs + (size_t)(past + r) * ts;
+                store_row((char *)K[i], at, k, D, bf16);
+                store_row((char *)V[i], at, v, D, bf16);
+            }
+        status = specbench_layer_out(L, hidden, n, qkv, K[i], V[i], bf16, hs, ts, past + n);
+        if (status != 0) return status;
+    }
+    return 0;
+}
+
 #else
 
 int specbench_layer_ready(void) { return 0; }
@@ -260,6 +296,13 @@ int specbench_layer_in(const void *L, const float *hidden, int n, const float *c
 int specbench_layer_out(const void *L, float *hidden, int n, const float *qkv, const void *K, const void *V, int bf16, long hs,
                         long ts, int T) {
     (void)L; (void)hidden; (void)n; (void)qkv; (void)K; (void)V; (void)bf16; (void)hs; (void)ts; (void)T;
+    return -1;
+}
+
+int specbench_layers(const void *layers, int count, float *hidden, int n, const float *cos, const float *sin, float *qkv,
+                     void *const *K, void *const *V, int bf16, long hs, long ts, int past) {
+    (void)layers; (void)count; (void)hidden; (void)n; (void)cos; (void)sin; (void)qkv; (void)K; (void)V; (void)bf16; (void)hs;
+    (void)ts; (void)past;
     return -1;
 }
 

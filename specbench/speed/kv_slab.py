@@ -23,7 +23,7 @@ import torch
 from transformers.cache_utils import DynamicLayer
 
 SLAB = "specbench_slab"  # the attribute a DynamicLayer keeps its slab under
-MIN_CAPACITY = 256  # tokens: a new slab holds twice what it must, and at least this many
+ROOM = 256  # tokens a new slab keeps free past what it must hold (a quarter of that, if more)
 
 
 def slabs(cache, count: int, total: int, dtype: torch.dtype, kv_heads: int, head_dim: int) -> list | None:
@@ -42,7 +42,7 @@ def slabs(cache, count: int, total: int, dtype: torch.dtype, kv_heads: int, head
         capacities = {slab.shape[3] for slab in current}
         if len(capacities) == 1 and capacities.pop() >= total:
             return current
-    capacity = max(MIN_CAPACITY, 2 * total)
+    capacity = total + max(ROOM, total // 4)  # a long context's cache grows by a quarter, not double
     return [_adopt(layer, capacity, dtype, kv_heads, head_dim) for layer in layers]
 
 

@@ -268,7 +268,7 @@ class FusedLayers:
             qkv.data_ptr(),
             keys,
             values,
-            int(slabs[0].dtype == torch.bfloat16),
+            int(slabs[0][0].dtype == torch.bfloat16),
             stride[1],
             stride[2],
             past,

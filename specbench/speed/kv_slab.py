@@ -5,9 +5,9 @@ Why: between the two native calls of a layer, Python converted the layer's new k
 value rows, appended them with HF's `DynamicLayer.update` (a concatenation: every layer's
 whole cache copied into a new tensor at every step; past 128 kB, a float32 target's layer
 at about 130 tokens, each copy costs four times as much) and checked the result. Here a
-layer's keys and values are views of one slab [2, 1, kv heads, capacity, head dim] with room
-after them: the native call writes the new rows into the slab itself, and the layer is then
-given views that many tokens longer.
+layer's keys and values are views of a slab (two [1, kv heads, capacity, head dim] tensors
+in one block) with room after them: the native call writes the new rows into the slab
+itself, and the layer is then given views that many tokens longer.
 
 The cache stays HF's DynamicCache, and everything else keeps working on it unchanged:
 cropping shortens the views; HF's own `update` (the model's forward over a prompt)
@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import DynamicLayer
 
-SLAB = "specbench_slab"  # the attribute a DynamicLayer keeps its slab under
+SLAB = "specbench_slab"  # the attribute a DynamicLayer keeps its slab under: (keys, values) at full capacity
 ROOM = 256  # tokens a new slab keeps free past what it must hold (a quarter of that, if more)
 
 
@@ -31,17 +31,25 @@ def slabs(cache, count: int, total: int, dtype: torch.dtype, kv_heads: int, head
     layer's keys and values and room for `total` tokens; made anew (the layers' tensors
     copied in) where a layer has none, has left it, or needs more room. None where the
     layers are not plain full-attention DynamicLayers of batch 1 in float32 or bfloat16 (a
-    sliding window's layer, say): the caller then appends through the cache."""
+    sliding window's layer, say): the caller then appends through the cache.
+
+    Called before every native forward, so the usual case (every layer still in a slab with
+    room) reads each layer's two data pointers and nothing more: a layer whose tensors are
+    views of a slab made for this layout has that layout."""
     layers = list(getattr(cache, "layers", ()))[:count]
     if len(layers) < count or dtype not in (torch.float32, torch.bfloat16):
         return None
-    if any(type(layer) is not DynamicLayer or not _fits(layer, dtype, kv_heads, head_dim) for layer in layers):
-        return None
     current = [getattr(layer, SLAB, None) for layer in layers]
-    if all(slab is not None and _holds(layer, slab) for layer, slab in zip(layers, current)):
-        capacities = {slab.shape[3] for slab in current}
+    layout = (dtype, kv_heads, head_dim)
+    if all(
+        type(layer) is DynamicLayer and slab is not None and _layout(slab) == layout and _holds(layer, slab)
+        for layer, slab in zip(layers, current)
+    ):
+        capacities = {slab[0].shape[2] for slab in current}
         if len(capacities) == 1 and capacities.pop() >= total:
             return current
+    if any(type(layer) is not DynamicLayer or not _fits(layer, dtype, kv_heads, head_dim) for layer in layers):
+        return None
     capacity = total + max(ROOM, total // 4)  # a long context's cache grows by a quarter, not double
     return [_adopt(layer, capacity, dtype, kv_heads, head_dim) for layer in layers]
 
@@ -49,8 +57,8 @@ def slabs(cache, count: int, total: int, dtype: torch.dtype, kv_heads: int, head
 def extend(cache, slabs_: list, length: int) -> None:
     """Give each of the first len(slabs_) layers views of its slab's first `length` tokens,
     after a native call wrote the new rows into the slabs."""
-    for layer, slab in zip(cache.layers, slabs_):
-        keys, values = slab[0, :, :, :length], slab[1, :, :, :length]
+    for layer, (keys, values) in zip(cache.layers, slabs_):
+        keys, values = keys.narrow(2, 0, length), values.narrow(2, 0, length)
         if not layer.is_initialized:
             layer.lazy_initialization(keys, values)
         layer.keys, layer.values = keys, values
@@ -58,6 +66,12 @@ def extend(cache, slabs_: list, length: int) -> None:
 
 def _length(layer) -> int:
     return layer.keys.shape[-2] if layer.is_initialized and layer.keys.dim() == 4 else 0
+
+
+def _layout(slab: tuple[torch.Tensor, torch.Tensor]) -> tuple:
+    """(dtype, kv heads, head dim) of a slab."""
+    keys = slab[0]
+    return keys.dtype, keys.shape[1], keys.shape[3]
 
 
 def _fits(layer, dtype: torch.dtype, kv_heads: int, head_dim: int) -> bool:
@@ -69,8 +83,8 @@ def _fits(layer, dtype: torch.dtype, kv_heads: int, head_dim: int) -> bool:
     return all(t.shape == shape and t.dtype == dtype and t.device.type == "cpu" for t in (keys, values))
 
 
-def _holds(layer, slab: torch.Tensor) -> bool:
-    """Whether the layer's keys and values are views of the slab's first tokens."""
+def _holds(layer, slab: tuple[torch.Tensor, torch.Tensor]) -> bool:
+    """Whether the layer is empty or its keys and values are views of the slab's first tokens."""
     if _length(layer) == 0:
         return True
     keys, values = layer.keys, layer.values
@@ -81,13 +95,14 @@ def _holds(layer, slab: torch.Tensor) -> bool:
     )
 
 
-def _adopt(layer, capacity: int, dtype: torch.dtype, kv_heads: int, head_dim: int) -> torch.Tensor:
-    """A new slab for the layer, its keys and values copied in and the layer given views of them."""
-    slab = torch.empty(2, 1, kv_heads, capacity, head_dim, dtype=dtype)
+def _adopt(layer, capacity: int, dtype: torch.dtype, kv_heads: int, head_dim: int) -> tuple:
+    """A new slab for the layer (keys and values in one block), its tensors copied in and the
+    layer given views of them."""
+    slab = torch.empty(2, 1, kv_heads, capacity, head_dim, dtype=dtype).unbind(0)
     length = _length(layer)
     if length:
-        slab[0, :, :, :length] = layer.keys
-        slab[1, :, :, :length] = layer.values
-        layer.keys, layer.values = slab[0, :, :, :length], slab[1, :, :, :length]
+        for full, held in zip(slab, (layer.keys, layer.values)):
+            full.narrow(2, 0, length).copy_(held)
+        layer.keys, layer.values = (full.narrow(2, 0, length) for full in slab)
     setattr(layer, SLAB, slab)
     return slab

@@ -62,7 +62,7 @@ def test_one_call_gives_the_bits_of_a_layer_at_a_time(dtype, monkeypatch):
     slabbed = decode(model)
     assert len(calls) == 19 and all(s is not None for s in calls)  # every fused forward took the one call
     # made at the first call (11 tokens and 8 free), again after HF's forward (17), outgrown at 26 and 35
-    assert list(dict.fromkeys(s[0].shape[3] for s in calls)) == [19, 25, 34, 43]
+    assert list(dict.fromkeys(layers[0][0].shape[2] for layers in calls)) == [19, 25, 34, 43]
     monkeypatch.setattr(kv_slab, "slabs", lambda *a: None)
     one_by_one = decode(model)
     assert len(slabbed) == len(one_by_one)

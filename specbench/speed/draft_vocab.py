@@ -225,28 +225,31 @@ class RestrictedHead:
     """Logits of the kept ids through the model's own head weights, the lowest finite value
     (probability exactly 0 after softmax) everywhere else.
 
-    The ids it starts with are copied once into one weight (N x hidden); add(ids) keeps
-    more in a second, small weight, so an id the output gains costs a copy of the added
-    rows only, not of the N rows. A call reads only kept rows.
+    The ids it starts with that run unbroken from 0 (ids below the limit: most of them) are
+    views of the head's first rows, never copied, so a generation's head is ready at once;
+    the other ids it starts with, and every id add(ids) keeps later, live in a second, small
+    weight, so an id the output gains costs a copy of the added rows only. A call reads only
+    kept rows.
 
-    Over an Int8Linear head it keeps the int8 rows of the same ids as well as their
-    dequantized bf16 rows (what a dense twin holds), and scores a drafter step (up to MAX_INT8_ROWS rows) through them
-    (quantize.fast_int8_linear), as the full int8 head scores through its own: the kept bf16
-    rows are twice the bytes, and a draft step is bound by reading weights
-    (dev/drafter_step.py times the step both ways).
+    Over an Int8Linear head it scores a drafter step (up to MAX_INT8_ROWS rows) through the
+    kept int8 rows (quantize.fast_int8_linear), as the full int8 head scores through its own:
+    dequantized bf16 rows are twice the bytes, and a draft step is bound by reading weights
+    (dev/drafter_step.py times the step both ways). A call of more rows (which a draft step
+    never makes) runs through dequantized rows, made then and kept.
     """
 
     def __init__(self, head: torch.nn.Module, ids: torch.Tensor):
         self.int8 = head if isinstance(head, Int8Linear) else None
-        # an int8 head's dense rows are its dequantized int8 rows, made for the kept ids only
         self.full_weight = head.qweight if self.int8 is not None else head.weight.detach()
         self.full_bias = None if getattr(head, "bias", None) is None else head.bias.detach()
         self.vocab_size = self.full_weight.shape[0]
         device = self.full_weight.device
         self.kept = torch.zeros(self.vocab_size, dtype=torch.bool, device=device)
-        # (ids, weight rows, bias) of the ids it started with, and of the ids added since
-        self.first = self._part(self._new(ids))
-        self.added = self._part(torch.empty(0, dtype=torch.long, device=device))
+        ids = self._new(ids)  # sorted: the run from 0 comes first
+        run = int((ids == torch.arange(ids.shape[0], device=device)).sum())
+        # the ids it started with that run from 0, and the others, with those added since
+        self.first = _HeadPart(self, ids[:run], rows=slice(0, run))
+        self.added = _HeadPart(self, ids[run:])
 
     def _new(self, ids: torch.Tensor) -> torch.Tensor:
         """The ids not kept yet (repeats and ids past the vocabulary skipped), now kept."""
@@ -256,14 +259,6 @@ class RestrictedHead:
         self.kept[new] = True
         return new
 
-    def _part(self, ids: torch.Tensor) -> tuple:
-        """(ids, weight rows, bias, (int8 rows, scales) or None) for these ids."""
-        bias = None if self.full_bias is None else self.full_bias.index_select(0, ids)
-        if self.int8 is None:
-            return ids, self.full_weight.index_select(0, ids), bias, None
-        packed = (self.int8.qweight.index_select(0, ids), self.int8.scales.index_select(0, ids))
-        return ids, dequantize_rows(*packed), bias, packed
-
     def add(
         self,
         ids: torch.Tensor,  # [m] ids
@@ -272,35 +267,57 @@ class RestrictedHead:
         skipped); returns how many were new."""
         new = self._new(ids)
         if new.numel():
-            self.added = self._part(torch.cat([self.added[0], new]))
+            self.added = _HeadPart(self, torch.cat([self.added.ids, new]))
         return int(new.numel())
 
     @property
     def ids(self) -> torch.Tensor:
-        return torch.cat([self.first[0], self.added[0]])
+        return torch.cat([self.first.ids, self.added.ids])
 
     @property
     def size(self) -> int:
-        return int(self.first[0].shape[0] + self.added[0].shape[0])
+        return int(self.first.ids.shape[0] + self.added.ids.shape[0])
 
     def __call__(
         self,
         hidden: torch.Tensor,  # [..., hidden]
     ) -> torch.Tensor:
         """hidden [..., hidden] -> logits [..., vocab]."""
-        hidden = hidden.to(self.first[1].dtype)
-        kept = _linear(hidden, self.first)
+        dtype = torch.bfloat16 if self.int8 is not None else self.full_weight.dtype
+        hidden = hidden.to(dtype)
+        kept = self.first(hidden)
         logits = kept.new_full((*kept.shape[:-1], self.vocab_size), torch.finfo(kept.dtype).min)
-        logits[..., self.first[0]] = kept
-        if self.added[0].numel():
-            logits[..., self.added[0]] = _linear(hidden, self.added)
+        logits[..., : kept.shape[-1]] = kept  # the first part's ids are 0, 1, ...
+        if self.added.ids.numel():
+            logits[..., self.added.ids] = self.added(hidden)
         return logits
 
 
-def _linear(hidden: torch.Tensor, part: tuple) -> torch.Tensor:
-    """One part of a RestrictedHead applied to hidden: through its int8 rows when it has them
-    and the call fits the int8 kernel, else through its dense rows."""
-    _, weight, bias, packed = part
-    if packed is not None and runs_int8(hidden):
-        return fast_int8_linear(hidden, *packed, bias)
-    return F.linear(hidden, weight, bias)
+class _HeadPart:
+    """Some of a RestrictedHead's ids with their head rows: views of the head's rows when
+    `rows` (a slice) says where they lie, else a copy. An int8 head's part holds its int8 rows
+    and scales; their dequantized bf16 rows are made on a first call that needs them."""
+
+    def __init__(self, head: RestrictedHead, ids: torch.Tensor, rows: slice | None = None):
+        self.ids = ids
+        self.bias = _rows(head.full_bias, ids, rows)
+        self.weight = None if head.int8 is not None else _rows(head.full_weight, ids, rows)
+        self.packed = None
+        if head.int8 is not None:
+            self.packed = (_rows(head.int8.qweight, ids, rows), _rows(head.int8.scales, ids, rows))
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [..., hidden] -> this part's logits [..., ids]: through its int8 rows when it
+        has them and the call fits the int8 kernel, else through dense rows."""
+        if self.packed is not None and runs_int8(hidden):
+            return fast_int8_linear(hidden, *self.packed, self.bias)
+        if self.weight is None:
+            self.weight = dequantize_rows(*self.packed)
+        return F.linear(hidden, self.weight, self.bias)
+
+
+def _rows(weight: torch.Tensor | None, ids: torch.Tensor, rows: slice | None) -> torch.Tensor | None:
+    """weight's rows for ids: the view `rows` where given, else a copy (None stays None)."""
+    if weight is None:
+        return None
+    return weight[rows] if rows is not None else weight.index_select(0, ids)

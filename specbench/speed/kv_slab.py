@@ -34,8 +34,8 @@ def slabs(cache, count: int, total: int, dtype: torch.dtype, kv_heads: int, head
     sliding window's layer, say): the caller then appends through the cache.
 
     Called before every native forward, so the usual case (every layer still in a slab with
-    room) reads each layer's two data pointers and nothing more: a layer whose tensors are
-    views of a slab made for this layout has that layout."""
+    room) reads each layer's type, data pointers and strides and its slab's layout, and makes
+    no view: a layer whose tensors are views of a slab made for this layout has that layout."""
     layers = list(getattr(cache, "layers", ()))[:count]
     if len(layers) < count or dtype not in (torch.float32, torch.bfloat16):
         return None

@@ -14,8 +14,10 @@ safetensors tensor through safe_open), turned into what the model runs, and put 
   processor on the row indices, so a processor that does anything but reorder rows sends
   the tensor down the dense path instead;
 - any other Linear weight, dequantized alone: a target's int8 rows (quantize.Int8TargetLinear,
-  from float32), a drafter's Q4_K blocks (quantize_q4k, from bf16; not its head) or int8
-  rows (quantize.Int8Linear, from bf16);
+  from float32), a drafter's Q4_K blocks (quantize_q4k, from bf16) or int8 rows
+  (quantize.Int8Linear, from bf16); a q4k drafter's head is int8 rows with its first
+  HEAD_Q4K_ROWS rows also as Q4_K blocks, which its draft step reads in their place
+  (speed/draft_vocab.py);
 - an embedding table: its rows as stored (row_embedding.RowEmbedding), never dense;
 - everything else (norms, biases, a head tied to the embedding): dense, in the model's dtype.
 
@@ -40,6 +42,7 @@ import numpy as np
 import torch
 
 from specbench.errors import ModelError
+from specbench.models.options import DEFAULT_DRAFT_VOCAB
 from specbench.speed import native
 from specbench.speed.gguf_blocks import (
     QK,
@@ -53,6 +56,10 @@ from specbench.speed.gguf_blocks import (
 )
 from specbench.speed.quantize import Int8Linear, Int8TargetLinear
 from specbench.speed.row_embedding import DENSE_TYPES, RowEmbedding, dequantize_rows
+
+# a q4k drafter's head rows also held as Q4_K blocks: those a default draft step reads (ids
+# below the default draft vocabulary; any other limit reads them the same way)
+HEAD_Q4K_ROWS = DEFAULT_DRAFT_VOCAB
 
 Q4_K, Q6_K = 12, 14  # ggml type ids kept as blocks in a q4k target
 
@@ -174,7 +181,10 @@ def linear_layer(stored: StoredTensor, run: RunFormat, is_head: bool) -> torch.n
         return Int8TargetLinear(linear)
     if run.dtype == "q4k" and not is_head:
         return Q4KLinear(quantize_q4k(weight), None, weight.shape[1])
-    return Int8Linear(linear)
+    layer = Int8Linear(linear)
+    if run.dtype == "q4k":  # a q4k drafter's head: the rows a default draft step reads as Q4_K too
+        layer.hold_q4k_rows(quantize_q4k(weight[:HEAD_Q4K_ROWS]))
+    return layer
 
 
 def _block_layer(stored: StoredTensor) -> torch.nn.Module | None:

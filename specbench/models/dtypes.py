@@ -134,7 +134,7 @@ def parse_target_dtype(name: str, device: str) -> torch.dtype:
 def parse_draft_dtype(name: str, device: str) -> torch.dtype:
     """The dtype a drafter computes in: bf16 for int8 (weight-only, quantize.py) and for q4k
     (its decoder layers as Q4_K blocks quantized by gguf_blocks.quantize_q4k, its head
-    int8; models/build.py)."""
+    int8 with its first rows as Q4_K blocks too; models/build.py)."""
     if name.lower() not in RUN_FORMATS:
         return parse_dtype(name)
     if device != "cpu":

@@ -28,7 +28,7 @@ from specbench.speed.gguf_blocks import Q4KLinear, Q6KLinear
 from specbench.speed.quantize import Int8Linear, Int8TargetLinear, dense_twin
 from specbench.speed.row_embedding import RowEmbedding
 
-PREPARED_FORMAT = 4  # bump when a layer's buffers change
+PREPARED_FORMAT = 5  # bump when a layer's buffers change
 _LAYERS = {"q4k": Q4KLinear, "q6k": Q6KLinear, "int8": Int8TargetLinear, "int8-draft": Int8Linear, "rows": RowEmbedding}
 
 

@@ -28,6 +28,12 @@ through lean_step.py's forward where the model's layout allows). Knows nothing a
 decoding beyond that contract. The default limit, 65536 ids, gives a higher speedup than the
 whole vocabulary (a quarter of a draft step's bytes is the head) and than 32768 ids, which
 miss ids that some outputs need (LaTeX in math).
+
+A q4k drafter's int8 head also holds its first rows, those ids, as Q4_K blocks
+(models/build.py), and every way of scoring an id below their count goes through them
+(q4k_head_rows): 4.5 bits a weight where int8 reads 8, so a draft step reads some 40% fewer
+head bytes. Its q is whatever it computes, so this is as lossless as the int8 head; the
+argmax moves only at near ties, where the int8 rows' own rounding already decides.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from specbench.core.cache import cache_arg, new_cache
-from specbench.speed.gguf_blocks import TWIN_ROWS
+from specbench.speed.gguf_blocks import Q4K_BUFFERS, TWIN_ROWS, Q4KLinear, q4k_linear
 from specbench.speed.lean_step import MAX_LEAN_ROWS, lean_decoder
 from specbench.speed.quantize import Int8Linear, dequantize_rows, fast_int8_linear, runs_int8
 from specbench.speed.twins import has_twins
@@ -202,9 +208,35 @@ def full_head_logits(
     fast_int8_linear (a restricted head's logit of an id is this one's, bit for bit), else
     the head module."""
     head = output_head(model)
+    low = q4k_head_rows(head)
+    if low is not None:  # ids below its rows through them, as a RestrictedHead scores them
+        rows, n = hidden.to(torch.bfloat16), low.out_features
+        if n == head.out_features:
+            return q4k_linear(rows, low)
+        if runs_int8(rows):
+            bias = None if head.bias is None else head.bias[n:]
+            high = fast_int8_linear(rows, head.qweight[n:], head.scales[n:], bias)
+        else:
+            high = head(rows)[..., n:]
+        return torch.cat([q4k_linear(rows, low), high], dim=-1)
     if isinstance(head, Int8Linear) and runs_int8(rows := hidden.to(torch.bfloat16)):
         return fast_int8_linear(rows, head.qweight, head.scales, head.bias)
     return head(hidden)
+
+
+def q4k_head_rows(head: torch.nn.Module) -> Q4KLinear | None:
+    """The Q4_K blocks an int8 head holds of its first rows (a q4k drafter's, models/build.py),
+    as a layer over views of them; None where it holds none. Every way an id below their
+    count is scored (a RestrictedHead, the whole head, path_logits) goes through them, so an
+    id gets the same bits whichever way scores it."""
+    blocks = head.q4k_rows() if isinstance(head, Int8Linear) else None
+    if blocks is None:
+        return None
+    made = head.__dict__.get("_q4k_layer")  # in __dict__, not a submodule: no state_dict entry
+    if made is None or made.qs.data_ptr() != blocks["qs"].data_ptr():
+        bias = None if head.bias is None else head.bias[: blocks["d"].shape[0]]
+        made = head.__dict__["_q4k_layer"] = Q4KLinear(blocks, bias, head.in_features)
+    return made
 
 
 def path_logits(model, prompt_ids: list[int], output: list[int]) -> torch.Tensor:
@@ -235,11 +267,15 @@ class RestrictedHead:
     kept int8 rows (quantize.fast_int8_linear), as the full int8 head scores through its own:
     dequantized bf16 rows are twice the bytes, and a draft step is bound by reading weights
     (dev/drafter_step.py times the step both ways). A call of more rows (which a draft step
-    never makes) runs through dequantized rows, made then and kept.
+    never makes) runs through dequantized rows, made then and kept. Ids below the rows a q4k
+    drafter's head holds as Q4_K blocks (q4k_head_rows) go through those blocks instead, half
+    the bytes again, in calls of any number of rows.
     """
 
     def __init__(self, head: torch.nn.Module, ids: torch.Tensor):
         self.int8 = head if isinstance(head, Int8Linear) else None
+        self.low = q4k_head_rows(head)  # ids below low_count: through Q4_K blocks
+        self.low_count = 0 if self.low is None else self.low.out_features
         self.full_weight = head.qweight if self.int8 is not None else head.weight.detach()
         self.full_bias = None if getattr(head, "bias", None) is None else head.bias.detach()
         self.vocab_size = self.full_weight.shape[0]
@@ -247,9 +283,12 @@ class RestrictedHead:
         self.kept = torch.zeros(self.vocab_size, dtype=torch.bool, device=device)
         ids = self._new(ids)  # sorted: the run from 0 comes first
         run = int((ids == torch.arange(ids.shape[0], device=device)).sum())
-        # the ids it started with that run from 0, and the others, with those added since
-        self.first = _HeadPart(self, ids[:run], rows=slice(0, run))
-        self.added = _HeadPart(self, ids[run:])
+        # the ids it started with that run from 0 (views; split where the Q4_K rows end), and
+        # the others, with those added since (copies)
+        split = min(run, self.low_count)
+        spans = ((0, split, True), (split, run, False))
+        self.first = [_HeadPart(self, ids[a:b], slice(a, b), low) for a, b, low in spans if b > a]
+        self.added = self._parts(ids[run:])
 
     def _new(self, ids: torch.Tensor) -> torch.Tensor:
         """The ids not kept yet (repeats and ids past the vocabulary skipped), now kept."""
@@ -259,6 +298,13 @@ class RestrictedHead:
         self.kept[new] = True
         return new
 
+    def _parts(self, ids: torch.Tensor) -> list[_HeadPart]:
+        """Parts holding copies of these ids' rows: those below low_count, then the others."""
+        low = ids < self.low_count
+        return [
+            _HeadPart(self, part, low=is_low) for part, is_low in ((ids[low], True), (ids[~low], False)) if part.numel()
+        ]
+
     def add(
         self,
         ids: torch.Tensor,  # [m] ids
@@ -267,16 +313,16 @@ class RestrictedHead:
         skipped); returns how many were new."""
         new = self._new(ids)
         if new.numel():
-            self.added = _HeadPart(self, torch.cat([self.added.ids, new]))
+            self.added = self._parts(torch.cat([*(part.ids for part in self.added), new]))
         return int(new.numel())
 
     @property
     def ids(self) -> torch.Tensor:
-        return torch.cat([self.first.ids, self.added.ids])
+        return torch.cat([part.ids for part in (*self.first, *self.added)])
 
     @property
     def size(self) -> int:
-        return int(self.first.ids.shape[0] + self.added.ids.shape[0])
+        return sum(int(part.ids.shape[0]) for part in (*self.first, *self.added))
 
     def __call__(
         self,
@@ -285,30 +331,37 @@ class RestrictedHead:
         """hidden [..., hidden] -> logits [..., vocab]."""
         dtype = torch.bfloat16 if self.int8 is not None else self.full_weight.dtype
         hidden = hidden.to(dtype)
-        kept = self.first(hidden)
+        scored = [(part, part(hidden)) for part in (*self.first, *self.added)]
+        kept = scored[0][1]
         logits = kept.new_full((*kept.shape[:-1], self.vocab_size), torch.finfo(kept.dtype).min)
-        logits[..., : kept.shape[-1]] = kept  # the first part's ids are 0, 1, ...
-        if self.added.ids.numel():
-            logits[..., self.added.ids] = self.added(hidden)
+        for part, values in scored:
+            if part.rows is not None:  # ids that run unbroken: a slice
+                logits[..., part.rows] = values
+            else:
+                logits[..., part.ids] = values
         return logits
 
 
 class _HeadPart:
-    """Some of a RestrictedHead's ids with their head rows: views of the head's rows when
-    `rows` (a slice) says where they lie, else a copy. An int8 head's part holds its int8 rows
-    and scales; their dequantized bf16 rows are made on a first call that needs them."""
+    """Some of a RestrictedHead's ids with their head rows, of one kind: Q4_K blocks (`low`:
+    ids below the head's low_count) or the head's own rows. Views of them when `rows` (a
+    slice) says where they lie, else a copy. An int8 head's part holds its int8 rows and
+    scales; their dequantized bf16 rows are made on a first call that needs them."""
 
-    def __init__(self, head: RestrictedHead, ids: torch.Tensor, rows: slice | None = None):
-        self.ids = ids
-        self.bias = _rows(head.full_bias, ids, rows)
-        self.weight = None if head.int8 is not None else _rows(head.full_weight, ids, rows)
+    def __init__(self, head: RestrictedHead, ids: torch.Tensor, rows: slice | None = None, low: bool = False):
+        self.ids, self.rows = ids, rows
+        self.q4k = _q4k_part(head.low, ids, rows) if low else None
+        self.bias = None if low else _rows(head.full_bias, ids, rows)
+        self.weight = None if low or head.int8 is not None else _rows(head.full_weight, ids, rows)
         self.packed = None
-        if head.int8 is not None:
+        if head.int8 is not None and not low:
             self.packed = (_rows(head.int8.qweight, ids, rows), _rows(head.int8.scales, ids, rows))
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden [..., hidden] -> this part's logits [..., ids]: through its int8 rows when it
-        has them and the call fits the int8 kernel, else through dense rows."""
+        """hidden [..., hidden] -> this part's logits [..., ids]: through its Q4_K blocks, or
+        its int8 rows when it has them and the call fits the int8 kernel, else dense rows."""
+        if self.q4k is not None:
+            return q4k_linear(hidden, self.q4k)
         if self.packed is not None and runs_int8(hidden):
             return fast_int8_linear(hidden, *self.packed, self.bias)
         if self.weight is None:
@@ -321,3 +374,9 @@ def _rows(weight: torch.Tensor | None, ids: torch.Tensor, rows: slice | None) ->
     if weight is None:
         return None
     return weight[rows] if rows is not None else weight.index_select(0, ids)
+
+
+def _q4k_part(low: Q4KLinear, ids: torch.Tensor, rows: slice | None) -> Q4KLinear:
+    """A layer over low's blocks and bias for ids: views where `rows` says where they lie, else copies."""
+    blocks = {name: _rows(getattr(low, name), ids, rows) for name in Q4K_BUFFERS}
+    return Q4KLinear(blocks, _rows(low.bias, ids, rows), low.in_features)

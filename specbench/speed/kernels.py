@@ -40,7 +40,7 @@ import torch.nn.functional as F
 KERNELS = ("auto", "default", "onednn")  # auto: onednn where this torch has it, else default
 # what runs a step (what a kernel choice swaps, the native layers): cached cost measurements
 # key on it, so it changes whenever that does
-VERSION = 10
+VERSION = 11
 SWAPPED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 

@@ -31,6 +31,7 @@ import gc
 import torch
 
 from specbench.speed import native
+from specbench.speed.gguf_blocks import Q4K_BUFFERS
 from specbench.speed.kernels import swap_linears
 
 INT8 = "int8"  # the dtype name that asks for this
@@ -58,6 +59,19 @@ class Int8Linear(torch.nn.Module):
         bias = None if linear.bias is None else linear.bias.detach().to(torch.bfloat16).contiguous()
         self.register_buffer("bias", bias)  # [out] bf16 or None
         self.dense = None if native.linear_kernel() is not None else dense_twin(qweight, scales, bias)
+
+    def hold_q4k_rows(self, blocks: dict[str, torch.Tensor]) -> None:
+        """Also hold the weight's first rows as Q4_K blocks (gguf_blocks.quantize_q4k's): a
+        q4k drafter's head, whose draft step scores those ids through them at half the
+        bytes of their int8 rows (draft_vocab.py). The module's own forward, which HF's
+        generation runs, keeps the int8 rows."""
+        for name in Q4K_BUFFERS:
+            self.register_buffer(f"q4k_{name}", blocks[name].contiguous())
+
+    def q4k_rows(self) -> dict[str, torch.Tensor] | None:
+        """The Q4_K blocks of the first rows (by Q4K_BUFFERS' names), or None where it holds none."""
+        found = {name: self._buffers.get(f"q4k_{name}") for name in Q4K_BUFFERS}
+        return None if any(t is None for t in found.values()) else found
 
     def forward(
         self,

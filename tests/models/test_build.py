@@ -16,9 +16,10 @@ from tiny_hf import load_tiny, save_tiny, write_tiny_gguf
 
 from specbench.errors import ModelError
 from specbench.models import prepare
+from specbench.models.build import HEAD_Q4K_ROWS
 from specbench.models.model import load_model
 from specbench.models.specs import ModelSpec
-from specbench.speed.gguf_blocks import Q4KLinear, Q6KLinear
+from specbench.speed.gguf_blocks import Q4KLinear, Q6KLinear, quantize_q4k
 from specbench.speed.quantize import Int8Linear, Int8TargetLinear, quantize_linears, quantize_target
 from specbench.speed.row_embedding import RowEmbedding
 
@@ -122,7 +123,9 @@ def test_a_safetensors_model_builds_layer_by_layer_to_the_dense_path_then_quanti
 
     dense = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).eval()
     quantize_to_q4k(dense)
+    head_weight = dense.get_output_embeddings().weight.detach().clone()
     quantize_linears(dense)
+    dense.get_output_embeddings().hold_q4k_rows(quantize_q4k(head_weight[:HEAD_Q4K_ROWS]))  # as build.py does
     same_layers(drafter, dense)
     assert torch.equal(drafter(input_ids=IDS).logits, dense(input_ids=IDS).logits)
 
@@ -247,6 +250,8 @@ def test_a_tied_head_is_built_from_the_embedding_as_the_dense_path_builds_it(tmp
     ).model
     dense = AutoModelForCausalLM.from_pretrained(tmp_path / "saved", dtype=torch.bfloat16).eval()
     quantize_to_q4k(dense)
+    head_weight = dense.get_output_embeddings().weight.detach().clone()
     quantize_linears(dense)
+    dense.get_output_embeddings().hold_q4k_rows(quantize_q4k(head_weight[:HEAD_Q4K_ROWS]))  # as build.py does
     same_layers(drafter, dense)
     assert torch.equal(drafter(input_ids=IDS).logits, dense(input_ids=IDS).logits)

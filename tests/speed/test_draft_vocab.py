@@ -173,11 +173,11 @@ def test_costs_time_the_restricted_drafter(tiny_pair):
 def test_the_head_keeps_ids_the_output_gains(tiny_pair):
     _, drafter = tiny_pair
     head = RestrictedHead(output_head(drafter), draft_token_ids(4, 64))
-    first_rows = head.first.weight.data_ptr()
+    first_rows = head.first[0].weight.data_ptr()
     assert head.add(torch.tensor([50, 2, 50, 70, -1])) == 1  # 2 is kept already; 70 and -1 do not exist
     assert head.add(torch.tensor([61, 50])) == 1
     assert head.ids.tolist() == [0, 1, 2, 3, 50, 61] and head.size == 6
-    assert head.first.weight.data_ptr() == first_rows  # the rows it started with are not copied again
+    assert head.first[0].weight.data_ptr() == first_rows  # the rows it started with are not copied again
     assert first_rows == drafter.lm_head.weight.data_ptr()  # ids 0..3 are a view of the head's rows
     hidden = torch.randn(drafter.config.hidden_size)
     logits, full = head(hidden), drafter.lm_head(hidden)

@@ -19,8 +19,9 @@ from tiny_hf import save_tiny
 
 from specbench.models.model import load_model
 from specbench.models.specs import parse_model_spec
-from specbench.speed.gguf_blocks import QK, Q4KLinear, dequantize, quantize_q4k
-from specbench.speed.quantize import Int8Linear
+from specbench.speed.draft_vocab import full_head_logits, restricted_head
+from specbench.speed.gguf_blocks import QK, Q4KLinear, dequantize, q4k_linear, quantize_q4k
+from specbench.speed.quantize import Int8Linear, fast_int8_linear, quantize_linears
 
 needs_kernel = pytest.mark.needs_kernel("q4k")
 
@@ -69,6 +70,39 @@ def test_greedy_speculative_equals_plain_with_a_q4k_drafter(tmp_path, gamma):
     target = tiny_model(0)
     drafter = load_model(parse_model_spec(str(save_tiny(tmp_path / "tiny", seed=0))), role="drafter", dtype="q4k").model
     assert isinstance(drafter.model.layers[1].mlp.down_proj, Q4KLinear) and isinstance(drafter.lm_head, Int8Linear)
+    assert drafter.lm_head.q4k_rows()["d"].shape[0] == drafter.config.vocab_size  # its head's rows as blocks too
     assert (
         accepted_with_greedy_parity(target, drafter, gamma) > 0
     )  # the target's own weights, in 4 bits: drafts still land
+
+
+@needs_kernel
+@pytest.mark.needs_kernel("torch-int8")
+def test_a_q4k_drafters_head_scores_its_first_rows_through_blocks_the_same_bits_every_way():
+    torch.manual_seed(0)
+    drafter = tiny_model(0).to(torch.bfloat16)
+    weight = drafter.lm_head.weight.detach().clone()
+    quantize_linears(drafter)
+    head = drafter.lm_head
+    head.hold_q4k_rows(quantize_q4k(weight[:24]))  # ids 0..23 as Q4_K blocks, the rest int8 only
+    with torch.no_grad():
+        hidden = torch.randn(1, drafter.config.hidden_size)
+        rows = hidden.to(torch.bfloat16)
+        full = full_head_logits(drafter, hidden)
+        blocks = Q4KLinear(quantize_q4k(weight[:24]), None, weight.shape[1])
+        assert torch.equal(full[:, :24], q4k_linear(rows, blocks))
+        assert torch.equal(full[:, 24:], fast_int8_linear(rows, head.qweight[24:], head.scales[24:], None))
+        # limit 10: every first id through views of the blocks; limit 40: split where they end;
+        # added ids (copies) on both sides of 24
+        for limit, extra in ((10, [40, 12]), (40, [50, 5])):
+            restricted = restricted_head(drafter, limit, extra)
+            restricted.add(torch.tensor([20, 60]))
+            assert restricted.first[0].q4k.qs.data_ptr() == head.q4k_rows()["qs"].data_ptr()
+            logits, ids = restricted(hidden), restricted.ids
+            assert torch.equal(logits[:, ids], full[:, ids])  # the same bits as the whole head
+            left_out = torch.ones(full.shape[-1], dtype=torch.bool)
+            left_out[ids] = False
+            assert (logits[:, left_out] == torch.finfo(logits.dtype).min).all()
+        assert [part.q4k is not None for part in restricted.first] == [True, False]
+    assert head(rows).shape == full.shape  # HF's forward keeps the int8 rows
+    assert accepted_with_greedy_parity(tiny_model(0), drafter, 3) > 0

@@ -137,15 +137,15 @@ def test_a_restricted_head_over_an_int8_drafter_scores_through_its_int8_rows():
     ids = head.ids
     assert ids.tolist() == [*range(10), 40, 50]
     # ids 0..9 are views of the head's first int8 rows; no dequantized rows until a call needs them
-    assert head.first.packed[0].data_ptr() == drafter.lm_head.qweight.data_ptr()
-    assert head.first.weight is None and head.added.weight is None
+    assert head.first[0].packed[0].data_ptr() == drafter.lm_head.qweight.data_ptr()
+    assert head.first[0].weight is None and head.added[0].weight is None
     with torch.no_grad():
         for n in (1, MAX_INT8_ROWS, MAX_INT8_ROWS + 1):
             hidden = torch.randn(n, drafter.config.hidden_size, dtype=torch.bfloat16)
             logits, full = head(hidden), drafter.lm_head(hidden)  # n rows: int8 kernel or dense twin, as the full head
             torch.testing.assert_close(logits[:, ids], full[:, ids], rtol=1e-2, atol=1e-2)
             assert (logits[:, 20] == torch.finfo(torch.bfloat16).min).all()  # an id left out
-    assert head.first.weight is not None  # made for the call of MAX_INT8_ROWS + 1 rows
+    assert head.first[0].weight is not None  # made for the call of MAX_INT8_ROWS + 1 rows
 
 
 @needs_int8

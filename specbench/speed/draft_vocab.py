@@ -268,8 +268,8 @@ class RestrictedHead:
     dequantized bf16 rows are twice the bytes, and a draft step is bound by reading weights
     (dev/drafter_step.py times the step both ways). A call of more rows (which a draft step
     never makes) runs through dequantized rows, made then and kept. Ids below the rows a q4k
-    drafter's head holds as Q4_K blocks (q4k_head_rows) go through those blocks instead, half
-    the bytes again, in calls of any number of rows.
+    drafter's head holds as Q4_K blocks (q4k_head_rows) go through those blocks instead (4.5
+    bits a weight against 8), in calls of any number of rows.
     """
 
     def __init__(self, head: torch.nn.Module, ids: torch.Tensor):

@@ -62,8 +62,8 @@ class Int8Linear(torch.nn.Module):
 
     def hold_q4k_rows(self, blocks: dict[str, torch.Tensor]) -> None:
         """Also hold the weight's first rows as Q4_K blocks (gguf_blocks.quantize_q4k's): a
-        q4k drafter's head, whose draft step scores those ids through them at half the
-        bytes of their int8 rows (draft_vocab.py). The module's own forward, which HF's
+        q4k drafter's head, whose draft step scores those ids through them, 4.5 bits a
+        weight against the int8 rows' 8 (draft_vocab.py). The module's own forward, which HF's
         generation runs, keeps the int8 rows."""
         for name in Q4K_BUFFERS:
             self.register_buffer(f"q4k_{name}", blocks[name].contiguous())

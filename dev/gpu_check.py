@@ -1,12 +1,21 @@
 """The GPU check's Python stages (dev/gpu_check.sh runs them): model configs of the default
 pair's shapes and a 7B target, greedy parity in float32 and bfloat16 with each mismatch's
-logit gap, specbench's loop against HF assisted generation at gamma 1..8, and a profile of
-one round.
+logit gap, specbench's loop against HF assisted generation at gamma 1..8, plain decoding and
+the loop with and without cuDNN's attention, and a profile of one round.
 
 Why random weights: the GPU machine has no model files and reaches no network, and what a
 forward costs does not depend on the weights' values. Acceptance is set by construction
 instead: the drafter is the target's first layers (embedding, head and final norm shared),
-so the two agree as often as the target's later layers leave its argmax alone.
+and the target's later layers write to the residual stream scaled down (their o_proj and
+down_proj weights times `scale`), so the two agree as often as those quieted layers leave
+the target's argmax alone. With std-0.02 weights and no scaling they never do: the first
+H200 run, with the drafter the target's first 4 of 28 layers, accepted 0 of its drafts.
+The forwards do the same work at any scale, so the costs are those of the real shapes.
+
+Why an attention A/B: PyTorch's cuDNN attention builds a graph for each new sequence
+length unless told otherwise (pytorch/pytorch#155958), and decoding meets a new length at
+every step; the first H200 run's plain step at new lengths cost 4.6 target forwards at
+lengths seen before. Each A/B run starts from a prompt length no run before it reached.
 
 Every timer reads the host clock after `sync` (torch.cuda.synchronize on a GPU): the models'
 forwards are timed by hooks that synchronize before and after each call, the loop's own
@@ -33,6 +42,9 @@ from specbench.bench.hf_assisted import measure_hf_assisted
 from specbench.core.generate import GenerationConfig, plain_generate, speculative_generate, sync
 from specbench.drafters.model import ModelDrafter
 from specbench.policies.simple import FixedGamma
+
+ACCEPTANCE_FLOOR = 0.6  # --later-scale auto: the largest scale whose acceptance reaches this
+SCALES = (0.3, 0.1, 0.03, 0.01, 0.003, 0.001)  # tried largest first
 
 # Qwen2.5's shapes (config.json of the 0.5B, 1.5B and 7B checkpoints); every size takes the
 # 1.5B's vocabulary, so that one drafter serves both targets (the 7B's pads to 152064 rows)
@@ -115,6 +127,36 @@ def first_layers(target, name: str, tiny: bool, n_layers: int):
     drafter = random_model(name, tiny, target.dtype, target.device.type, layers=n_layers)
     drafter.load_state_dict(target.state_dict(), strict=False)  # the target's later layers left out
     return drafter
+
+
+@torch.no_grad()
+def quiet_later_layers(target, n_layers: int, scale: float) -> None:
+    """Scale what the target's layers from n_layers on write to the residual stream (the
+    attention's output projection and the MLP's down projection), in place."""
+    for layer in target.model.layers[n_layers:]:
+        layer.self_attn.o_proj.weight.mul_(scale)
+        layer.mlp.down_proj.weight.mul_(scale)
+
+
+def acceptance(target, drafter, ids: list[int], tokens: int = 16, gamma: int = 4) -> float:
+    """The loop's acceptance rate at a fixed gamma over a short generation."""
+    config = GenerationConfig(max_new_tokens=tokens)
+    return (
+        speculative_generate(target, ModelDrafter(drafter), ids, config, FixedGamma(gamma)).stats.acceptance_rate or 0.0
+    )
+
+
+def built_pair(name: str, tiny: bool, dtype: torch.dtype, device: str, n_layers: int, scale, ids: list[int]):
+    """The target, its first-layers drafter and the scale its later layers were quieted by:
+    `scale` itself, or (None) the largest of SCALES whose acceptance on ids reaches
+    ACCEPTANCE_FLOOR (the smallest where none does)."""
+    for trial in [scale] if scale is not None else SCALES:
+        target = random_model(name, tiny, dtype, device)
+        quiet_later_layers(target, n_layers, trial)
+        drafter = first_layers(target, name, tiny, n_layers)
+        if scale is not None or trial == SCALES[-1] or acceptance(target, drafter, ids) >= ACCEPTANCE_FLOOR:
+            return target, drafter, trial
+        del target, drafter
 
 
 def prompt(vocab: int, length: int, seed: int) -> list[int]:
@@ -219,6 +261,35 @@ def sweep(target, drafter, ids: list[int], max_new_tokens: int, repeats: int) ->
     return rows
 
 
+def attention_ab(target, drafter, vocab: int, max_new_tokens: int, repeats: int, gamma: int = 4) -> list[dict]:
+    """Plain decoding and the loop at gamma, with PyTorch's attention backends as they come
+    and with cuDNN's left out, each from a prompt length that no run before reached ("new":
+    every step meets a new sequence length) and again from the same prompt ("seen")."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    config = GenerationConfig(max_new_tokens=max_new_tokens)
+    span = max_new_tokens + gamma + 2  # the lengths one run reaches beyond its prompt
+    fresh = iter(range(2, 1000))  # prompts past the lengths the sweep before reached
+    without_cudnn = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    rows = []
+    for name, backends in (("as-is", None), ("no-cudnn", without_cudnn)):
+        with sdpa_kernel(backends) if backends else contextlib.nullcontext():
+            times: dict[str, list[float]] = {}
+            for _ in range(repeats):
+                for way, run in (
+                    ("plain", lambda ids: plain_generate(target, ids, config)),
+                    (
+                        "specbench",
+                        lambda ids: speculative_generate(target, ModelDrafter(drafter), ids, config, FixedGamma(gamma)),
+                    ),
+                ):
+                    ids = prompt(vocab, 32 + span * next(fresh), seed=7)
+                    for when in ("new", "seen"):
+                        times.setdefault(f"{way}_{when}_tps", []).append(run(ids).stats.tokens_per_second)
+        rows.append(dict(attention=name, gamma=gamma, **{k: statistics.median(v) for k, v in times.items()}))
+    return rows
+
+
 # ---------------------------------------------------------------------------- profile
 
 
@@ -290,7 +361,7 @@ def machine(device: str) -> dict:
 
     info = dict(device=device, torch=torch.__version__, transformers=transformers.__version__)
     if device == "cuda":
-        info.update(gpu=torch.cuda.get_device_name(0), cuda=torch.version.cuda)
+        info.update(gpu=torch.cuda.get_device_name(0), cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version())
         info["driver"] = _driver()
     return info
 
@@ -315,11 +386,17 @@ def run(args) -> None:
     vocab = config_dict("qwen2-1.5b", tiny)["vocab_size"]
     prompts = [prompt(vocab, 32, seed) for seed in range(args.prompts)]
     for dtype in (torch.float32, torch.bfloat16):
-        target = random_model("qwen2-1.5b", tiny, dtype, device)
-        drafter = first_layers(target, "qwen2-1.5b", tiny, args.draft_layers)
-        report[f"parity_{str(dtype).removeprefix('torch.')}"] = parity(target, drafter, prompts, args.parity_tokens)
+        name = str(dtype).removeprefix("torch.")
+        target, drafter, scale = built_pair(
+            "qwen2-1.5b", tiny, dtype, device, args.draft_layers, args.later_scale, prompts[0]
+        )
+        report[f"later_scale_{name}"] = scale
+        report[f"parity_{name}"] = parity(target, drafter, prompts, args.parity_tokens)
+        print(f"parity_{name} done (later layers scaled by {scale})", flush=True)
     rows = sweep(target, drafter, prompts[0], args.max_new_tokens, args.repeats)
     report["sweep"] = rows
+    (out / "gpu_check.json").write_text(json.dumps(report, indent=1) + "\n")
+    report["attention"] = attention_ab(target, drafter, vocab, args.max_new_tokens, args.repeats)
     (out / "gpu_check.json").write_text(json.dumps(report, indent=1) + "\n")
     (out / "profile.txt").write_text(profile_round(target, drafter, prompts[0], 4))
     print(json.dumps(report["machine"]))
@@ -334,6 +411,12 @@ def run(args) -> None:
             f"{r['specbench_speedup']:11.2f} {r['hf_assisted_speedup']:11.2f} {r['acceptance_rate'] or 0:7.2f} "
             f"{r['specbench_overhead_ms_per_round']:9.3f}"
         )
+    print("attention   plain new  plain seen  specbench new  specbench seen  (tokens/s, gamma 4)")
+    for r in report["attention"]:
+        print(
+            f"{r['attention']:>9} {r['plain_new_tps']:11.1f} {r['plain_seen_tps']:11.1f} "
+            f"{r['specbench_new_tps']:14.1f} {r['specbench_seen_tps']:15.1f}"
+        )
 
 
 def main() -> None:
@@ -343,10 +426,17 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="tiny shapes, for the CPU dry run")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--draft-layers", type=int, default=4, help="the drafter: the target's first N layers")
-    parser.add_argument("--prompts", type=int, default=4)
-    parser.add_argument("--parity-tokens", type=int, default=32)
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--later-scale",
+        type=float,
+        default=None,
+        help="the target's later layers' scale (default: the largest of SCALES"
+        " that accepts ACCEPTANCE_FLOOR of the drafts)",
+    )
+    parser.add_argument("--prompts", type=int, default=2)
+    parser.add_argument("--parity-tokens", type=int, default=24)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.stage == "configs":

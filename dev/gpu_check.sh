@@ -6,7 +6,8 @@
 # Writes into OUTDIR: tests.log (tests/core/test_cuda.py in float32 and bfloat16),
 # costs-1.5b.json and costs-7b.json (`specbench costs --random-weights`, bfloat16, beside the
 # 0.5B-shaped drafter), gpu_check.json (parity with each mismatch's logit gap, the sweep
-# against HF assisted), profile.txt (one round under torch.profiler) and log.txt (all output).
+# against HF assisted, attention with and without cuDNN), profile.txt (one round under
+# torch.profiler) and log.txt (all output).
 # --device cpu --tiny is the dry run CI takes (tests/dev/test_gpu_check.py): tiny shapes.
 set -euo pipefail
 
@@ -57,6 +58,6 @@ for size in 1.5b 7b; do
 done
 
 echo "== parity, sweep against HF assisted, profile"
-args=(--device "$device" --draft-layers $draft_layers --repeats $repeats)
-[ -n "$tiny" ] && args+=(--prompts 2 --parity-tokens 12 --max-new-tokens 24)
+args=(--device "$device" --draft-layers $draft_layers)
+[ -n "$tiny" ] && args+=(--repeats 1 --parity-tokens 12 --max-new-tokens 24)
 python3 dev/gpu_check.py run "$out" $tiny "${args[@]}"

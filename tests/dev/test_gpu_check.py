@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "dev"))
@@ -66,6 +67,32 @@ def test_parity_and_sweep(dry_run):
         assert row["specbench_speedup"] == pytest.approx(row["specbench_tps"] / row["plain_tps"])
         assert row["specbench_overhead_ms_per_round"] >= 0
         assert 0 <= row["acceptance_rate"] <= 1
+
+
+def test_attention_a_b_times_both_backends_on_new_and_seen_lengths(dry_run):
+    report = json.loads((dry_run / "gpu_check.json").read_text())
+    rows = report["attention"]
+    assert [r["attention"] for r in rows] == ["as-is", "no-cudnn"]
+    for row in rows:
+        for way in ("plain", "specbench"):
+            assert row[f"{way}_new_tps"] > 0 and row[f"{way}_seen_tps"] > 0
+    assert report["later_scale_float32"] in gpu_check.SCALES
+
+
+def test_quieted_later_layers_set_acceptance_by_construction():
+    """At scale 0 the target's later layers add nothing to its residual stream, so it is its
+    first-layers drafter exactly and every draft is accepted; any other scale multiplies
+    just those layers' output projections."""
+    ids = gpu_check.prompt(512, 16, seed=0)
+    target, drafter, scale = gpu_check.built_pair("qwen2-1.5b", True, torch.float32, "cpu", 2, 0.0, ids)
+    assert scale == 0.0
+    assert gpu_check.acceptance(target, drafter, ids, tokens=24) == 1.0
+    model = gpu_check.random_model("qwen2-1.5b", True, torch.float32, "cpu")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    gpu_check.quiet_later_layers(model, 2, 0.25)
+    for name, weight in model.state_dict().items():
+        later = name.startswith(("model.layers.2.", "model.layers.3.")) and ("o_proj" in name or "down_proj" in name)
+        assert torch.equal(weight, before[name] * 0.25 if later else before[name]), name
 
 
 def test_profile_names_the_rounds_parts(dry_run):

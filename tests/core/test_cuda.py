@@ -182,3 +182,21 @@ def test_sweep_on_cuda_checks_every_run(folders, tmp_path):
     assert len(measured) >= 2 * 3 and measured["identical_to_baseline"].astype(bool).all()
     meta = json.loads((out / "meta.json").read_text())
     assert meta["machine"]["cuda"] == torch.cuda.get_device_name(0)
+
+
+def test_a_drafter_on_cuda_reads_many_ids_in_one_forward(gpu_close_pair, monkeypatch):
+    """The lean row-by-row forward is a CPU path: on a GPU a catch-up of 9 ids is one HF
+    forward, not one per MAX_LEAN_ROWS rows (the first H200 costs run paid u(5) = 2.06)."""
+    from specbench.core.cache import new_cache
+    from specbench.speed import draft_vocab
+
+    _, drafter = gpu_close_pair
+    monkeypatch.setattr(draft_vocab, "lean_decoder", lambda model: pytest.fail("lean forward on a GPU"))
+    calls = []
+    hook = drafter.get_decoder().register_forward_pre_hook(lambda module, args: calls.append(1))
+    try:
+        ids = torch.tensor([list(range(3, 12))], device=CUDA)
+        hidden = draft_vocab.draft_hidden(drafter, ids, new_cache(drafter))
+    finally:
+        hook.remove()
+    assert hidden.shape[1] == 9 and len(calls) == 1

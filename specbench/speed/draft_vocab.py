@@ -185,11 +185,9 @@ def draft_hidden(
     at most MAX_LEAN_ROWS rows, or any number over a cache in calls of that many (a round's
     catch-up after copied drafts), a longer prompt through HF's decoder in one call. A call
     of TWIN_ROWS ids or more for a drafter with bfloat16 twins (twins.py) goes through HF's
-    decoder, whose layers run it through the twins: faster, not the same bits. The lean
-    forward is a CPU path: off the CPU (a GPU runs transformers' kernels, whose rows are not
-    batch-invariant anyway) every call goes through HF's decoder at once, as one launch-bound
-    forward, not one per MAX_LEAN_ROWS rows."""
-    decoder = lean_decoder(model) if lean and input_ids.device.type == "cpu" else None
+    decoder, whose layers run it through the twins: faster, not the same bits. Off the CPU
+    there is no lean decoder (lean_decoder), so every call goes through HF's decoder at once."""
+    decoder = lean_decoder(model) if lean else None
     n = input_ids.shape[1]
     twins = n >= TWIN_ROWS and has_twins(model)
     if decoder is not None and decoder.fused is not None and not twins:

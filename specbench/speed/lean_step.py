@@ -65,7 +65,12 @@ _built: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> Lean
 
 def lean_decoder(model) -> LeanDecoder | None:
     """The model's LeanDecoder (built on first use, stacking its int8 rows), or None when its
-    layout is not one this forward reproduces."""
+    layout is not one this forward reproduces or it is not on the CPU: the lean forward is a
+    CPU path (a row's one-row bits in any call), and a GPU runs transformers' kernels, whose
+    rows are not batch-invariant anyway, better as one launch-bound forward than one per
+    MAX_LEAN_ROWS rows. Asked at each call: a model can move after its decoder was built."""
+    if model_device(model).type != "cpu":
+        return None
     if model not in _built:
         _built[model] = LeanDecoder(model) if supports(model) else None
     return _built[model]

@@ -131,6 +131,14 @@ def test_other_layouts_take_hf_forward():
     assert supports(tiny_model(0)) and supports(tiny_llama(0))
 
 
+def test_a_model_off_the_cpu_has_no_lean_decoder():
+    """The lean forward is a CPU path, asked at each call: the same model gets a decoder on
+    the CPU and none once moved elsewhere (the meta device stands in for a GPU here)."""
+    model = tiny_model(0)
+    assert isinstance(lean_decoder(model), LeanDecoder)
+    assert lean_decoder(model.to("meta")) is None
+
+
 @pytest.mark.needs_kernel("torch-int8", "linear")
 @torch.inference_mode()
 def test_rows_fed_together_over_a_cache_get_the_bits_of_one_row_steps():

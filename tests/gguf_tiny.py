@@ -93,22 +93,20 @@ def q6k_reference(x: torch.Tensor, layer: Q6KLinear) -> torch.Tensor:
 
 
 def q4k_reference(x: torch.Tensor, layer: Q4KLinear) -> torch.Tensor:
-    """q4k_linear.c's contract in PyTorch, operation for operation: int8 activations per 256
-    columns, each super-block's integer sums in the kernel's 8 (and 4) lanes (lane l:
-    columns 4l..4l+3 of every sub-block, in the file's order; sub-block l, in the lane
-    order), then float32 accumulation over super-blocks and the kernel's fixed horizontal sums."""
+    """q4k_linear.c's contract in PyTorch, operation for operation, in every build: int8
+    activations per 256 columns, each super-block's integer sums in the kernel's 8 lanes
+    (lane l: sub-block l, times its scale) and the mins' 4, then float32 accumulation over
+    super-blocks and the kernel's fixed horizontal sums."""
     rows, width = x.shape
     nsb = width // QK
     xq, scale = _int8_activations(x)  # [M, nsb, 256]
     q = nibbles(to_file_order(layer.qs)).reshape(-1, nsb, 8, 32).long()  # [N, nsb, sub, 32]
-    lane_of = "mjlc,njlc,nj->mnj" if layer.lanes else "mjlc,njlc,nj->mnl"
     sc, mins = layer.sm[..., :8].long(), layer.sm[..., 8:].long()
     acc = torch.zeros(rows, layer.out_features, 8)
     accm = torch.zeros(rows, layer.out_features, 4)
     for s in range(nsb):
-        xs = xq[:, s].reshape(rows, 8, 8, 4)  # [M, sub, lane, 4 columns]
-        qw = q[:, s].reshape(-1, 8, 8, 4)  # [N, sub, lane, 4]
-        lanes = torch.einsum(lane_of, xs, qw, sc[:, s])  # exact int64
+        xs = xq[:, s].reshape(rows, 8, 32)  # [M, sub-block, column]
+        lanes = torch.einsum("mjc,njc,nj->mnj", xs, q[:, s], sc[:, s])  # exact int64; lane j: sub-block j
         bsum = xq[:, s].reshape(rows, 8, 32).sum(-1)  # [M, sub]
         mlanes = (mins[None, :, s] * bsum[:, None, :]).reshape(rows, -1, 4, 2).sum(-1)  # [M, N, 4]
         ds = layer.d[None, :, s] * scale[:, s, None]  # float32 products, as in the kernel

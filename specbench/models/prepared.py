@@ -4,7 +4,7 @@ Why: preparing a q4k model takes the longest part of a warm start: for the targe
 its weights and repacking the GGUF's Q4_K and Q6_K blocks; for the drafter, quantizing
 every layer to Q4_K (gguf_blocks.quantize_q4k). The result is deterministic, so the first
 run saves it (`q4k.safetensors` in the model's cache folder, `q4k-lanes.safetensors` for a
-build that reads lane order; most of the default target's is its blocks and its float32
+build whose Q6_K kernel reads lane order; most of the default target's is its blocks and its float32
 embedding) and later runs map that file: the model is built
 on the meta device, its Linear layers become empty Q4KLinear, Q6KLinear, Int8TargetLinear
 or Int8Linear shells, and the file's tensors are assigned to them without a copy
@@ -28,7 +28,7 @@ from specbench.speed.gguf_blocks import Q4KLinear, Q6KLinear
 from specbench.speed.quantize import Int8Linear, Int8TargetLinear, dense_twin
 from specbench.speed.row_embedding import RowEmbedding
 
-PREPARED_FORMAT = 5  # bump when a layer's buffers change
+PREPARED_FORMAT = 6  # bump when a layer's buffers, or the order of their values, change
 _LAYERS = {"q4k": Q4KLinear, "q6k": Q6KLinear, "int8": Int8TargetLinear, "int8-draft": Int8Linear, "rows": RowEmbedding}
 
 
@@ -145,7 +145,7 @@ def _shell(cls, name: str, in_features: int, state: dict[str, torch.Tensor], ext
         module.register_buffer("bias", None)
     module.out_features = (module.d if cls in (Q4KLinear, Q6KLinear) else module.qweight).shape[0]
     module.in_features = in_features
-    if cls in (Q4KLinear, Q6KLinear):
+    if cls is Q6KLinear:
         module.lanes = native.lane_order()  # load_prepared checked the file's order against it
     return module
 

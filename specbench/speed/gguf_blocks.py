@@ -3,11 +3,12 @@
 Why: a CPU decoding step is bound by reading weights. The int8 target (quantize.py) reads
 8 bits a weight and rounds the file's 4-bit weights a second time; the Q4_K blocks the
 GGUF file already holds are 4.5 bits a weight and are the weights themselves. Q4KLinear
-keeps those blocks as they are (repacked into four arrays, no value changed; kernels built
-for AVX2 alone read each super-block's values in another order: to_kernel_order,
-q6k_to_kernel_order) and runs them through q4k_linear.c, which, like int8_linear.c, gives
-a row the same bits whatever else shares the call, so greedy speculative decoding of a q4k target still equals its plain
-decoding token for token. Activations are rounded to int8 per 256 columns (llama.cpp's
+keeps those blocks as they are (repacked into four arrays, no value changed; the Q4_K
+kernel reads each super-block's nibbles in lane order, to_kernel_order, and a Q6_K kernel
+built for AVX2 alone its values likewise, q6k_to_kernel_order) and runs them through
+q4k_linear.c, which, like int8_linear.c, gives a row the same bits whatever else shares
+the call, so greedy speculative decoding of a q4k target still equals its plain decoding
+token for token. Activations are rounded to int8 per 256 columns (llama.cpp's
 Q8_K rule): that, not the weights, is where a q4k target's logits differ from the float32
 target's.
 
@@ -71,7 +72,7 @@ def repack(raw: np.ndarray) -> dict[str, torch.Tensor]:
     }
 
 
-# The lane order (q4k_linear.c, a build for AVX2 alone): nibble 32(2j + h) + b of a
+# The lane order (q4k_linear.c, every build): nibble 32(2j + h) + b of a
 # super-block holds column 8j + 4h + b % 4 of sub-block b // 4, where the file's order holds
 # column b of sub-block 2j + h. LANE_SOURCE[i]: the file-order nibble that lane-order nibble i holds.
 _J, _H, _B = np.meshgrid(np.arange(4), np.arange(2), np.arange(32), indexing="ij")
@@ -96,16 +97,15 @@ def _pack(values: torch.Tensor) -> torch.Tensor:
 def to_kernel_order(
     qs: torch.Tensor,  # [..., 128] uint8
 ) -> torch.Tensor:
-    """Nibbles in the file's order -> the order the Q4_K kernel built here reads (the same
-    tensor where that is the file's)."""
-    return _pack(nibbles(qs)[..., LANE_SOURCE]) if native.lane_order() else qs
+    """Nibbles in the file's order -> the lane order the Q4_K kernel reads in every build."""
+    return _pack(nibbles(qs)[..., LANE_SOURCE])
 
 
 def to_file_order(
     qs: torch.Tensor,  # [..., 128] uint8
 ) -> torch.Tensor:
     """to_kernel_order's inverse."""
-    return _pack(nibbles(qs)[..., FILE_SOURCE]) if native.lane_order() else qs
+    return _pack(nibbles(qs)[..., FILE_SOURCE])
 
 
 def dequantize(
@@ -142,8 +142,9 @@ def repack_q6k(raw: np.ndarray) -> dict[str, torch.Tensor]:
     }
 
 
-# The Q6_K lane order (q6k_linear.c): stored value 32v + 2p + t of a super-block is column
-# 2v + t of sub-block p (of 16), where the file's order stores column 32v + 2p + t there.
+# The Q6_K lane order (q6k_linear.c, a build for AVX2 alone): stored value 32v + 2p + t of a
+# super-block is column 2v + t of sub-block p (of 16), where the file's order stores column
+# 32v + 2p + t there.
 _V, _P6, _T = np.meshgrid(np.arange(8), np.arange(16), np.arange(2), indexing="ij")
 Q6K_LANE_SOURCE = torch.from_numpy((16 * _P6 + 2 * _V + _T).reshape(-1))
 Q6K_FILE_SOURCE = torch.argsort(Q6K_LANE_SOURCE)
@@ -259,7 +260,6 @@ class Q4KLinear(torch.nn.Module):
         for name in Q4K_BUFFERS:
             self.register_buffer(name, blocks[name].contiguous())
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone().contiguous())
-        self.lanes = native.lane_order()  # the order its qs is in (to_kernel_order)
 
     def forward(
         self,
@@ -333,7 +333,6 @@ def q4k_linear(
 
     A target step makes some 170 of these calls, so the wrapper does no more than it must:
     no copy of a float32 contiguous x, and no conversion of a float32 result."""
-    check_order(layer)
     blocks = (layer.qs, layer.sm, layer.d, layer.dmin)
     return _block_linear(x, layer, native.q4k_kernel(), "specbench_q4k_linear", blocks, native.q4k_why_not)
 
@@ -350,9 +349,9 @@ def twin_linear(x: torch.Tensor, layer: Q4KLinear | Q6KLinear) -> torch.Tensor:
     return torch.nn.functional.linear(x.to(torch.bfloat16), layer.twin, bias).to(x.dtype)
 
 
-def check_order(layer: Q4KLinear | Q6KLinear) -> None:
-    """Raises where the layer's weights are not in the order the kernel built here reads (a
-    layer made before SPECBENCH_MARCH changed the build): its products would be wrong."""
+def check_order(layer: Q6KLinear) -> None:
+    """Raises where the layer's values are not in the order the Q6_K kernel built here reads
+    (a layer made before SPECBENCH_MARCH changed the build): its products would be wrong."""
     if layer.lanes != native.lane_order():
         raise RuntimeError(
             "a layer's blocks are in another order than the kernel built here reads: load the model again"

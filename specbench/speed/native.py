@@ -187,9 +187,9 @@ layer_kernel, layer_why_not = _getters(LAYER, "decoder-layer (fused_step.py)")
 
 
 def lane_order() -> bool:
-    """Whether the Q4_K and Q6_K kernels built here read their blocks' values in lane order
-    (q4k_linear.c, q6k_linear.c: a build for AVX2 alone) rather than the file's; False where
-    they are not built."""
+    """Whether the Q6_K kernel built here reads its blocks' values in lane order (q6k_linear.c:
+    a build for AVX2 alone) rather than the file's (a VNNI build); False where it is not
+    built. (The Q4_K kernel reads lane order in every build.)"""
     lib = q4k_kernel()
     return lib is not None and bool(lib.specbench_lane_order())
 

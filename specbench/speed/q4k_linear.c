@@ -21,31 +21,26 @@
  * target needs for greedy speculative decoding to equal its own plain decoding.
  *
  * Why this shape: a CPU decoding step is bound by reading weights, and Q4_K is 4.5 bits a
- * weight against int8's 8. AVX2's vpmaddubsw multiplies 32 unsigned nibbles by 32 signed
- * int8 activations into 16 int16 pairs (at most 2 * 15 * 127 = 3810, no saturation). Each
- * weight row's nibbles are unpacked once per tile and used by up to MT activation rows, so on
- * the 2-5 rows of a verify pass the per-row arithmetic, not the weight bytes, sets the time.
- * MT is 4 where AVX2's 16 vector registers hold 4 rows' sums and 8 where AVX-512 gives 32:
- * a verify pass of 5 to 8 rows then unpacks each weight row once, not twice. A row's
- * arithmetic is the same in a tile of any height, so MT changes no bit.
- * Two orders of the nibbles, one per build, each the cheapest there:
+ * weight against int8's 8. Each weight row's nibbles are unpacked once per tile and used by
+ * up to MT activation rows, so on the 2-8 rows of a verify pass the per-row arithmetic, not
+ * the weight bytes, sets the time. MT is 4 where AVX2's 16 vector registers hold 4 rows'
+ * sums and 8 where AVX-512 gives 32. A row's arithmetic is the same in a tile of any height,
+ * so MT changes no bit.
  *
- *   - file order (a build for a CPU with AVX-VNNI or AVX512-VNNI): the file's own bytes;
- *     each 32 nibbles are one sub-block, so each vpmaddubsw result is scaled by its
- *     sub-block's sc with a vpdpwssd (vpmaddwd and the add in one instruction). Lane l of
- *     a super-block's int32 sums holds columns 4l..4l+3 of every sub-block, scaled.
- *   - lane order (a build for AVX2 alone): gguf_blocks.py stores each super-block's nibbles
- *     so that bytes 4p..4p+3 of every 32 hold sub-block p, and the activations are stored in
- *     the same order. All 8 vpmaddubsw results of a super-block then share one scale per
- *     lane, so they are added as int16 (at most 8 * 3810 = 30480 < 2^15) and scaled once:
- *     9 multiplies a super-block and row where AVX2 otherwise needs 16 and 8 adds. Lane p
- *     holds sub-block p, scaled. A VNNI build keeps the file's order: with vpdpwssd folding
- *     the adds, lane order measured no faster there at 1 to 4 rows.
+ * The nibbles are read in lane order in every build: gguf_blocks.py stores each super-block's
+ * nibbles so that bytes 4p..4p+3 of every 32 hold sub-block p, and the activations are
+ * stored in the same order, so lane p of a tile's int32 sums holds sub-block p alone and is
+ * scaled once a super-block by sc[p]:
  *
- * Either way every lane's sum is an exact integer below 2^24, but the two orders put
- * different integers in the lanes, so their floats round differently: the two builds give a
- * row different last bits (each build gives every row the same bits whatever else shares
- * the call, which is what lossless decoding needs).
+ *   - a build for a CPU with AVX-VNNI or AVX512-VNNI (VNNI): vpdpbusd multiplies 32 unsigned
+ *     nibbles by 32 signed int8 activations and adds each 4 products into an int32 lane, one
+ *     instruction per 32 columns and row, then one vpmulld by the 8 scales a super-block;
+ *   - a build for AVX2 alone: vpmaddubsw into 16 int16 pairs (at most 2 * 15 * 127 = 3810,
+ *     no saturation); the 8 products of a super-block add as int16 (at most 8 * 3810 = 30480
+ *     < 2^15), then one vpmaddwd by the scales: 9 multiplies a super-block and row.
+ *
+ * Both put the exact integer sc[p] * (sum over sub-block p of q * x) in lane p, below 2^24,
+ * and run the same float operations after it: the two builds give every row the same bits.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -74,10 +69,10 @@ int specbench_q4k_ready(void) { return 1; }
  * absmax / 127; an all-zero super-block gets scale 1), with the sum of each sub-block of 32
  * (bsum) and, where bsum16 is not NULL, of each 16 columns (q6k_linear.c's sub-blocks).
  * Columns K..KP-1 (a width that is not a multiple of 256) are zeros: they add nothing.
- * order: where xq puts each column of a super-block: COLUMNS in place, Q4K_LANES as a lane
- * order Q4_K tile reads its nibbles (column 8j + 4h + t of sub-block p of 32 at 64j + 32h +
- * 4p + t), Q6K_LANES as a lane-order Q6_K tile reads its values (column 2v + t of sub-block
- * p of 16 at 32v + 2p + t). */
+ * order: where xq puts each column of a super-block: COLUMNS in place (a file-order Q6_K
+ * tile), Q4K_LANES as the Q4_K tile reads its nibbles (column 8j + 4h + t of sub-block p of
+ * 32 at 64j + 32h + 4p + t), Q6K_LANES as a lane-order Q6_K tile reads its values (column
+ * 2v + t of sub-block p of 16 at 32v + 2p + t). */
 enum { COLUMNS = 0, Q4K_LANES = 1, Q6K_LANES = 2 };
 static inline int position(int order, int column) {
     if (order == Q4K_LANES) {
@@ -197,7 +192,7 @@ typedef struct {
     const int8_t *xq;     /* [M, K] */
     const float *xs;      /* [M, K / QK] */
     const int16_t *bsum;  /* [M, K / 32] */
-    const uint8_t *qs;    /* [N, K / QK, 128] nibbles, in the order LANE_ORDER says */
+    const uint8_t *qs;    /* [N, K / QK, 128] nibbles, in lane order */
     const uint8_t *sm;    /* [N, K / QK, 16]: sc[8] then m[8] */
     const float *d, *dmin;/* [N, K / QK] */
     const float *bias;    /* [N] or NULL */
@@ -220,8 +215,7 @@ static inline float hsum(__m256 v) { /* (l0 + l4) + (l2 + l6) + ((l1 + l5) + (l3
  * this. The sum, and so every output bit, is the same either way. */
 #define KEEP_IN_REGISTER(v) __asm__ volatile("" : "+x"(v))
 
-/* sum + a * b, int16 pairs multiplied and added into int32 lanes (the file-order tile below
- * and q6k_linear.c): one vpdpwssd where the build targets a CPU with AVX-VNNI or
+/* sum + a * b, int16 pairs multiplied and added into int32 lanes (q6k_linear.c): one vpdpwssd where the build targets a CPU with AVX-VNNI or
  * AVX512-VNNI (Intel since Cascade Lake, AMD since Zen 4), else AVX2's vpmaddwd then
  * vpaddd. Exact integers either way (a lane's sum stays far below 2^31), so both give the
  * same bits; the VNNI form spends one instruction where AVX2 spends two. */
@@ -233,13 +227,21 @@ static inline float hsum(__m256 v) { /* (l0 + l4) + (l2 + l6) + ((l1 + l5) + (l3
 #define MADD_ACC(sum, a, b) _mm256_add_epi32(sum, _mm256_madd_epi16(a, b))
 #endif
 
-/* which order this build reads Q4_K and Q6_K weights in (this comment and q6k_linear.c's):
- * 1 lane order, 0 the file's */
-#if defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__))
-#define LANE_ORDER 0
+/* acc + the products of 32 unsigned bytes u by 32 signed bytes x, each 4 added into one of 8
+ * int32 lanes: one vpdpbusd on a CPU with AVX-VNNI or AVX512-VNNI (VNNI) */
+#if defined(__AVXVNNI__)
+#define VNNI 1
+#define DPBUSD(acc, u, x) _mm256_dpbusd_avx_epi32(acc, u, x)
+#elif defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define VNNI 1
+#define DPBUSD(acc, u, x) _mm256_dpbusd_epi32(acc, u, x)
 #else
-#define LANE_ORDER 1
+#define VNNI 0
 #endif
+
+/* which order this build reads Q6_K values in (q6k_linear.c): 1 lane order (a build for AVX2
+ * alone), 0 the file's (VNNI); Q4_K nibbles are in lane order in every build */
+#define LANE_ORDER (!VNNI)
 
 int specbench_lane_order(void) { return LANE_ORDER; }
 
@@ -272,22 +274,22 @@ static inline __attribute__((always_inline)) void tile(const job_t *J, int n, in
             __m256i bits = _mm256_loadu_si256((const __m256i *)(q + 32 * j));
             __m256i lo = _mm256_and_si256(bits, low);
             __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), low);
-#if !LANE_ORDER
-            __m256i scl = _mm256_set1_epi16(sc[2 * j]), sch = _mm256_set1_epi16(sc[2 * j + 1]);
-#endif
             for (int i = 0; i < mt; i++) {
                 const int8_t *x = J->xq + (size_t)(m0 + i) * J->K + (size_t)s * QK + 64 * j;
-                __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)x));
-                __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x + 32)));
-#if LANE_ORDER
-                sumi[i] = _mm256_add_epi16(sumi[i], _mm256_add_epi16(pl, ph)); /* int16 lanes 2p, 2p + 1: sub-block p */
+                const __m256i x0 = _mm256_loadu_si256((const __m256i *)x), x1 = _mm256_loadu_si256((const __m256i *)(x + 32));
+#if VNNI
+                sumi[i] = DPBUSD(DPBUSD(sumi[i], lo, x0), hi, x1); /* int32 lane p: sub-block p */
 #else
-                sumi[i] = MADD_ACC(MADD_ACC(sumi[i], pl, scl), ph, sch);
+                __m256i pl = _mm256_maddubs_epi16(lo, x0), ph = _mm256_maddubs_epi16(hi, x1);
+                sumi[i] = _mm256_add_epi16(sumi[i], _mm256_add_epi16(pl, ph)); /* int16 lanes 2p, 2p + 1: sub-block p */
 #endif
                 KEEP_IN_REGISTER(sumi[i]);
             }
         }
-#if LANE_ORDER
+#if VNNI
+        const __m256i scales = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sc));
+        for (int i = 0; i < mt; i++) sumi[i] = _mm256_mullo_epi32(sumi[i], scales);
+#else
         /* the 8 products' int16 sums times sc[p] in lanes 2p and 2p + 1: one vpmaddwd */
         const __m128i sc8 = _mm_loadl_epi64((const __m128i *)sc);
         const __m256i scales = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sc8, sc8)); /* sc[0], sc[0], sc[1], sc[1], ... */
@@ -321,7 +323,7 @@ int specbench_q4k_linear(const float *x, int M, int K, const uint8_t *qs, const 
     if (M < 1 || K < 1 || N < 1) return -1;
     const int KP = (K + QK - 1) / QK * QK;
     quantized_t Q;
-    if (quantize_rows(x, M, K, KP, LANE_ORDER ? Q4K_LANES : COLUMNS, 0, &Q) != 0) return -1;
+    if (quantize_rows(x, M, K, KP, Q4K_LANES, 0, &Q) != 0) return -1;
     job_t J = {Q.xq, Q.xs, Q.bsum, qs, sm, d, dmin, bias, M, N, KP, y};
     SPLIT_ROWS(rows, &J, N)
     free_quantized(&Q);

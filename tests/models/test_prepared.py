@@ -58,8 +58,8 @@ def test_a_prepared_file_of_another_format_or_damaged_is_not_used(tmp_path, monk
     assert load_prepared(str(folder), folder / "missing.safetensors") is None
 
 
-def test_a_prepared_file_with_q4k_nibbles_in_another_order_is_not_used(tmp_path, monkeypatch):
-    """A file saved by a build that reads Q4_K nibbles in the other order (q4k_linear.c: a
+def test_a_prepared_file_with_q6k_values_in_another_order_is_not_used(tmp_path, monkeypatch):
+    """A file saved by a build that reads Q6_K values in the other order (q6k_linear.c: a
     build for AVX2 alone reads lane order) is rebuilt, not run with the wrong products."""
     _, folder, path = prepared_tiny(tmp_path)
     assert load_prepared(str(folder), path) is not None

@@ -107,7 +107,7 @@ def q4k_reference(x: torch.Tensor, layer: Q4KLinear) -> torch.Tensor:
     for s in range(nsb):
         xs = xq[:, s].reshape(rows, 8, 32)  # [M, sub-block, column]
         lanes = torch.einsum("mjc,njc,nj->mnj", xs, q[:, s], sc[:, s])  # exact int64; lane j: sub-block j
-        bsum = xq[:, s].reshape(rows, 8, 32).sum(-1)  # [M, sub]
+        bsum = xs.sum(-1)  # [M, sub-block]
         mlanes = (mins[None, :, s] * bsum[:, None, :]).reshape(rows, -1, 4, 2).sum(-1)  # [M, N, 4]
         ds = layer.d[None, :, s] * scale[:, s, None]  # float32 products, as in the kernel
         dm = layer.dmin[None, :, s] * scale[:, s, None]

@@ -4,15 +4,16 @@ Why: preparing a q4k model takes the longest part of a warm start: for the targe
 its weights and repacking the GGUF's Q4_K and Q6_K blocks; for the drafter, quantizing
 every layer to Q4_K (gguf_blocks.quantize_q4k). The result is deterministic, so the first
 run saves it (`q4k.safetensors` in the model's cache folder, `q4k-lanes.safetensors` for a
-build whose Q6_K kernel reads lane order; most of the default target's is its blocks and its float32
-embedding) and later runs map that file: the model is built
-on the meta device, its Linear layers become empty Q4KLinear, Q6KLinear, Int8TargetLinear
-or Int8Linear shells, and the file's tensors are assigned to them without a copy
-(safetensors memory-maps; the embedding's unused rows are never read in).
+build whose Q6_K kernel reads lane order; most of the default target's is its blocks and its
+float32 embedding) and later runs map that file: the model is built on the meta device,
+its Linear layers become empty Q4KLinear, Q6KLinear, Int8TargetLinear or Int8Linear shells,
+and the file's tensors are assigned to them without a copy (safetensors memory-maps; the
+embedding's unused rows are never read in).
 
 Knows nothing about which dtype is asked for; model.py decides when to use it. A file
-from another layout (PREPARED_FORMAT), with its blocks in another order than this build's
-kernels read (gguf_blocks.to_kernel_order), or with missing tensors is not used, and rebuilt.
+from another layout (PREPARED_FORMAT), with its Q6_K values in another order than this
+build's kernel reads (gguf_blocks.q6k_to_kernel_order), or with missing tensors is not used,
+and rebuilt.
 """
 
 from __future__ import annotations

@@ -215,10 +215,11 @@ static inline float hsum(__m256 v) { /* (l0 + l4) + (l2 + l6) + ((l1 + l5) + (l3
  * this. The sum, and so every output bit, is the same either way. */
 #define KEEP_IN_REGISTER(v) __asm__ volatile("" : "+x"(v))
 
-/* sum + a * b, int16 pairs multiplied and added into int32 lanes (q6k_linear.c): one vpdpwssd where the build targets a CPU with AVX-VNNI or
- * AVX512-VNNI (Intel since Cascade Lake, AMD since Zen 4), else AVX2's vpmaddwd then
- * vpaddd. Exact integers either way (a lane's sum stays far below 2^31), so both give the
- * same bits; the VNNI form spends one instruction where AVX2 spends two. */
+/* sum + a * b, int16 pairs multiplied and added into int32 lanes (q6k_linear.c): one
+ * vpdpwssd where the build targets a CPU with AVX-VNNI or AVX512-VNNI (Intel since Cascade
+ * Lake, AMD since Zen 4), else AVX2's vpmaddwd then vpaddd. Exact integers either way (a
+ * lane's sum stays far below 2^31), so both give the same bits; the VNNI form spends one
+ * instruction where AVX2 spends two. */
 #if defined(__AVXVNNI__)
 #define MADD_ACC(sum, a, b) _mm256_dpwssd_avx_epi32(sum, a, b)
 #elif defined(__AVX512VNNI__) && defined(__AVX512VL__)

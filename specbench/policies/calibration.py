@@ -30,6 +30,7 @@ PAIRS = ("further", "rate", "model", "model_extra", "share")  # Evidence's other
 WARM_TRIALS, WARM_ROUNDS, WARM_COST = 16.0, 16.0, 32.0  # the most a warm start brings
 WARM_MODEL_ROUNDS = 4.0  # ... of model rounds: a few bad rounds of this generation's must outweigh them
 KEEP_TRIALS, KEEP_ROUNDS, KEEP_COST = 256.0, 256.0, 1024.0  # the most kept between generations
+ROUNDING = 1e-9  # a bin's successes may pass its trials by this share (float rounding) when read
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class Evidence:
         """Each bin scaled down to at most `trials` trials (its rate kept), further to at most
         `rounds` rounds, rate to at most `cost` target steps and share to as many tokens,
         model and model_extra to at most `model_rounds` rounds (default: rounds)."""
-        tables = {name: tuple(_cap(pair, trials) for pair in self.tables[name]) for name in TABLES}
+        tables = {name: tuple(_cap_bin(pair, trials) for pair in self.tables[name]) for name in TABLES}
         model_rounds = rounds if model_rounds is None else model_rounds
         most = {"further": rounds, "rate": cost, "model": model_rounds, "model_extra": model_rounds, "share": cost}
         return Evidence(tables, **{name: _cap(pair, most[name]) for name, pair in self.pairs().items()})
@@ -99,8 +100,10 @@ class Evidence:
             raise ValueError(f"not calibration evidence: {exc!r}") from None
         if any(len(bins) != Calibration.BINS + 1 for bins in tables.values()):
             raise ValueError(f"calibration tables need {Calibration.BINS + 1} bins")
-        if any(s > t for bins in tables.values() for s, t in bins):
+        if any(s > t * (1.0 + ROUNDING) for bins in tables.values() for s, t in bins):
             raise ValueError("calibration bins with more successes than trials")
+        # a bin over by rounding alone (files kept by earlier versions): as many as its trials
+        tables = {name: tuple((min(s, t), t) for s, t in bins) for name, bins in tables.items()}
         return cls(tables, **pairs)
 
     @classmethod
@@ -115,6 +118,13 @@ def _add(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
 def _cap(pair: tuple[float, float], most: float) -> tuple[float, float]:
     hits, count = pair
     return (hits * most / count, most) if count > most else (hits, count)
+
+
+def _cap_bin(pair: tuple[float, float], most: float) -> tuple[float, float]:
+    """_cap for a table's [successes, trials]: hits * most / count can round one ulp above
+    most when hits == count."""
+    hits, count = _cap(pair, most)
+    return (min(hits, count), count)
 
 
 def _pair(raw) -> tuple[float, float]:
@@ -159,7 +169,7 @@ class Tally:
         for b, (hits, count) in enumerate(warm or ()):
             self.successes[b] += hits
             self.trials[b] += count
-        self._start = (list(self.successes), list(self.trials))
+        self._own = [[0, 0] for _ in range(bins + 1)]  # counted apart: exact, never above its trials
 
     def rate(self, b: int) -> float:
         return self.successes[b] / self.trials[b]
@@ -167,11 +177,12 @@ class Tally:
     def add(self, b: int, success: int) -> None:
         self.trials[b] += 1
         self.successes[b] += success
+        self._own[b][0] += success
+        self._own[b][1] += 1
 
     def observed(self) -> tuple[tuple[float, float], ...]:
         """[successes, trials] per bin added since the start (priors and warm start out)."""
-        s0, t0 = self._start
-        return tuple((s - s_0, t - t_0) for s, t, s_0, t_0 in zip(self.successes, self.trials, s0, t0))
+        return tuple((float(s), float(t)) for s, t in self._own)
 
 
 class Calibration:
@@ -211,7 +222,9 @@ class Calibration:
         # model rounds: accepted drafts, cost above a plain step, rounds; and [model rounds, tokens]
         self._model = [start.model[0], start.model_extra[0], start.model[1]]
         self._share = list(start.share)
-        self._start = start
+        # this generation's own counts outside the tables (PAIRS), kept apart from the start
+        # so that evidence() never subtracts it back out (float sums do not undo exactly)
+        self._own = {name: [0.0, 0.0] for name in PAIRS}
 
     def bin(self, draft_probs: torch.Tensor | None, token: int | None = None) -> int:
         """The bin of the row's top q, or of q(token) when a token is given; BINS without q."""
@@ -254,6 +267,7 @@ class Calibration:
         if n_accepted >= 1:
             self._after_first[0] += n_accepted - 1
             self._after_first[1] += 1
+            self._count("further", n_accepted - 1, 1)
 
     def observe_verdict(self, step: int, b: int, drawn: int, survived: int) -> None:
         """One draft's verdict at `step`, its row's bin b and its token's bin drawn: a kept
@@ -268,6 +282,8 @@ class Calibration:
         self._tokens += tokens
         self._cost += cost
         self._share[1] += tokens
+        self._count("rate", tokens, cost)
+        self._count("share", 0, tokens)
 
     def observe_model_round(self, accepted: int, extra: float) -> None:
         """A round that ran a drafter forward: its accepted drafts and its cost above a plain
@@ -276,6 +292,14 @@ class Calibration:
         self._model[1] += extra
         self._model[2] += 1
         self._share[0] += 1
+        self._count("model", accepted, 1)
+        self._count("model_extra", extra, 1)
+        self._count("share", 1, 0)
+
+    def _count(self, name: str, first: float, second: float) -> None:
+        own = self._own[name]
+        own[0] += first
+        own[1] += second
 
     def round_saving(self, prior_rounds: float, prior_extra: float) -> float:
         """Target steps a model round has saved: the model rounds' mean accepted drafts less
@@ -292,14 +316,5 @@ class Calibration:
     def evidence(self) -> Evidence:
         """The verdicts observed since the start: priors and the warm start left out."""
         tallies = (*self.by_top, *self.by_drawn, self.follow)
-        start = self._start
         tables = {name: t.observed() for name, t in zip(TABLES, tallies)}
-        accepted, extra, rounds = self._model
-        return Evidence(
-            tables,
-            further=(self._after_first[0] - 1.0 - start.further[0], self._after_first[1] - 1.0 - start.further[1]),
-            rate=(self._tokens - self.RATE_PRIOR - start.rate[0], self._cost - self.RATE_PRIOR - start.rate[1]),
-            model=(accepted - start.model[0], rounds - start.model[1]),
-            model_extra=(extra - start.model_extra[0], rounds - start.model_extra[1]),
-            share=(self._share[0] - start.share[0], self._share[1] - start.share[1]),
-        )
+        return Evidence(tables, **{name: (float(a), float(b)) for name, (a, b) in self._own.items()})

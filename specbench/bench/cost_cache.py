@@ -17,7 +17,7 @@ from specbench.bench.costs import METHOD, Costs, costs_for, for_drafter, shared_
 from specbench.models.pairing import timing_ids
 from specbench.speed import native
 from specbench.speed.kernels import VERSION
-from specbench.speed.twins import has_twins
+from specbench.speed.twins import twins_label
 
 
 def model_key(loaded) -> str:
@@ -30,13 +30,13 @@ def model_key(loaded) -> str:
 def cost_key(pair, pair_config, kernels: str, sampling) -> str:
     """The cache key of a pair's costs under these settings."""
     drafter = model_key(pair.drafter_model) if pair.drafter_model is not None else pair.drafter_name
-    twinned = pair.drafter_model is not None and has_twins(pair.drafter_model.model)
+    twins = twins_label(pair.drafter_model.model) if pair.drafter_model is not None else ""
     return "|".join(
         (
             model_key(pair.target),
             pair_config.dtype,
             drafter,
-            pair_config.draft_dtype + ("+bf16 twins" if twinned else ""),  # long forwards cost otherwise
+            pair_config.draft_dtype + (f"+{twins}" if twins else ""),  # long forwards cost otherwise
             f"march={native.march()}",
             f"vocab={pair.draft_vocab}",
             pair_config.device,

@@ -344,9 +344,15 @@ def uses_twin(x: torch.Tensor, layer: Q4KLinear | Q6KLinear) -> bool:
 
 
 def twin_linear(x: torch.Tensor, layer: Q4KLinear | Q6KLinear) -> torch.Tensor:
-    """x [..., in] times the layer's bfloat16 twin (oneDNN's GEMM), plus its bias, in x's dtype."""
+    """x [..., in] times the layer's bfloat16 twin (oneDNN's GEMM), plus its bias, in x's
+    dtype; a twin packed by twins.packed goes through the op made for such weights."""
     bias = None if layer.bias is None else layer.bias.to(torch.bfloat16)
-    return torch.nn.functional.linear(x.to(torch.bfloat16), layer.twin, bias).to(x.dtype)
+    x16 = x.to(torch.bfloat16)
+    if layer.twin.is_mkldnn:
+        out = torch.ops.mkldnn._linear_pointwise(x16.contiguous(), layer.twin, bias, "none", [], "")
+    else:
+        out = torch.nn.functional.linear(x16, layer.twin, bias)
+    return out.to(x.dtype)
 
 
 def check_order(layer: Q6KLinear) -> None:

@@ -9,6 +9,10 @@ natively (AMX, AVX512_BF16), oneDNN's GEMM over a bfloat16 copy of the same weig
 that forward in a fraction of the time; below gguf_blocks.TWIN_ROWS rows the Q4_K rows are
 the faster. Where it does not, oneDNN emulates bfloat16 (many times slower than float32) and
 float32 GEMM is no faster than the Q4_K rows, so no twin is made there and nothing changes.
+
+Each twin is packed once into oneDNN's own blocked layout (an mkldnn tensor): handed a plain
+weight, oneDNN's AMX GEMM copies it into that layout on every call, about a third of a
+prompt read's time; packed, a call gives the same products without the copy.
 docs/log.md has the measurements.
 
 Lossless: the drafter's q is whatever it computed, and verification checks every draft. The
@@ -35,6 +39,7 @@ from specbench.speed.gguf_blocks import Q4KLinear, Q6KLinear
 
 TWINS_ENV = "SPECBENCH_TWINS"  # "0": no twins
 NATIVE_BF16 = ("amx_bf16", "amx_tile", "avx512_bf16")  # /proc/cpuinfo flags of a CPU that multiplies bf16 natively
+PACK_ROWS = 64  # the rows a twin's packed layout is chosen for: about a chat prompt's read
 
 
 def native_bf16() -> bool:
@@ -46,18 +51,40 @@ def native_bf16() -> bool:
 def add_twins(model) -> int:
     """Give every Q4_K and Q6_K layer of the model's decoder a bfloat16 twin (the weight it
     stands for); returns how many layers got one."""
-    made = 0
+    made = packs = 0
     for layer in model.get_decoder().modules():
         if isinstance(layer, (Q4KLinear, Q6KLinear)):
-            layer.twin = layer.dense_bf16()
+            layer.twin = packed(layer.dense_bf16())
             made += 1
+            packs += layer.twin.is_mkldnn
     model.specbench_twins = made > 0
+    model.specbench_packed_twins = made > 0 and packs == made
     return made
+
+
+def packed(weight: torch.Tensor) -> torch.Tensor:
+    """weight [out, in] (bfloat16) laid out once for oneDNN's GEMM, as PyTorch's own compiler
+    packs a frozen Linear's weight (an mkldnn tensor, run by gguf_blocks.twin_linear); the
+    plain tensor where this PyTorch has no oneDNN."""
+    if not torch.backends.mkldnn.is_available():
+        return weight
+    try:
+        return torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS)
+    except (AttributeError, RuntimeError):  # an op this build does not have, or refuses
+        return weight
 
 
 def has_twins(model) -> bool:
     """Whether add_twins gave the model's layers twins (read on every draft step: an attribute)."""
     return getattr(model, "specbench_twins", False)
+
+
+def twins_label(model) -> str:
+    """How the model's twins run, for its cost key: "" (none), "bf16 twins" or
+    "packed bf16 twins" (their long forwards cost less)."""
+    if not has_twins(model):
+        return ""
+    return "packed bf16 twins" if getattr(model, "specbench_packed_twins", False) else "bf16 twins"
 
 
 def twins_pay(model) -> bool:

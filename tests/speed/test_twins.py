@@ -43,6 +43,26 @@ def test_a_layer_runs_its_twin_from_twin_rows_on():
     assert torch.allclose(twinned, kernel, rtol=0.05, atol=0.05 * float(kernel.abs().max()))  # ... the same weight
 
 
+@needs_kernel
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch has no oneDNN")
+def test_a_packed_twin_gives_the_plain_twins_products():
+    """twins.packed lays the weight out for oneDNN once; a call through it is the plain
+    bfloat16 GEMM's product (3-d and 2-d inputs, with a bias), not another weight's."""
+    generator = torch.Generator().manual_seed(1)
+    layer = Q4KLinear(
+        quantize_q4k(torch.randn(40, 512, generator=generator)), torch.randn(40, generator=generator), 512
+    )
+    plain = layer.dense_bf16()
+    layer.twin = twins.packed(plain)
+    assert layer.twin.is_mkldnn
+    for shape in ((1, 37, 512), (TWIN_ROWS, 512)):
+        x = torch.randn(*shape, generator=generator)
+        want = torch.nn.functional.linear(x.to(torch.bfloat16), plain, layer.bias.to(torch.bfloat16)).float()
+        got = layer(x)
+        assert got.shape == want.shape and got.dtype == x.dtype
+        torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2 * float(want.abs().max()))
+
+
 def test_twins_go_to_a_q4k_drafter_on_a_cpu_with_native_bfloat16(tmp_path, monkeypatch):
     drafter = q4k_drafter(tmp_path)
     monkeypatch.setattr(native, "cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
@@ -58,6 +78,8 @@ def test_twins_go_to_a_q4k_drafter_on_a_cpu_with_native_bfloat16(tmp_path, monke
     layers = [m for m in drafter.get_decoder().modules() if isinstance(m, Q4KLinear)]
     assert made == len(layers) > 0 and all(m.twin.dtype == torch.bfloat16 for m in layers)
     assert twins.has_twins(drafter) and model_meta(drafter, "d")["bfloat16_twins"]  # every record says so
+    packed = all(m.twin.is_mkldnn for m in layers)
+    assert twins.twins_label(drafter) == ("packed bf16 twins" if packed else "bf16 twins")
 
 
 @needs_kernel

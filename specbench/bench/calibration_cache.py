@@ -19,7 +19,7 @@ from specbench.bench.costs import slug, write_json_atomic
 from specbench.errors import CalibrationError
 from specbench.policies.calibration import Evidence, keep
 
-FORMAT = 1  # the file's layout; a file of another format is ignored
+FORMAT = 2  # the file's layout and meaning (2: share leaves out declined rounds); another is ignored
 
 
 def default_path(key: str) -> Path:

@@ -39,7 +39,8 @@ class Evidence:
     them) [successes, trials]; further: [further accepted drafts, rounds whose first draft
     was accepted]; rate: [tokens, cost in target steps]; then the rounds that ran a drafter
     forward ("model rounds"): model: [accepted drafts, rounds], model_extra: [their cost
-    above a plain step, rounds], share: [model rounds, tokens emitted]."""
+    above a plain step, rounds], share: [model rounds, tokens emitted in rounds where the
+    policy did not decline the drafter's forward]."""
 
     tables: dict[str, tuple[tuple[float, float], ...]]
     further: tuple[float, float]
@@ -277,13 +278,17 @@ class Calibration:
         self.by_top[depth].add(b, survived)
         self.by_drawn[depth].add(drawn, survived)
 
-    def observe_cost(self, tokens: int, cost: float) -> None:
-        """One round's yield and price (in target steps), for rate()."""
+    def observe_cost(self, tokens: int, cost: float, model_declined: bool = False) -> None:
+        """One round's yield and price (in target steps), for rate(). A round whose drafter
+        forward the policy declined adds nothing to the model rounds' share: counted, a
+        declined read would lower the share and so its own chance of running next time,
+        until a kept calibration refused every read for good."""
         self._tokens += tokens
         self._cost += cost
-        self._share[1] += tokens
         self._count("rate", tokens, cost)
-        self._count("share", 0, tokens)
+        if not model_declined:
+            self._share[1] += tokens
+            self._count("share", 0, tokens)
 
     def observe_model_round(self, accepted: int, extra: float) -> None:
         """A round that ran a drafter forward: its accepted drafts and its cost above a plain

@@ -250,7 +250,7 @@ class CostAwareGamma(SkipBackoff):
                 n_drafted, Calibration.BINS, Calibration.BINS, int(next_token == self._refused_free)
             )
         price = self._paid * self.c + self.v[n_drafted + 1]  # a round without drafts: v(1) = 1
-        calibration.observe_cost(n_accepted + 1, price)
+        calibration.observe_cost(n_accepted + 1, price, model_declined=self._skipped is not None)
         if self._paid:
             calibration.observe_model_round(n_accepted, price - 1.0)
         self._produced += n_accepted + 1

@@ -26,6 +26,7 @@ from specbench.policies import (
     make_policy,
     normalized_entropy,
 )
+from specbench.policies.calibration import keep
 
 V = 16
 # costs for the "cost" policy: a CPU-like verify curve (a jump at k = 2) and a cheap drafter
@@ -843,6 +844,29 @@ def test_cost_weighs_a_long_catch_up_against_the_tokens_left():
     unpriced = CostAwareGamma(4, c=0.3, verify_cost=COSTS.verify_cost, max_new_tokens=16)
     unpriced.next_gamma()
     assert unpriced.forward_pays(0, 200)
+
+
+def test_a_declined_read_does_not_teach_the_next_generation_to_decline():
+    """A generation whose every round declined the catch-up (too short to earn the read back)
+    leaves the model rounds' share as it found it: kept and started from, it does not make
+    the next, longer generation decline a read that a cold start runs. Counting its tokens
+    as rounds without the model lowered the share with every such generation, until a kept
+    calibration refused every read."""
+    u = {n: 1.0 + 0.2 * (n - 1) for n in range(1, 10)}
+    kept = None
+    for _ in range(20):  # short generations: the read never pays
+        short = CostAwareGamma(4, c=0.3, verify_cost=COSTS.verify_cost, drafter_cost=u, max_new_tokens=16, warm=kept)
+        for _ in range(15):
+            short.next_gamma()
+            assert not short.forward_pays(0, 60) and short.info() == {"skipped": "catch-up"}
+            short.update(0, 0)
+        kept = keep(kept, short.calibration.evidence())
+    assert kept.share == (0.0, 0.0) and kept.rate[0] == 20 * 15
+    cold = CostAwareGamma(4, c=0.3, verify_cost=COSTS.verify_cost, drafter_cost=u, max_new_tokens=128)
+    warm = CostAwareGamma(4, c=0.3, verify_cost=COSTS.verify_cost, drafter_cost=u, max_new_tokens=128, warm=kept)
+    for policy in (cold, warm):
+        policy.next_gamma()
+        assert policy.forward_pays(0, 60)
 
 
 def test_cost_stops_paying_for_model_rounds_that_do_not_pay_then_probes():

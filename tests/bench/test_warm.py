@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specbench.bench.calibration_cache import read_calibration, write_calibration
+from specbench.bench.calibration_cache import FORMAT, read_calibration, write_calibration
 from specbench.bench.plan import PlannedRun
 from specbench.bench.prompts import Prompt
 from specbench.bench.warm import WarmBook
@@ -47,7 +47,7 @@ def test_another_pairs_file_is_refused_in_one_line(tmp_path):
 def test_a_corrupt_file_is_ignored_and_then_replaced(tmp_path, text):
     path = tmp_path / "cal.json"
     if text is None:  # the file's own layout, one drafter's entry broken
-        path.write_text(json.dumps({"key": KEY, "format": 1, "drafters": {"model": {"tables": {}}}}))
+        path.write_text(json.dumps({"key": KEY, "format": FORMAT, "drafters": {"model": {"tables": {}}}}))
     else:
         path.write_text(text)
     found, note = read_calibration(path, KEY, "model")

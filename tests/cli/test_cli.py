@@ -17,6 +17,7 @@ from tiny_hf import char_tokenizer, char_vocab, one_thread, save_tiny
 from typer.testing import CliRunner
 
 from specbench import paths
+from specbench.bench import calibration_cache
 from specbench.cli import app, report
 from specbench.models import defaults
 
@@ -239,7 +240,7 @@ def test_the_cost_policy_starts_warm_from_what_earlier_runs_kept(tiny, tmp_path)
     cold = run("generate", "hello", "--target", tiny["target"], *args, "--calibration", "none", "--json")
     assert cold.exit_code == 0 and "calibration" not in cold.stderr
     other = tmp_path / "other.json"
-    other.write_text(json.dumps({"key": "another pair", "format": 1, "drafters": {}}))
+    other.write_text(json.dumps({"key": "another pair", "format": calibration_cache.FORMAT, "drafters": {}}))
     refused = run("generate", "hello", "--target", tiny["target"], *args, "--calibration", str(other))
     assert refused.exit_code == 2 and "another model pair" in refused.stderr
     assert len(refused.stderr.strip().splitlines()[-1]) > 20 and "Traceback" not in refused.output
@@ -247,7 +248,7 @@ def test_the_cost_policy_starts_warm_from_what_earlier_runs_kept(tiny, tmp_path)
     corrupt.write_text("{ cut")
     used = run("generate", "hello", "--target", tiny["target"], *args, "--calibration", str(corrupt), "--json")
     assert used.exit_code == 0 and "starting cold" in used.stderr
-    assert json.loads(corrupt.read_text())["format"] == 1
+    assert json.loads(corrupt.read_text())["format"] == calibration_cache.FORMAT
 
 
 def test_the_default_policy_is_cost_with_gamma_up_to_12(tiny):

@@ -31,6 +31,7 @@ WARM_TRIALS, WARM_ROUNDS, WARM_COST = 16.0, 16.0, 32.0  # the most a warm start 
 WARM_MODEL_ROUNDS = 4.0  # ... of model rounds: a few bad rounds of this generation's must outweigh them
 KEEP_TRIALS, KEEP_ROUNDS, KEEP_COST = 256.0, 256.0, 1024.0  # the most kept between generations
 ROUNDING = 1e-9  # a bin's successes may pass its trials by this share (float rounding) when read
+TILT_PRIOR = 2.0  # pseudo-verdicts, as the tables expect, that hold a generation's tilt near none
 
 
 @dataclass(frozen=True)
@@ -204,6 +205,13 @@ class Calibration:
                                  was accepted (prior: 1 round with 1);
       rate()                     lambda: tokens / cost over the rounds so far, never below 1
                                  (prior: RATE_PRIOR rounds of 1 token for 1 target step).
+    The three rates of drafts with q are tilted by this generation's own record: the odds
+    of survival times (S + K) / (E + K) over (F + K) / (n - E + K), where this generation's
+    n verdicts on such drafts had S survivals and F = n - S failures, E the survivals the
+    tables expected of them, and K = TILT_PRIOR. The tables pool every generation of the
+    pair, and a text the drafter knows less well (a translation after code) is harder at
+    every confidence; a bin moves by one verdict in twenty, the tilt by one in a few. The
+    tilt is the generation's own: it is never kept.
     evidence() is this generation's own verdicts, what is kept for the next (Evidence).
     """
 
@@ -226,6 +234,8 @@ class Calibration:
         # this generation's own counts outside the tables (PAIRS), kept apart from the start
         # so that evidence() never subtracts it back out (float sums do not undo exactly)
         self._own = {name: [0.0, 0.0] for name in PAIRS}
+        self._tilt = [0.0, 0.0, 0]  # survivals, survivals the tables expected, verdicts
+        self._odds = 1.0  # the tilt: the odds factor it gives
 
     def bin(self, draft_probs: torch.Tensor | None, token: int | None = None) -> int:
         """The bin of the row's top q, or of q(token) when a token is given; BINS without q."""
@@ -238,13 +248,19 @@ class Calibration:
         return min(step, 1)
 
     def acceptance(self, step: int, b: int) -> float:
-        return self.by_top[self.depth(step)].rate(b)
+        return self.tilted(self.by_top[self.depth(step)].rate(b), b)
 
     def drawn_acceptance(self, step: int, b: int) -> float:
-        return self.by_drawn[self.depth(step)].rate(b)
+        return self.tilted(self.by_drawn[self.depth(step)].rate(b), b)
 
     def follow_acceptance(self, b: int) -> float:
-        return self.follow.rate(b)
+        return self.tilted(self.follow.rate(b), b)
+
+    def tilted(self, rate: float, b: int) -> float:
+        """A table's rate for bin b with this generation's tilt (drafts with q only)."""
+        if b >= self.BINS or self._odds == 1.0:
+            return rate
+        return rate * self._odds / (rate * self._odds + 1.0 - rate)
 
     def further_after_first(self) -> float:
         return self._after_first[0] / self._after_first[1]
@@ -275,8 +291,22 @@ class Calibration:
         draft's (from observe), or the one a refused draft without q would have had (the
         cost policy learns it from the next token; see policies/cost.py)."""
         depth = self.depth(step)
+        if b < self.BINS:
+            self._tilt_by(self.by_top[depth].rate(b), survived)
         self.by_top[depth].add(b, survived)
         self.by_drawn[depth].add(drawn, survived)
+
+    def _tilt_by(self, expected: float, survived: int) -> None:
+        """Add one verdict on a draft with q, which the tables expected to survive with
+        probability `expected`, to the tilt (see the class docstring)."""
+        tilt = self._tilt
+        tilt[0] += survived
+        tilt[1] += expected
+        tilt[2] += 1
+        k = TILT_PRIOR
+        if math.isfinite(k):
+            survivals, expected_sum, n = tilt
+            self._odds = ((survivals + k) / (expected_sum + k)) / ((n - survivals + k) / (n - expected_sum + k))
 
     def observe_cost(self, tokens: int, cost: float, model_declined: bool = False) -> None:
         """One round's yield and price (in target steps), for rate(). A round whose drafter

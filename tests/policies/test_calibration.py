@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specbench.core.protocols import Keep
-from specbench.policies import CostAwareGamma, make_policy
+from specbench.policies import CostAwareGamma, calibration, make_policy
 from specbench.policies.calibration import (
     KEEP_TRIALS,
     TABLES,
@@ -134,6 +134,27 @@ def test_a_bin_over_its_trials_by_rounding_alone_reads_as_full():
     """Files kept before the counts were exact may hold a bin 1 ulp over: read as hits = trials."""
     raw = evidence_with("first", 8, 3.0000000000000004, 3.0).as_json()
     assert Evidence.from_json(raw).tables["first"][8] == (3.0, 3.0)
+
+
+def test_a_generation_is_tilted_by_its_own_record_and_the_tilt_is_not_kept(monkeypatch):
+    """Confident first drafts failing (a text the drafter knows less well) lower every bin
+    with q, the untried ones too, and leave the copies' bin alone; drafts that survive more
+    than the tables expected raise them. evidence() keeps the verdicts, not the tilt."""
+    cold = Calibration()
+    failing, surviving = Calibration(), Calibration()
+    for _ in range(4):
+        failing.observe([9], [9], n_accepted=0, n_drafted=1, refused_next=False)
+        surviving.observe([5, 5], [5, 5], n_accepted=2, n_drafted=2, refused_next=False)
+    for step, b in ((0, 7), (1, 3)):
+        assert failing.acceptance(step, b) < cold.acceptance(step, b) < surviving.acceptance(step, b)
+    assert failing.follow_acceptance(7) < cold.follow_acceptance(7)
+    assert failing.acceptance(0, BINS) == cold.acceptance(0, BINS)  # copies: another drafter
+    assert Calibration(failing.evidence()).acceptance(0, 7) == cold.acceptance(0, 7)
+    monkeypatch.setattr(calibration, "TILT_PRIOR", float("inf"))  # no tilt
+    untilted = Calibration()
+    for _ in range(4):
+        untilted.observe([9], [9], n_accepted=0, n_drafted=1, refused_next=False)
+    assert untilted.acceptance(0, 7) == cold.acceptance(0, 7)
 
 
 def test_mean_evidence_of_replays():

@@ -26,6 +26,7 @@ from specbench.policies import (
     make_policy,
     normalized_entropy,
 )
+from specbench.policies import calibration as calibration_module
 from specbench.policies.calibration import keep
 
 V = 16
@@ -501,10 +502,12 @@ def test_cost_prices_drafts_at_the_rate_the_generation_runs():
     assert flat.info()["rate"] == 1.0
 
 
-def test_cost_rejections_at_step_zero_do_not_condemn_later_steps():
+def test_cost_rejections_at_step_zero_do_not_condemn_later_steps(monkeypatch):
     """Step 0 and later steps have their own calibration: after rows of top q 0.75 failed
     again and again as the first draft, the same confidence after an accepted-looking first
-    draft still counts as 0.75. The pooled counterfactual shows the difference is the split."""
+    draft still counts as 0.75. The pooled counterfactual shows the difference is the split.
+    (The tables' split alone: the generation's tilt, which pools the steps, is off.)"""
+    monkeypatch.setattr(calibration_module, "TILT_PRIOR", float("inf"))
     drafted = {}
     for split, calibration in ((True, Calibration()), (False, Pooled())):
         policy = keep_questions_only(cost_policy(calibration))  # the decisions, not the back-off
@@ -803,8 +806,9 @@ def scripted_rounds(policy, seed: int, rounds: int) -> tuple[str, dict]:
 
 
 # recorded when the back-off moved from skipping rounds to declining the drafter's first
-# forward (forward_pays), with the round estimate beside it: "x" marks a declined forward
-RECORDED = {
+# forward (forward_pays), with the round estimate beside it: "x" marks a declined forward.
+# Without the generation's tilt (calibration.TILT_PRIOR infinite) the policy still answers so.
+UNTILTED = {
     0: (
         "L YYYL YL x YL YL N x L YL YL x N YYL x x L YYYL x x x x YYL L YL YYL YYYYL YYYL L YYYL YYN N x YL N x x "
         "YL L YL YL YYYL YYYL YYL YN YYYL YL YL YYL YL YYYYYL YL YYL YL YYL YYYL L YL L YL",
@@ -817,12 +821,29 @@ RECORDED = {
     ),
 }
 
+# recorded when the generation's tilt (calibration.TILT_PRIOR = 2) came in
+RECORDED = {
+    0: (
+        "L YYYL YL x YN N YN x YYL YN x x N x x x YYN x L x N x x YYL L YL YYL YYYYL YL YL YYYYL YYN N x YL N x x "
+        "YYYL YL YL L YL YYYL YYL YN YYYL YL YL YYL YL L YYYYL L YYN YYYL L YYL YN L",
+        {"p_all": 0.007, "cost": 0.242, "stopped_at": 1, "rate": 1.209},
+    ),
+    1: (
+        "YYL N x YYYL YL YL YYL YYL L YL N x L YYN L YYL YL N x L N x N x x YYL YYN YL N x N x x YL YN N x N x "
+        "x L N YYL x YL YL x x x YL L YL YYL N YL x YYYYL YL YL YYL",
+        {"p_all": 0.026, "cost": 0.223, "stopped_at": 3, "rate": 1.113},
+    ),
+}
+
 
 @pytest.mark.parametrize("seed", RECORDED)
-def test_cost_replays_the_recorded_decisions(seed):
+def test_cost_replays_the_recorded_decisions(seed, monkeypatch):
     """Guards refactoring: the same rows, tokens and verdicts give the same answers, back-offs
-    and final state as the recorded policy did, round for round."""
+    and final state as the recorded policy did, round for round; and without the tilt, those
+    of the policy before it."""
     assert scripted_rounds(CostAwareGamma(6, 0.15, COSTS.verify_cost), seed, 60) == RECORDED[seed]
+    monkeypatch.setattr(calibration_module, "TILT_PRIOR", float("inf"))
+    assert scripted_rounds(CostAwareGamma(6, 0.15, COSTS.verify_cost), seed, 60) == UNTILTED[seed]
 
 
 # ---------------------------------------------------------------------------- cost: pricing a forward before it runs
@@ -869,11 +890,13 @@ def test_a_declined_read_does_not_teach_the_next_generation_to_decline():
         assert policy.forward_pays(0, 60)
 
 
-def test_cost_stops_paying_for_model_rounds_that_do_not_pay_then_probes():
+def test_cost_stops_paying_for_model_rounds_that_do_not_pay_then_probes(monkeypatch):
     """Model rounds whose drafts are rejected cost c + d_0 and buy nothing: once the round
     estimate goes below zero the drafter's forward is declined (copies could still be
     drafted), for 1, 2, 4... rounds, each back-off ending with a probe; rounds that pay again
-    bring the drafter back."""
+    bring the drafter back. (The back-off alone: with the generation's tilt on, the keep
+    question refuses these drafts after a few rejections, before the back-off is needed.)"""
+    monkeypatch.setattr(calibration_module, "TILT_PRIOR", float("inf"))
     policy = CostAwareGamma(6, c=0.3, verify_cost=COSTS.verify_cost)
     ran = []
     for _ in range(24):

@@ -235,7 +235,6 @@ class Calibration:
         # so that evidence() never subtracts it back out (float sums do not undo exactly)
         self._own = {name: [0.0, 0.0] for name in PAIRS}
         self._tilt = [0.0, 0.0, 0]  # survivals, survivals the tables expected, verdicts
-        self._odds = 1.0  # the tilt: the odds factor it gives
 
     def bin(self, draft_probs: torch.Tensor | None, token: int | None = None) -> int:
         """The bin of the row's top q, or of q(token) when a token is given; BINS without q."""
@@ -258,9 +257,19 @@ class Calibration:
 
     def tilted(self, rate: float, b: int) -> float:
         """A table's rate for bin b with this generation's tilt (drafts with q only)."""
-        if b >= self.BINS or self._odds == 1.0:
+        odds = self.tilt()
+        if b >= self.BINS or odds == 1.0:
             return rate
-        return rate * self._odds / (rate * self._odds + 1.0 - rate)
+        return rate * odds / (rate * odds + 1.0 - rate)
+
+    def tilt(self) -> float:
+        """The odds factor this generation's record gives (see the class docstring); 1 before
+        any verdict, and without a tilt (TILT_PRIOR infinite)."""
+        k = TILT_PRIOR
+        if not math.isfinite(k):
+            return 1.0
+        survivals, expected, n = self._tilt
+        return ((survivals + k) / (expected + k)) / ((n - survivals + k) / (n - expected + k))
 
     def further_after_first(self) -> float:
         return self._after_first[0] / self._after_first[1]
@@ -291,22 +300,13 @@ class Calibration:
         draft's (from observe), or the one a refused draft without q would have had (the
         cost policy learns it from the next token; see policies/cost.py)."""
         depth = self.depth(step)
-        if b < self.BINS:
-            self._tilt_by(self.by_top[depth].rate(b), survived)
+        if b < self.BINS:  # the tilt's record: survived, and the table's expectation
+            tilt = self._tilt
+            tilt[0] += survived
+            tilt[1] += self.by_top[depth].rate(b)
+            tilt[2] += 1
         self.by_top[depth].add(b, survived)
         self.by_drawn[depth].add(drawn, survived)
-
-    def _tilt_by(self, expected: float, survived: int) -> None:
-        """Add one verdict on a draft with q, which the tables expected to survive with
-        probability `expected`, to the tilt (see the class docstring)."""
-        tilt = self._tilt
-        tilt[0] += survived
-        tilt[1] += expected
-        tilt[2] += 1
-        k = TILT_PRIOR
-        if math.isfinite(k):
-            survivals, expected_sum, n = tilt
-            self._odds = ((survivals + k) / (expected_sum + k)) / ((n - survivals + k) / (n - expected_sum + k))
 
     def observe_cost(self, tokens: int, cost: float, model_declined: bool = False) -> None:
         """One round's yield and price (in target steps), for rate(). A round whose drafter

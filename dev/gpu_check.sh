@@ -5,7 +5,9 @@
 #
 # Writes into OUTDIR: tests.log (tests/core/test_cuda.py in float32 and bfloat16),
 # costs-1.5b.json and costs-7b.json (`specbench costs --random-weights`, bfloat16, beside the
-# 0.5B-shaped drafter), gpu_check.json (parity with each mismatch's logit gap, the sweep
+# 0.5B-shaped drafter), graphs.json and costs-graphed-1.5b.json, costs-graphed-7b.json
+# (dev/gpu_graphs.py: forwards over DynamicCache, StaticCache and CUDA graphs, and the costs
+# re-priced at the fastest), gpu_check.json (parity with each mismatch's logit gap, the sweep
 # against HF assisted, attention with and without cuDNN), profile.txt (one round under
 # torch.profiler) and log.txt (all output).
 # --device cpu --tiny is the dry run CI takes (tests/dev/test_gpu_check.py): tiny shapes.
@@ -56,6 +58,11 @@ for size in 1.5b 7b; do
         --kernels default --target "$configs/qwen2-$size" --drafter-model "$configs/qwen2-0.5b" \
         --timing-repeats $repeats --out "$out/costs-$size.json"
 done
+
+echo "== forwards over DynamicCache, StaticCache and CUDA graphs"
+graph_args=(--device "$device")
+[ -n "$tiny" ] && graph_args+=(--tiny --repeats 1 --context 24)
+python3 dev/gpu_graphs.py measure "$out" "${graph_args[@]}" || echo "gpu_graphs.py failed: see log.txt"
 
 echo "== parity, sweep against HF assisted, profile"
 args=(--device "$device" --draft-layers $draft_layers)

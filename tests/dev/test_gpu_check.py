@@ -15,6 +15,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "dev"))
 import gpu_check  # noqa: E402
+import gpu_graphs  # noqa: E402
 
 GAMMAS = ["hf-defaults", *range(1, 9)]
 
@@ -38,7 +39,10 @@ def test_it_writes_every_file(dry_run):
     assert sorted(p.name for p in dry_run.iterdir()) == [
         "costs-1.5b.json",
         "costs-7b.json",
+        "costs-graphed-1.5b.json",
+        "costs-graphed-7b.json",
         "gpu_check.json",
+        "graphs.json",
         "log.txt",
         "profile.txt",
         "tests.log",
@@ -50,6 +54,70 @@ def test_costs_price_the_tiny_shapes(dry_run):
         costs = json.loads((dry_run / f"costs-{size}.json").read_text())
         assert costs["c"] > 0 and costs["verify_cost"]["1"] == pytest.approx(1.0)
         assert [int(k) for k in costs["verify_cost"]][:8] == list(range(1, 9))
+
+
+def test_graphs_time_each_model_and_k_and_reprice_the_costs(dry_run):
+    """On a CPU the graph column stays empty; the static and dynamic forwards are timed for
+    every model and k, and the re-priced costs keep the file's form with the fastest way's
+    prices."""
+    report = json.loads((dry_run / "graphs.json").read_text())
+    assert list(report["models"]) == list(gpu_graphs.MODELS)
+    for rows in report["models"].values():
+        assert [r["k"] for r in rows] == list(gpu_graphs.KS)
+        for row in rows:
+            assert row["dynamic_ms"] > 0 and row["static_ms"] > 0
+            assert row["graph_ms"] is None and row["graph_equals_static"] is None
+    drafter = report["models"]["qwen2-0.5b"]
+    for size in ("1.5b", "7b"):
+        eager = json.loads((dry_run / f"costs-{size}.json").read_text())
+        graphed = json.loads((dry_run / f"costs-graphed-{size}.json").read_text())
+        target = report["models"][f"qwen2-{size}"]
+        assert set(graphed) == set(eager) | {"forwards"}
+        assert graphed["c"] == pytest.approx(gpu_graphs.fastest(drafter[0]) / gpu_graphs.fastest(target[0]))
+        assert graphed["verify_cost"]["1"] == pytest.approx(1.0)
+        assert graphed["costs"]["drafter_cost"].keys() == eager["costs"]["drafter_cost"].keys()
+
+
+def test_graphed_costs_price_every_forward_at_its_fastest_way():
+    def row(k, dynamic, static, graph):
+        return dict(k=k, dynamic_ms=dynamic, static_ms=static, graph_ms=graph)
+
+    drafter = [row(1, 10.0, 12.0, 2.0), row(2, 11.0, 12.0, 3.0)]
+    target = [row(1, 16.0, 17.0, 4.0), row(2, 17.0, 18.0, 5.0)]
+    eager = {
+        "c": 0.8,
+        "verify_cost": {"1": 1.0, "2": 1.1},
+        "costs": {
+            "c": 0.8,
+            "drafter_step_seconds": 0.010,
+            "target_step_seconds": 0.016,
+            "plain_step_seconds": 0.07,
+            "verify_cost": {"1": 1.0, "2": 1.1},
+            "verify_measured": {"1": 1.0, "2": 1.1},
+            "drafter_cost": {"1": 1.0, "2": 1.1, "16": 4.0},
+            "loop_seconds": 0.0002,
+        },
+    }
+    out = gpu_graphs.graphed_costs(eager, drafter, target)
+    block = out["costs"]
+    assert out["c"] == block["c"] == pytest.approx(0.5)
+    assert block["target_step_seconds"] == block["plain_step_seconds"] == pytest.approx(0.004)
+    assert block["verify_cost"] == pytest.approx({"1": 1.0, "2": 1.25}) and out["verify_cost"] == block["verify_cost"]
+    # a read keeps its eager seconds (4 eager steps of 10 ms), now over a 2 ms step
+    assert block["drafter_cost"] == pytest.approx({"1": 1.0, "2": 1.5, "16": 20.0})
+    assert block["loop_seconds"] == 0.0002 and eager["costs"]["c"] == 0.8  # the source is left alone
+
+
+def test_a_static_cache_forward_gives_the_dynamic_one_s_logits():
+    """What the graph replays (a StaticCache given the positions) computes what the loop's
+    DynamicCache does, in float32 on the CPU: same argmax, logits within rounding."""
+    model = gpu_check.random_model("qwen2-1.5b", True, torch.float32, "cpu")
+    context = gpu_check.prompt(512, 20, seed=3)
+    rows = gpu_graphs.forwards(model, context, repeats=1, capture=False, vocab=512)
+    assert [r["k"] for r in rows] == list(gpu_graphs.KS)
+    for row in rows:
+        assert row["static_vs_dynamic_argmax_equal"]
+        assert row["static_vs_dynamic_max_abs"] < 1e-4
 
 
 def test_parity_and_sweep(dry_run):

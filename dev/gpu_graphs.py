@@ -157,13 +157,23 @@ def fastest(row: dict) -> float:
     return min(v for v in (row["dynamic_ms"], row["static_ms"], row["graph_ms"]) if v is not None) / 1000
 
 
+def rising(prices: dict) -> dict:
+    """Each price at least the one before it, as `specbench costs` makes v(k) and u(n)."""
+    out, top = {}, 0.0
+    for k, price in prices.items():
+        top = max(top, price)
+        out[k] = top
+    return out
+
+
 def graphed_costs(costs: dict, drafter: list[dict], target: list[dict]) -> dict:
-    """costs (specbench costs' file) with the forwards priced at the rows' fastest ways."""
+    """costs (specbench costs' file) with the forwards priced at the rows' fastest ways
+    (a way may differ from k to k: the fastest a loop could pick for each)."""
     out = copy.deepcopy(costs)
     block = out["costs"]
     t1, d1 = fastest(target[0]), fastest(drafter[0])
-    verify = {str(r["k"]): fastest(r) / t1 for r in target}
-    draft = {str(r["k"]): fastest(r) / d1 for r in drafter}
+    verify = rising({str(r["k"]): fastest(r) / t1 for r in target})
+    draft = rising({str(r["k"]): fastest(r) / d1 for r in drafter})
     eager_step = block["drafter_step_seconds"]
     reads = {n: u * eager_step / d1 for n, u in block["drafter_cost"].items() if int(n) > max(KS)}
     block.update(

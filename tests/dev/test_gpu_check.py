@@ -83,7 +83,7 @@ def test_graphed_costs_price_every_forward_at_its_fastest_way():
         return dict(k=k, dynamic_ms=dynamic, static_ms=static, graph_ms=graph)
 
     drafter = [row(1, 10.0, 12.0, 2.0), row(2, 11.0, 12.0, 3.0)]
-    target = [row(1, 16.0, 17.0, 4.0), row(2, 17.0, 18.0, 5.0)]
+    target = [row(1, 16.0, 17.0, 4.0), row(2, 17.0, 18.0, 5.0), row(3, 17.0, 18.0, None), row(4, 4.8, 18.0, None)]
     eager = {
         "c": 0.8,
         "verify_cost": {"1": 1.0, "2": 1.1},
@@ -102,7 +102,9 @@ def test_graphed_costs_price_every_forward_at_its_fastest_way():
     block = out["costs"]
     assert out["c"] == block["c"] == pytest.approx(0.5)
     assert block["target_step_seconds"] == block["plain_step_seconds"] == pytest.approx(0.004)
-    assert block["verify_cost"] == pytest.approx({"1": 1.0, "2": 1.25}) and out["verify_cost"] == block["verify_cost"]
+    # k = 3 was not captured (its fastest is dynamic); k = 4 is faster than 2 but priced no lower
+    assert block["verify_cost"] == pytest.approx({"1": 1.0, "2": 1.25, "3": 4.25, "4": 4.25})
+    assert out["verify_cost"] == block["verify_cost"]
     # a read keeps its eager seconds (4 eager steps of 10 ms), now over a 2 ms step
     assert block["drafter_cost"] == pytest.approx({"1": 1.0, "2": 1.5, "16": 20.0})
     assert block["loop_seconds"] == 0.0002 and eager["costs"]["c"] == 0.8  # the source is left alone

@@ -102,6 +102,7 @@ def check_resume_meta(meta: dict, fresh: dict) -> None:
         "measure",
         "measure_per_category",
         "shard",
+        "min_time",
     ):
         if key in old and old[key] != fresh["sweep"].get(key):
             raise SweepError(f"cannot resume: {key} was {old[key]!r} in that sweep, now {fresh['sweep'].get(key)!r}")

@@ -62,6 +62,8 @@ class SweepConfig:
     hf_stock: bool = False  # hf-assisted defaults once more on PyTorch's stock kernels
     steps: bool = False  # also write every StepRecord to steps.jsonl
     timing_repeats: int = 5  # timed forwards per point of c and v(k); the median counts
+    # a measured run is timed again, back to back, until its decodes add up to this many seconds (runner.median_timing)
+    min_time: float = 0.0
     warmup_tokens: int = 16  # length of the untimed warm-up generation
     kernels: str = "auto"  # Linear kernels of both models (kernels.KERNELS); all methods share them
     draft_vocab: int = 0  # specbench's model drafter scores ids below it (+ prompt, EOS); 0: all
@@ -83,6 +85,8 @@ class SweepConfig:
             raise SweepError(f"repeats must be >= 1, got {self.repeats}")
         if self.timing_repeats < 1:
             raise SweepError(f"timing repeats must be >= 1, got {self.timing_repeats}")
+        if not self.min_time >= 0:
+            raise SweepError(f"min time must be >= 0 seconds, got {self.min_time}")
         for repeat in {0, self.repeats - 1}:  # max-new-tokens, temperature and the first and last seed: core's checks
             generation_config(self, (), repeat=repeat)
         check_draft_vocab(self.draft_vocab)

@@ -203,6 +203,14 @@ TraceFile = Annotated[
 TimingRepeats = Annotated[
     int, typer.Option("--timing-repeats", help="Timed forwards per point of c, v(k) and u(n) (the median counts).")
 ]
+MinTime = Annotated[
+    float,
+    typer.Option(
+        "--min-time",
+        help="Time each measured run again, back to back, until its decodes add up to this many seconds"
+        " (at most 9 timings; the median counts): short answers, whose one timing is noisy. 0: once.",
+    ),
+]
 CostsPerPrompt = Annotated[
     bool,
     typer.Option(

@@ -887,9 +887,12 @@ def test_sweep_command_end_to_end(patched_models, tmp_path):
         "--no-hf-assisted",
         "--timing-repeats",
         "1",
+        "--min-time",
+        "0.01",
     ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
+    assert json.loads((out / "meta.json").read_text())["sweep"]["min_time"] == 0.01
     assert (
         "Predicted on every prompt" in result.output
         and "Measured" in result.output
@@ -1002,6 +1005,8 @@ def test_a_sweep_of_a_users_target_with_model_free_drafters_loads_no_drafter_mod
         (["--seed", str(2**64 - 1), "--repeats", "2"], "seed must be in 0 .. 2**64 - 1"),
         (["--gamma-policy", "fixed", "--gamma-policy", "nope"], "unknown gamma policy"),
         (["--timing-repeats", "0"], "timing repeats must be >= 1"),
+        (["--min-time", "-1"], "min time must be >= 0"),
+        (["--min-time", "nan"], "min time must be >= 0"),
         (["--draft-vocab", "-1"], "draft-vocab must be >= 0"),
         (["--drafter-model", "default", "--drafter-model", "ngram"], "each of several drafter models must be a model"),
         (["--drafter-model", "default", "--drafter-model", "none"], "--drafter-model none: each of several"),
@@ -1650,3 +1655,62 @@ def test_prompt_hashes_follow_what_a_prompt_sends():
     assert prompt_hash(a) == prompt_hash(Prompt("a", "other", ("def add(a, b):",)))  # the category is not sent
     assert prompt_hash(a) != prompt_hash(Prompt("a", "code", ("def add(a, c):",)))
     assert prompt_hash(a) != prompt_hash(Prompt("a", "code", ("def add(a, b):",), system="be brief"))
+
+
+def _timing(seconds: float, tokens_per_second: float) -> Measurement:
+    return Measurement([1, 2], RunStats(new_tokens=round(tokens_per_second * seconds), decode_seconds=seconds))
+
+
+def test_median_timing_times_short_runs_until_min_time_and_keeps_the_median():
+    """Timed until the decodes add up to min_time (at most `most` times), the timing of median
+    speed counts (the slower of the middle two); with min_time 0 a run is timed once."""
+    speeds = iter([30.0, 10.0, 20.0, 40.0, 50.0])
+    calls = []
+
+    def once():
+        calls.append(1)
+        return _timing(0.3, next(speeds))
+
+    assert bench_runner.median_timing(once, 0.0).stats.tokens_per_second == pytest.approx(30.0) and len(calls) == 1
+    calls.clear()
+    speeds = iter([30.0, 10.0, 20.0, 40.0, 50.0])
+    chosen = bench_runner.median_timing(once, 1.0)  # 0.3 + 0.3 + 0.3 < 1.0 <= 1.2: four timings
+    assert len(calls) == 4 and chosen.stats.tokens_per_second == pytest.approx(20.0)  # of 10, 20, 30, 40
+    calls.clear()
+    speeds = iter([30.0, 10.0, 20.0, 40.0, 50.0])
+    assert bench_runner.median_timing(once, 100.0, most=3).stats.tokens_per_second == pytest.approx(20.0)
+    assert len(calls) == 3
+
+
+def test_min_time_times_measured_runs_again_and_leaves_profile_and_predictions(
+    close_pair, tokenizer, tmp_path, monkeypatch
+):
+    """--min-time: each measured run (plain and speculative) is timed until its decodes add up
+    to it; phase 1's plain runs and the warm-ups run once, predictions are not timed, and the
+    rows are the same runs with the same outputs as without it."""
+    counts = {"plain": 0, "specbench": 0}
+    plain, spec = bench_runner.measure_plain, bench_runner.measure_specbench
+
+    def count(name, real):
+        def counted(*args, **kwargs):
+            counts[name] += 1
+            return real(*args, **kwargs)
+
+        return counted
+
+    monkeypatch.setattr(bench_runner, "measure_plain", count("plain", plain))
+    monkeypatch.setattr(bench_runner, "measure_specbench", count("specbench", spec))
+    config = SweepConfig(drafters=("model",), policies=("cost",), hf_assisted=False, **FAST)
+    once = read_rows(run_sweep(close_pair, tokenizer, tmp_path / "once", config).out_dir / "runs.csv")
+    base = dict(counts)
+    counts.update(plain=0, specbench=0)
+    timed = replace(config, min_time=1e9)  # never reached: every measured run is timed MOST_TIMINGS times
+    again = read_rows(run_sweep(close_pair, tokenizer, tmp_path / "again", timed).out_dir / "runs.csv")
+    measured = {m: sum(r["source"] == "measured" and r["method"] == m for r in once) for m in counts}
+    extra = bench_runner.MOST_TIMINGS - 1
+    assert counts == {m: base[m] + extra * measured[m] for m in counts} and all(measured.values())
+    key = lambda rows: sorted((r["source"], r["method"], r["prompt_id"], r["output_hash"]) for r in rows)
+    assert key(again) == key(once)
+    assert json.loads((tmp_path / "again" / "meta.json").read_text())["sweep"]["min_time"] == 1e9
+    with pytest.raises(SweepError, match="min time"):
+        SweepConfig(min_time=-1.0)

@@ -44,6 +44,7 @@ from pathlib import Path
 import torch
 from gpu_check import config_dict, machine, prompt, random_model
 
+from specbench.bench.costs import fit_verify_curve
 from specbench.core.cache import cache_arg, crop_cache, new_cache
 from specbench.core.generate import sync
 
@@ -157,23 +158,18 @@ def fastest(row: dict) -> float:
     return min(v for v in (row["dynamic_ms"], row["static_ms"], row["graph_ms"]) if v is not None) / 1000
 
 
-def rising(prices: dict) -> dict:
-    """Each price at least the one before it, as `specbench costs` makes v(k) and u(n)."""
-    out, top = {}, 0.0
-    for k, price in prices.items():
-        top = max(top, price)
-        out[k] = top
-    return out
-
-
 def graphed_costs(costs: dict, drafter: list[dict], target: list[dict]) -> dict:
     """costs (specbench costs' file) with the forwards priced at the rows' fastest ways
-    (a way may differ from k to k: the fastest a loop could pick for each)."""
+    (a way may differ from k to k: the fastest a loop could pick for each), the curves
+    fitted as `specbench costs` fits them (costs.fit_verify_curve)."""
     out = copy.deepcopy(costs)
     block = out["costs"]
-    t1, d1 = fastest(target[0]), fastest(drafter[0])
-    verify = rising({str(r["k"]): fastest(r) / t1 for r in target})
-    draft = rising({str(r["k"]): fastest(r) / d1 for r in drafter})
+    target_s = {r["k"]: fastest(r) for r in target}
+    drafter_s = {r["k"]: fastest(r) for r in drafter}
+    t1, d1 = target_s[1], drafter_s[1]
+    # fitted as `specbench costs` fits them: v(k) from k = 2 on, u(k) from k = 3 on
+    verify = {str(k): v for k, v in fit_verify_curve(target_s).items()}
+    draft = {str(k): u for k, u in fit_verify_curve(drafter_s, exact=2).items()}
     eager_step = block["drafter_step_seconds"]
     reads = {n: u * eager_step / d1 for n, u in block["drafter_cost"].items() if int(n) > max(KS)}
     block.update(
@@ -182,7 +178,7 @@ def graphed_costs(costs: dict, drafter: list[dict], target: list[dict]) -> dict:
         drafter_step_seconds=d1,
         plain_step_seconds=t1,
         verify_cost=verify,
-        verify_measured=dict(verify),
+        verify_measured={str(k): t / t1 for k, t in target_s.items()},
         drafter_cost={**draft, **reads},
     )
     out.update(c=block["c"], verify_cost=verify)

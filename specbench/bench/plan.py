@@ -62,7 +62,8 @@ class SweepConfig:
     hf_stock: bool = False  # hf-assisted defaults once more on PyTorch's stock kernels
     steps: bool = False  # also write every StepRecord to steps.jsonl
     timing_repeats: int = 5  # timed forwards per point of c and v(k); the median counts
-    # a measured run is timed again, back to back, until its decodes add up to this many seconds (runner.median_timing)
+    # each measured run of a prompt is timed again, the block's runs in turns, until its decodes add up to
+    # this many seconds (runner.interleaved_timings)
     min_time: float = 0.0
     warmup_tokens: int = 16  # length of the untimed warm-up generation
     kernels: str = "auto"  # Linear kernels of both models (kernels.KERNELS); all methods share them

@@ -1,7 +1,8 @@
 """How a sweep times and counts one run: the plain baseline, specbench's speculative
 decoding, HF's assisted generation (hf_assisted.py) and a predicted run replayed on its
-prompt's recorded path (profile.py); and run_plan, which runs a list of PlannedRun in order
-and writes each as it finishes (records.py).
+prompt's recorded path (profile.py); and run_plan, which runs a list of PlannedRun in order,
+a timing group at a time (a measured block with the plain run beside it, timed in turns
+under --min-time), and writes each row as its group finishes (records.py).
 
 SweepRunner holds the loaded models and the prompts' ids; the costs a run is priced with
 come from the CostBook it is given (pricing.py), which it asks and never fills in from
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from specbench.bench.costs import Costs, for_drafter, measure_costs, shared_limit, timing_context
 from specbench.bench.hf_assisted import HFDrafter, hf_sampling_defect, measure_hf_assisted
-from specbench.bench.labels import BASELINE_METHOD, PREDICTED, PROFILE, label_parts
+from specbench.bench.labels import BASELINE_METHOD, MEASURED, PREDICTED, PROFILE, label_parts
 from specbench.bench.plan import (
     HF_EARLY_EXIT,
     HF_METHODS,
@@ -51,20 +52,51 @@ from specbench.policies import make_policy
 from specbench.policies.calibration import Evidence
 from specbench.speed.kernels import stock_kernels
 
-MOST_TIMINGS = 9  # median_timing's limit
+MOST_TIMINGS = 9  # interleaved_timings' limit per run
 
 
-def median_timing(once: Callable[[], Measurement], min_time: float, most: int = MOST_TIMINGS) -> Measurement:
-    """once() run again and again, back to back, until their decodes add up to min_time seconds
-    (at most `most` times; once where min_time is 0): the timing of median speed (the slower
-    of the middle two). Why: a decode of a short answer takes well under a second, and one
-    timing of it moved by 40% on a busy 2-core CPU (docs/log.md, 2026-11-30); a long answer
-    is timed once, as before."""
-    timings = [once()]
-    while sum(m.stats.decode_seconds for m in timings) < min_time and len(timings) < most:
-        timings.append(once())
+def interleaved_timings(
+    onces: list[Callable[[], Measurement]], min_time: float, most: int = MOST_TIMINGS
+) -> list[Measurement]:
+    """Each once() timed in turn, round after round, each until its decodes add up to
+    min_time seconds (at most `most` times; once where min_time is 0): per once, the timing
+    of median speed (the slower of the middle two). Why: a decode of a short answer takes
+    well under a second, and one timing of it moved by 40% on a busy 2-core CPU; taking
+    the runs of one prompt in turns, rather than one after the other, puts the machine's
+    drift over those seconds on the plain run and the speculative ones alike
+    (docs/log.md, 2026-11-30). A long answer is timed once, as before."""
+    timings: list[list[Measurement]] = [[] for _ in onces]
+
+    def wants(i: int) -> bool:
+        done = timings[i]
+        return not done or (sum(m.stats.decode_seconds for m in done) < min_time and len(done) < most)
+
+    while any(wants(i) for i in range(len(onces))):
+        for i, once in enumerate(onces):
+            if wants(i):
+                timings[i].append(once())
+    return [median_speed(done) for done in timings]
+
+
+def median_speed(timings: list[Measurement]) -> Measurement:
+    """The timing of median tokens per second (the slower of the middle two)."""
     ordered = sorted(timings, key=lambda m: m.stats.tokens_per_second)
     return ordered[(len(ordered) - 1) // 2]
+
+
+def timing_groups(plan: list[PlannedRun]) -> list[list[PlannedRun]]:
+    """The plan cut into what is timed together: the consecutive measured runs of one prompt
+    and repeat (a block and the plain run beside it, measure_plan) form one group; every
+    other run (phase 1's, a prediction) is a group of its own."""
+    groups: list[list[PlannedRun]] = []
+    for run in plan:
+        last = groups[-1][-1] if groups else None
+        same = last is not None and run.source == last.source == MEASURED
+        if same and (run.prompt.id, run.repeat) == (last.prompt.id, last.repeat):
+            groups[-1].append(run)
+        else:
+            groups.append([run])
+    return groups
 
 
 @dataclass(frozen=True)
@@ -304,6 +336,8 @@ class SweepRunner:
         return (self.drafters[name].tokenizer, self.tokenizer, output_vocab_size(self.target))
 
     def measure(self, run: PlannedRun, max_new_tokens: int | None = None) -> Measurement:
+        """One run: a prediction replayed, or timed once (phase 1's plain runs, the warm-ups,
+        and measured runs when config.min_time is 0)."""
         ids = self.prompt_ids(run.prompt)
         gen = generation_config(self.config, self.eos_ids, run.repeat, max_new_tokens)
         warm = self.warm.start(run)
@@ -312,9 +346,14 @@ class SweepRunner:
             m = predicted_measurement(path, run, gen, self.costs.for_run(run), self.config.draft_vocab, warm)
             self.warm.add(run, m.evidence)
             return m
-        if run.source == PROFILE or max_new_tokens is not None:  # phase 1's plain runs and the warm-ups: once
-            return self.time(run, ids, gen, warm, max_new_tokens)
-        return median_timing(lambda: self.time(run, ids, gen, warm, max_new_tokens), self.config.min_time)
+        return self.time(run, ids, gen, warm, max_new_tokens)
+
+    def measure_group(self, runs: list[PlannedRun]) -> list[Measurement]:
+        """A timing group (timing_groups): one run after the other, or, where config.min_time
+        is set and the group is measured, timed in turns (interleaved_timings)."""
+        if self.config.min_time <= 0 or runs[0].source != MEASURED:
+            return [self.measure(run) for run in runs]
+        return interleaved_timings([lambda run=run: self.measure(run) for run in runs], self.config.min_time)
 
     def time(
         self, run: PlannedRun, ids: list[int], gen: GenerationConfig, warm: Evidence | None, max_new_tokens: int | None
@@ -351,7 +390,7 @@ class SweepRunner:
 
 def run_plan(
     plan: list[PlannedRun],
-    measure: Callable[[PlannedRun], Measurement],
+    measure: Callable[[list[PlannedRun]], list[Measurement]],
     out_dir: Path,
     *,
     costs_of: Callable[[PlannedRun], Costs | None],
@@ -361,26 +400,28 @@ def run_plan(
     write_steps: bool = False,
     on_row: Callable[[PlannedRun, dict], None] | None = None,
 ) -> int:
-    """Measure each run in order and append its row to runs.csv as soon as it finishes.
-    costs_of(run) gives the costs of run's block (measured there when first asked, before
-    the run). An interruption (Ctrl-C) loses only the run in progress. Returns rows written."""
+    """Measure the plan a timing group at a time (timing_groups; measure(group) gives one
+    Measurement per run) and append each run's row to runs.csv as soon as its group
+    finishes. costs_of(run) gives the costs of run's block (measured there when first asked,
+    before the group). An interruption (Ctrl-C) loses only the group in progress. Returns
+    rows written."""
     baselines = dict(baselines or {})
-    for run in plan:
-        costs = costs_of(run)
-        m = measure(run)
-        where = baseline_key(run.source, run.prompt.id, run.repeat)
-        row = make_row(
-            run,
-            m,
-            baselines.get(where),
-            c=costs.c if costs else None,
-            prompt_tokens=prompt_tokens(run.prompt),
-            seed=seed + run.repeat,
-            costs=costs,
-        )
-        if run.method == BASELINE_METHOD:
-            baselines[where] = Baseline(row["tokens_per_second"], row["output_hash"])
-        write_run(out_dir, run, m, row, write_steps)
-        if on_row is not None:
-            on_row(run, row)
+    for group in timing_groups(plan):
+        costs = [costs_of(run) for run in group]
+        for run, m, run_costs in zip(group, measure(group), costs, strict=True):
+            where = baseline_key(run.source, run.prompt.id, run.repeat)
+            row = make_row(
+                run,
+                m,
+                baselines.get(where),
+                c=run_costs.c if run_costs else None,
+                prompt_tokens=prompt_tokens(run.prompt),
+                seed=seed + run.repeat,
+                costs=run_costs,
+            )
+            if run.method == BASELINE_METHOD:
+                baselines[where] = Baseline(row["tokens_per_second"], row["output_hash"])
+            write_run(out_dir, run, m, row, write_steps)
+            if on_row is not None:
+                on_row(run, row)
     return len(plan)

@@ -169,7 +169,7 @@ class Session:
         self.status("running")
         written = run_plan(
             todo,
-            self.runner.measure,
+            self.runner.measure_group,
             self.out_dir,
             costs_of=self.runner.costs.for_run,
             prompt_tokens=lambda prompt: len(self.runner.prompt_ids(prompt)),

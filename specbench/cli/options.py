@@ -207,8 +207,8 @@ MinTime = Annotated[
     float,
     typer.Option(
         "--min-time",
-        help="Time each measured run again, back to back, until its decodes add up to this many seconds"
-        " (at most 9 timings; the median counts): short answers, whose one timing is noisy. 0: once.",
+        help="Time each measured run again, a prompt's runs in turns, until its decodes add up to this many"
+        " seconds (at most 9 timings; the median counts): short answers, whose one timing is noisy. 0: once.",
     ),
 ]
 CostsPerPrompt = Annotated[

@@ -1661,33 +1661,56 @@ def _timing(seconds: float, tokens_per_second: float) -> Measurement:
     return Measurement([1, 2], RunStats(new_tokens=round(tokens_per_second * seconds), decode_seconds=seconds))
 
 
-def test_median_timing_times_short_runs_until_min_time_and_keeps_the_median():
-    """Timed until the decodes add up to min_time (at most `most` times), the timing of median
-    speed counts (the slower of the middle two); with min_time 0 a run is timed once."""
-    speeds = iter([30.0, 10.0, 20.0, 40.0, 50.0])
+def test_interleaved_timings_take_turns_until_min_time_and_keep_the_median():
+    """Each run is timed until its decodes add up to min_time (at most `most` times), the runs
+    in turns, and each keeps its timing of median speed (the slower of the middle two); with
+    min_time 0 each run is timed once, in order."""
     calls = []
 
-    def once():
-        calls.append(1)
-        return _timing(0.3, next(speeds))
+    def timer(name, seconds, speeds):
+        speeds = iter(speeds)
 
-    assert bench_runner.median_timing(once, 0.0).stats.tokens_per_second == pytest.approx(30.0) and len(calls) == 1
+        def once():
+            calls.append(name)
+            return _timing(seconds, next(speeds))
+
+        return once
+
+    def both():
+        return [timer("a", 0.3, [30.0, 10.0, 20.0, 40.0, 50.0]), timer("b", 0.5, [4.0, 6.0, 8.0, 10.0])]
+
+    chosen = bench_runner.interleaved_timings(both(), 0.0)
+    assert calls == ["a", "b"] and [m.stats.tokens_per_second for m in chosen] == pytest.approx([30.0, 4.0])
     calls.clear()
-    speeds = iter([30.0, 10.0, 20.0, 40.0, 50.0])
-    chosen = bench_runner.median_timing(once, 1.0)  # 0.3 + 0.3 + 0.3 < 1.0 <= 1.2: four timings
-    assert len(calls) == 4 and chosen.stats.tokens_per_second == pytest.approx(20.0)  # of 10, 20, 30, 40
+    chosen = bench_runner.interleaved_timings(both(), 1.0)  # a: 4 x 0.3 s, b: 2 x 0.5 s
+    assert calls == ["a", "b", "a", "b", "a", "a"]
+    assert [m.stats.tokens_per_second for m in chosen] == pytest.approx([20.0, 4.0])  # of 10..40; of 4, 6
     calls.clear()
-    speeds = iter([30.0, 10.0, 20.0, 40.0, 50.0])
-    assert bench_runner.median_timing(once, 100.0, most=3).stats.tokens_per_second == pytest.approx(20.0)
-    assert len(calls) == 3
+    chosen = bench_runner.interleaved_timings(both(), 100.0, most=3)
+    assert calls == ["a", "b"] * 3 and [m.stats.tokens_per_second for m in chosen] == pytest.approx([20.0, 6.0])
+
+
+def test_timing_groups_join_a_prompts_measured_runs_only():
+    """A prompt and repeat's consecutive measured runs are one group; profile runs and
+    predictions stand alone, and another prompt or repeat starts a new group."""
+    a, b = Prompt("a", "x", ("hi",)), Prompt("b", "x", ("yo",))
+
+    def run(prompt, source, repeat=0):
+        return PlannedRun("plain", "", "", None, 0.0, prompt, repeat, source=source)
+
+    plan = [run(a, "profile"), run(a, "profile"), run(a, "predicted"), run(a, "predicted")]
+    plan += [run(a, "measured"), run(a, "measured"), run(a, "measured", 1), run(b, "measured"), run(b, "measured")]
+    sizes = [len(group) for group in bench_runner.timing_groups(plan)]
+    assert sizes == [1, 1, 1, 1, 2, 1, 2] and sum(bench_runner.timing_groups(plan), []) == plan
 
 
 def test_min_time_times_measured_runs_again_and_leaves_profile_and_predictions(
     close_pair, tokenizer, tmp_path, monkeypatch
 ):
     """--min-time: each measured run (plain and speculative) is timed until its decodes add up
-    to it; phase 1's plain runs and the warm-ups run once, predictions are not timed, and the
-    rows are the same runs with the same outputs as without it."""
+    to it, a prompt's runs in turns; phase 1's plain runs and the warm-ups run once,
+    predictions are not timed, and the rows are the same runs with the same outputs as
+    without it."""
     counts = {"plain": 0, "specbench": 0}
     plain, spec = bench_runner.measure_plain, bench_runner.measure_specbench
 

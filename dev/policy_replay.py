@@ -6,13 +6,15 @@ to weigh a policy change or other costs on several prompt sets without timing an
         paths.jsonl with --outputs, else decoded here), one file per prompt in DIR
         (about 75 MB a prompt of 128 tokens: delete DIR when done)
     python dev/policy_replay.py score DIR --costs FILE [--drafter-cost COSTS] [--set NAME=VALUE ...]
-            [--read-head]
+            [--read-head] [--c-times F] [--rows-times F]
         the cost policy as a sweep predicts it (each prompt warm from the ones before, in
         order) and the oracle, priced with a sweep's meta.json or a `specbench costs`
         file; --drafter-cost takes u(n) from a `specbench costs` file instead; --set
         changes a class or module constant for the run (CostAwareGamma.MODEL_PRIOR=1,
         calibration.WARM_TRIALS=8); --read-head replays a drafter that keeps no head
-        (drafters.model.keep_head) and reads every prompt whole
+        (drafters.model.keep_head) and reads every prompt whole; --c-times and --rows-times
+        price a drafter step at F times c and each verify row past the first at F times
+        v(k) - 1: what a cheaper drafter or verify would buy, before building it
 
 `score` prints the geometric mean, the oracle's, the share of its gain, each category's
 mean and the prompts below 0.95x. Greedy, 128 new tokens, the pair's default draft
@@ -63,13 +65,26 @@ def record(prompts: str, out: Path, outputs: Path | None) -> None:
         print(prompt.id, len(ids), len(output), flush=True)
 
 
+def scaled(costs: Costs, c_times: float, rows_times: float) -> Costs:
+    """costs with the drafter step times c_times and v(k) - v(1) times rows_times."""
+    one = costs.verify_cost[1]
+    verify = {k: one + (v - one) * rows_times for k, v in costs.verify_cost.items()}
+    return replace(costs, drafter_step_seconds=costs.drafter_step_seconds * c_times, verify_cost=verify)
+
+
 def score(
-    folder: Path, meta: Path, drafter_cost: Path | None, settings: list[str], draft_vocab: int, read_head: bool
+    folder: Path,
+    meta: Path,
+    drafter_cost: Path | None,
+    settings: list[str],
+    draft_vocab: int,
+    read_head: bool,
+    times: tuple[float, float] = (1.0, 1.0),
 ) -> None:
     raw = json.loads(meta.read_text())
     # a sweep's (measured once, or pooled over per-prompt blocks) or `specbench costs`'
     raw = raw.get("costs_by_block", {}).get("sweep") or raw["costs"]
-    costs = for_drafter(Costs.from_meta(raw), DRAFTER)
+    costs = for_drafter(scaled(Costs.from_meta(raw), *times), DRAFTER)
     if drafter_cost is not None:
         u = json.loads(drafter_cost.read_text())["costs"]["drafter_cost"]
         costs = replace(costs, drafter_cost={int(n): float(x) for n, x in u.items()})
@@ -123,11 +138,14 @@ def main() -> None:
     scoring.add_argument("--set", action="append", default=[], dest="settings")
     scoring.add_argument("--draft-vocab", type=int, default=DEFAULT_DRAFT_VOCAB)
     scoring.add_argument("--read-head", action="store_true")
+    scoring.add_argument("--c-times", type=float, default=1.0)
+    scoring.add_argument("--rows-times", type=float, default=1.0)
     args = parser.parse_args()
     if args.command == "record":
         record(args.prompts, args.out, args.outputs)
     else:
-        score(args.folder, args.costs, args.drafter_cost, args.settings, args.draft_vocab, args.read_head)
+        times = (args.c_times, args.rows_times)
+        score(args.folder, args.costs, args.drafter_cost, args.settings, args.draft_vocab, args.read_head, times)
 
 
 if __name__ == "__main__":

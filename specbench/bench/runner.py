@@ -63,8 +63,8 @@ def interleaved_timings(
     of median speed (the slower of the middle two). Why: a decode of a short answer takes
     well under a second, and one timing of it moved by 40% on a busy 2-core CPU; taking
     the runs of one prompt in turns, rather than one after the other, puts the machine's
-    drift over those seconds on the plain run and the speculative ones alike
-    (docs/log.md, 2026-11-30). A long answer is timed once, as before."""
+    drift over those seconds on the plain run and the speculative ones alike. A long
+    answer is timed once, as before."""
     timings: list[list[Measurement]] = [[] for _ in onces]
 
     def wants(i: int) -> bool:

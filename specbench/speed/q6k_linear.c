@@ -83,9 +83,9 @@ static inline __attribute__((always_inline)) void q6k_tile(const q6k_job_t *J, i
     for (int s = 0; s < nsb; s++) {
         const uint8_t *ql = J->ql + (block + s) * 128, *qh = J->qh + (block + s) * 64;
         const int8_t *sc = J->sc + (block + s) * 16;
-        _mm_prefetch((const char *)(ql + (size_t)PREFETCH * nsb * 128), _MM_HINT_T0);
-        _mm_prefetch((const char *)(ql + (size_t)PREFETCH * nsb * 128 + 64), _MM_HINT_T0);
-        _mm_prefetch((const char *)(qh + (size_t)PREFETCH * nsb * 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(ql + PREFETCH_BYTES), _MM_HINT_T0);
+        _mm_prefetch((const char *)(ql + PREFETCH_BYTES + 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(qh + PREFETCH_BYTES / 2), _MM_HINT_T0);
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)sc);
         __m256i sumi[MT];
         for (int i = 0; i < mt; i++) sumi[i] = _mm256_setzero_si256();

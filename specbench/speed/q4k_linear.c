@@ -62,8 +62,8 @@
 #endif
 #define NB 16    /* weight rows per cache block */
 /* How far ahead of the super-block being read its weight stream is prefetched, in bytes (also
- * q6k_linear.c's). In bytes, not rows: a row's nibbles are 128 bytes a super-block, so a distance
- * in rows is 1 KB ahead on a drafter's 896-column rows, too short for memory to answer in
+ * q6k_linear.c's). In bytes, not rows: a row's nibbles are 128 bytes a super-block, so two
+ * rows ahead would be 1 KB on a drafter's 896-column rows, too short for memory to answer in
  * time, and 9 KB on an 8960-column down projection. 4 KB suits both; a prefetch changes no
  * bit. */
 #define PREFETCH_BYTES 4096

@@ -4,8 +4,9 @@
 seconds, so they are kept in the cache folder under a key that names everything a forward's
 cost depends on: both models (a local file by where it is and what it holds, not by its name
 alone), their dtypes, the draft vocabulary, the device, the kernels, torch's thread count, the
-sampling settings, and the versions of the kernels and of the costs method. The CLI only shows
-the result.
+sampling settings, the versions of the step's Python (kernels.VERSION) and of the costs method,
+and a digest of the native kernels' C text (an edit that leaves every bit as it was can still
+change a forward's cost). The CLI only shows the result.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def cost_key(pair, pair_config, kernels: str, sampling) -> str:
             f"march={native.march()}",
             f"vocab={pair.draft_vocab}",
             pair_config.device,
-            f"{kernels}.v{VERSION}",
+            f"{kernels}.v{VERSION}.c{native.sources_digest()}",
             f"threads={torch.get_num_threads()}",
             f"t={sampling.temperature:g},k={sampling.top_k},p={sampling.top_p:g}",
             f"costs.v{METHOD}",

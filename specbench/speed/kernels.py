@@ -38,8 +38,9 @@ import torch
 import torch.nn.functional as F
 
 KERNELS = ("auto", "default", "onednn")  # auto: onednn where this torch has it, else default
-# what runs a step (what a kernel choice swaps, the native layers): cached cost measurements
-# key on it, so it changes whenever that does
+# what runs a step in Python (what a kernel choice swaps, which layers go native): cached cost
+# measurements key on it, so it changes whenever that does (and on native.sources_digest(),
+# which follows the C kernels by itself)
 VERSION = 11
 SWAPPED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 

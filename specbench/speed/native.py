@@ -162,6 +162,14 @@ LAYER = Library(
     ),
     includes=("q4k_linear.c", "q6k_linear.c"),
 )
+LIBRARIES = (GEMV, LINEAR, Q4K, Q6K, LAYER)
+
+
+def sources_digest() -> str:
+    """A short hash of every kernel's C text. Cached measurements of their speed key on it
+    (cost_cache.cost_key), so an edit that changes no bit but the speed (a prefetch
+    distance, a tile's order of instructions) is measured again without a version to bump."""
+    return hashlib.sha256(b"".join(library.sources() for library in LIBRARIES)).hexdigest()[:12]
 
 
 def _getters(library: Library, what: str):

@@ -277,20 +277,46 @@ def test_a_curve_is_read_past_its_end_and_between_points_measured_further_out():
     assert verify_cost_at({}, 3) is None
 
 
-def test_a_drafter_with_bfloat16_twins_has_costs_of_its_own():
-    """Long forwards cost otherwise through twins (speed/twins.py): the cached costs, and the
-    calibration kept under the same key, are not shared with the same pair without them."""
+def _key_pair():
+    """A pair as cost_key reads it (tiny models, no files), and its PairConfig."""
     from types import SimpleNamespace
 
-    from specbench.bench.cost_cache import cost_key
-    from specbench.core.sampling import SamplingConfig
     from specbench.models.loading import PairConfig
 
     def loaded(name):
         return SimpleNamespace(name=name, spec=SimpleNamespace(identity=lambda: None), model=tiny_model(0))
 
     pair = SimpleNamespace(target=loaded("t"), drafter_model=loaded("d"), drafter_name="model", draft_vocab=0)
-    config = PairConfig(dtype="float32", draft_dtype="float32")
+    return pair, PairConfig(dtype="float32", draft_dtype="float32")
+
+
+def test_a_drafter_with_bfloat16_twins_has_costs_of_its_own():
+    """Long forwards cost otherwise through twins (speed/twins.py): the cached costs, and the
+    calibration kept under the same key, are not shared with the same pair without them."""
+    from specbench.bench.cost_cache import cost_key
+    from specbench.core.sampling import SamplingConfig
+
+    pair, config = _key_pair()
     plain = cost_key(pair, config, "auto", SamplingConfig())
     pair.drafter_model.model.specbench_twins = True  # as twins.add_twins marks a model
     assert cost_key(pair, config, "auto", SamplingConfig()) != plain
+
+
+def test_cached_costs_follow_the_kernels_c_text(monkeypatch):
+    """An edit to a C kernel that leaves every bit as it was (a prefetch distance) still
+    changes what a forward costs: the cache key follows the C text, so such costs are
+    measured again, with no version to remember to bump."""
+    from dataclasses import replace
+
+    from specbench.bench.cost_cache import cost_key
+    from specbench.core.sampling import SamplingConfig
+    from specbench.speed import native
+
+    pair, config = _key_pair()
+    digest = native.sources_digest()
+    assert len(digest) == 12 and digest == native.sources_digest()
+    before = cost_key(pair, config, "auto", SamplingConfig())
+    edited = replace(native.LIBRARIES[0], source="q6k_linear.c")  # other C text in its place
+    monkeypatch.setattr(native, "LIBRARIES", (edited, *native.LIBRARIES[1:]))
+    assert native.sources_digest() != digest
+    assert cost_key(pair, config, "auto", SamplingConfig()) != before

@@ -6,7 +6,7 @@ to weigh a policy change or other costs on several prompt sets without timing an
         paths.jsonl with --outputs, else decoded here), one file per prompt in DIR
         (about 75 MB a prompt of 128 tokens: delete DIR when done)
     python dev/policy_replay.py score DIR --costs FILE [--drafter-cost COSTS] [--set NAME=VALUE ...]
-            [--read-head] [--c-times F] [--rows-times F]
+            [--read-head] [--c-times F] [--rows-times F] [--passes N]
         the cost policy as a sweep predicts it (each prompt warm from the ones before, in
         order) and the oracle, priced with a sweep's meta.json or a `specbench costs`
         file; --drafter-cost takes u(n) from a `specbench costs` file instead; --set
@@ -14,7 +14,9 @@ to weigh a policy change or other costs on several prompt sets without timing an
         calibration.WARM_TRIALS=8); --read-head replays a drafter that keeps no head
         (drafters.model.keep_head) and reads every prompt whole; --c-times and --rows-times
         price a drafter step at F times c and each verify row past the first at F times
-        v(k) - 1: what a cheaper drafter or verify would buy, before building it
+        v(k) - 1: what a cheaper drafter or verify would buy, before building it; --passes N
+        runs the set N times, the calibration carried from pass to pass, and scores the last:
+        the policy calibrated on the whole set in hindsight, what better calibration can buy
 
 `score` prints the geometric mean, the oracle's, the share of its gain, each category's
 mean and the prompts below 0.95x. Greedy, 128 new tokens, the pair's default draft
@@ -80,6 +82,7 @@ def score(
     draft_vocab: int,
     read_head: bool,
     times: tuple[float, float] = (1.0, 1.0),
+    passes: int = 1,
 ) -> None:
     raw = json.loads(meta.read_text())
     # a sweep's (measured once, or pooled over per-prompt blocks) or `specbench costs`'
@@ -92,18 +95,10 @@ def score(
         name, value = setting.split("=")
         owner, attribute = name.split(".")
         setattr(CONSTANTS[owner], attribute, type(getattr(CONSTANTS[owner], attribute))(value))
-    kept, rows = None, []
-    for file in sorted(folder.glob("*.pt")):
-        item = torch.load(file, weights_only=False)
-        gen = GenerationConfig(max_new_tokens=MAX_NEW_TOKENS, eos_token_ids=tuple(item["eos"]))
-        path = replace(item["path"], kept=0) if read_head else item["path"]
-        runs = [
-            predict(path, DRAFTER, policy, GAMMA, gen, costs=costs, draft_vocab=draft_vocab, warm=warm)
-            for policy, warm in (("cost", kept), (ORACLE_POLICY, None))
-        ]
-        kept = keep(kept, runs[0].evidence)
-        speedups = [modelled_speedup(RoundCounts.of(run.steps), costs) for run in runs]
-        rows.append((item["id"], item["category"], *speedups))
+    items = [torch.load(file, weights_only=False) for file in sorted(folder.glob("*.pt"))]
+    kept = None
+    for _ in range(passes):  # the calibration carries over; the last pass is scored
+        kept, rows = replay_set(items, costs, draft_vocab, read_head, kept)
     mean = geometric_mean([r[2] for r in rows])
     oracle = geometric_mean([r[3] for r in rows])
     categories = defaultdict(list)
@@ -118,6 +113,24 @@ def score(
         )
     )
     print("  below 0.95x: " + (", ".join(f"{r[0]} {r[2]:.2f}x" for r in rows if r[2] < 0.95) or "none"))
+
+
+def replay_set(items: list[dict], costs: Costs, draft_vocab: int, read_head: bool, kept):
+    """Each recorded prompt in order, the cost policy warm from those before it (and from
+    `kept`, an earlier pass's calibration), and the oracle: (what is kept after the last,
+    [(id, category, policy's speedup, oracle's)])."""
+    rows = []
+    for item in items:
+        gen = GenerationConfig(max_new_tokens=MAX_NEW_TOKENS, eos_token_ids=tuple(item["eos"]))
+        path = replace(item["path"], kept=0) if read_head else item["path"]
+        runs = [
+            predict(path, DRAFTER, policy, GAMMA, gen, costs=costs, draft_vocab=draft_vocab, warm=warm)
+            for policy, warm in (("cost", kept), (ORACLE_POLICY, None))
+        ]
+        kept = keep(kept, runs[0].evidence)
+        speedups = [modelled_speedup(RoundCounts.of(run.steps), costs) for run in runs]
+        rows.append((item["id"], item["category"], *speedups))
+    return kept, rows
 
 
 def geometric_mean(values: list[float]) -> float:
@@ -140,12 +153,22 @@ def main() -> None:
     scoring.add_argument("--read-head", action="store_true")
     scoring.add_argument("--c-times", type=float, default=1.0)
     scoring.add_argument("--rows-times", type=float, default=1.0)
+    scoring.add_argument("--passes", type=int, default=1)
     args = parser.parse_args()
     if args.command == "record":
         record(args.prompts, args.out, args.outputs)
     else:
         times = (args.c_times, args.rows_times)
-        score(args.folder, args.costs, args.drafter_cost, args.settings, args.draft_vocab, args.read_head, times)
+        score(
+            args.folder,
+            args.costs,
+            args.drafter_cost,
+            args.settings,
+            args.draft_vocab,
+            args.read_head,
+            times,
+            args.passes,
+        )
 
 
 if __name__ == "__main__":

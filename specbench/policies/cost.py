@@ -42,7 +42,10 @@ plain step (their forwards and verify rows; a round that forgoes the model is a 
 one, so a token it saves is worth one step here, not lambda), else the policy backs off
 (SkipBackoff) and model+lookup drafts its free copies alone. A first forward that catches up
 on many ids (the model drafter reads the prompt only in its first model round) costs c * u(n),
-and runs only if what model rounds save per token, times the tokens left, covers it.
+and runs only if what model rounds save per token, times the tokens left, covers it. What
+a round learns from is what it paid: a first forward over n ids at c * u(n) (2 ids after a
+round whose drafts all survived), except the prompt's read, which is the generation's
+cost, not a model round's.
 
 Refused drafts without q are still learned from. A table's draft costs nothing to make, so
 it is the one draft whose verdict can be had without verifying it: when every kept draft
@@ -127,6 +130,7 @@ class CostAwareGamma(SkipBackoff):
     """
 
     name = "cost"
+    _read = False  # a drafter forward has run in this generation
     MODEL_PRIOR = 2.0  # model rounds of one accepted draft at the price of one draft, before any is seen
 
     def __init__(
@@ -154,6 +158,8 @@ class CostAwareGamma(SkipBackoff):
         self._bins: list[int] = []  # per kept draft: the bin of its row's top q
         self._drawn_bins: list[int] = []  # per kept draft: the bin of its own token's q
         self._paid = 0  # drafter forwards this round
+        self._premium = 0.0  # what this round's first forward costs above c: c * (u(feed) - 1)
+        self._reads_prompt = False  # that forward is the generation's first: it reads the prompt
         self._rate = self.calibration.rate()
         self._p_all, self._threshold, self._stopped_at, self._wasted = 1.0, 0.0, None, False
         self._refused_free: int | None = None  # the token of a refused draft without q
@@ -180,6 +186,9 @@ class CostAwareGamma(SkipBackoff):
             self._skip_left -= 1  # this round is the first declined
             why = "estimate"
         self._skipped = why
+        if why is None:
+            self._premium = self._catch_up(feed)
+            self._reads_prompt, self._read = not self._read, True
         return why is None
 
     def round_gain(self) -> float:
@@ -198,9 +207,15 @@ class CostAwareGamma(SkipBackoff):
         (warm start included), times the tokens max_new_tokens leaves, must cover it."""
         if self.u is None or self.max_new_tokens is None or feed <= 1:
             return True
-        above = self.c * (verify_cost_at(self.u, feed) - 1.0)
         left = self.max_new_tokens - self._produced
-        return left * self.calibration.saved_per_token(self.MODEL_PRIOR, self.c + self._added(0)) >= above
+        return left * self.calibration.saved_per_token(self.MODEL_PRIOR, self.c + self._added(0)) >= self._catch_up(
+            feed
+        )
+
+    def _catch_up(self, feed: int) -> float:
+        """What a forward over `feed` ids costs above one drafter step, c * (u(feed) - 1)
+        (0 without a measured u(n))."""
+        return self.c * (verify_cost_at(self.u, feed) - 1.0) if self.u is not None and feed > 1 else 0.0
 
     def keep_drafting(self, step: int, draft_probs: torch.Tensor | None, token: int | None = None) -> Keep:
         free = draft_probs is None  # a model-free draft (a table or a copy): no forward to pay
@@ -249,10 +264,12 @@ class CostAwareGamma(SkipBackoff):
             calibration.observe_verdict(
                 n_drafted, Calibration.BINS, Calibration.BINS, int(next_token == self._refused_free)
             )
-        price = self._paid * self.c + self.v[n_drafted + 1]  # a round without drafts: v(1) = 1
+        # a round without drafts: v(1) = 1; a first forward over several ids: its catch-up too
+        price = self._paid * self.c + self._premium + self.v[n_drafted + 1]
         calibration.observe_cost(n_accepted + 1, price, model_declined=self._skipped is not None)
-        if self._paid:
-            calibration.observe_model_round(n_accepted, price - 1.0)
+        if self._paid:  # the prompt's read is the generation's, priced by catch_up_pays, not the round's
+            read = self._premium if self._reads_prompt else 0.0
+            calibration.observe_model_round(n_accepted, price - 1.0 - read)
         self._produced += n_accepted + 1
         self._after_round(n_accepted, n_drafted, self._paid)
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 from transformers.generation.candidate_generator import AssistedCandidateGenerator
 
+from specbench.core.stats import verify_cost_at
 from specbench.policies import (
     POLICIES,
     Calibration,
@@ -865,6 +866,32 @@ def test_cost_weighs_a_long_catch_up_against_the_tokens_left():
     unpriced = CostAwareGamma(4, c=0.3, verify_cost=COSTS.verify_cost, max_new_tokens=16)
     unpriced.next_gamma()
     assert unpriced.forward_pays(0, 200)
+
+
+def test_cost_prices_a_first_forward_at_what_it_fed():
+    """A round's first forward over n ids costs c * u(n): after a round whose drafts all
+    survived it feeds 2 (the last draft and the target's token), and that catch-up is the
+    model round's, in the rate and in what model rounds cost. The generation's first
+    forward, the prompt's read, is in the rate only: catch_up_pays weighs it once, against
+    the tokens left, and a round that carried it would make the next model round look dear.
+    Priced at c alone, the 2-id feeds went uncounted and the policy drafted where its rounds
+    cost more than they bought."""
+    u = {1: 1.0, 2: 1.5, 9: 5.0}
+    c, v = 0.3, COSTS.verify_cost
+    policy = CostAwareGamma(4, c=c, verify_cost=v, drafter_cost=u, max_new_tokens=512)
+    feeds = (30, 2)  # the prompt's read, then the catch-up after a fully accepted round
+    for feed in feeds:
+        policy.next_gamma()
+        assert policy.forward_pays(0, feed)
+        assert policy.keep_drafting(0, one_hot()) == Keep.YES
+        assert policy.forward_pays(1, 1) and policy.keep_drafting(1, one_hot())
+        policy.update(2, 2)
+    seen = policy.calibration.evidence()
+    read, catch_up = c * (verify_cost_at(u, 30) - 1.0), c * (u[2] - 1.0)
+    rounds = 2 * (2 * c + v[3])  # two forwards of one step and a verify of 3 rows each
+    assert seen.rate == pytest.approx((6.0, rounds + read + catch_up))
+    assert seen.model == (4.0, 2.0)
+    assert seen.model_extra == pytest.approx((rounds - 2.0 + catch_up, 2.0))
 
 
 def test_a_declined_read_does_not_teach_the_next_generation_to_decline():

@@ -208,9 +208,8 @@ class CostAwareGamma(SkipBackoff):
         if self.u is None or self.max_new_tokens is None or feed <= 1:
             return True
         left = self.max_new_tokens - self._produced
-        return left * self.calibration.saved_per_token(self.MODEL_PRIOR, self.c + self._added(0)) >= self._catch_up(
-            feed
-        )
+        saved = self.calibration.saved_per_token(self.MODEL_PRIOR, self.c + self._added(0))
+        return left * saved >= self._catch_up(feed)
 
     def _catch_up(self, feed: int) -> float:
         """What a forward over `feed` ids costs above one drafter step, c * (u(feed) - 1)
